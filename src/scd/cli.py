@@ -2,6 +2,8 @@
 
     scd generate contact --descriptors holistic_bias --out prompts/hb
     scd generate contact --descriptors stigma --out prompts/stigma
+    scd generate stigma --out prompts/stigma_probes
+    scd eval stigma --probe sds --model MODEL --prompts prompts/stigma_probes --out out/sds
     scd generate sft --prompts prompts/hb --setting 1 --out sft/setting1
     scd quickstart
 
@@ -52,6 +54,17 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     contact.add_argument("--scales", help="prompt scales YAML (default: packaged)")
     contact.add_argument("--out", required=True, help="output directory")
 
+    stigma = gsub.add_parser("stigma", help="Social Distance Scale, sentiment and AQ-27 prompts")
+    stigma.add_argument(
+        "--limit-conditions",
+        type=int,
+        help="first N conditions per group, N noun phrases per kind, N illnesses per type",
+    )
+    stigma.add_argument("--conditions", help="conditions YAML (default: packaged 93 + 29)")
+    stigma.add_argument("--sds-templates", help="SDS templates YAML (default: packaged)")
+    stigma.add_argument("--aq27", help="AQ-27 items YAML (default: packaged)")
+    stigma.add_argument("--out", required=True, help="output directory")
+
     sft = gsub.add_parser("sft", help="instruction-tuning data for one of the 8 settings")
     sft.add_argument("--prompts", required=True, help="directory from `scd generate contact`")
     sft.add_argument("--setting", required=True, type=int, help="transfer setting 1-8")
@@ -99,6 +112,25 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     bbq.add_argument("--categories", help="comma-separated categories (default: all present)")
     _add_model_args(bbq, "items")
 
+    st = esub.add_parser("stigma", help="stigma probes (SDS, AQ-27, sentiment, masked LM)")
+    st.add_argument("--probe", required=True, choices=("sds", "aq27", "sentiment", "mlm"))
+    st.add_argument("--model", required=True, help="local model directory or Hub id")
+    st.add_argument("--prompts", required=True, help="directory from `scd generate stigma`")
+    st.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
+    st.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    st.add_argument("--top-k", type=int, default=50, help="mlm: predictions per prompt")
+    st.add_argument("--lexicon", help="mlm: word,attitude CSV (default: packaged likely/unlikely)")
+    st.add_argument("--negative-label", help="sentiment: the classifier's negative label")
+    st.add_argument("--mlm-run", help="sentiment: a finished mlm run dir; adds Pearson r")
+    st.add_argument("--seed", type=int, default=0, help="seed of the bootstrap CIs")
+    st.add_argument("--system-prompt", help="sds: system message put before every prompt")
+    st.add_argument("--batch-size", type=int, default=32, help="hf: prompts per forward")
+    st.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    st.add_argument("--device", help="hf: cpu, cuda, cuda:1 (default: cuda if available)")
+    st.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model")
+    st.add_argument("--chunk-size", type=int, default=256, help="prompts per resumable chunk")
+    st.add_argument("--out", required=True, help="output directory (re-run to resume)")
+
 
 def _add_model_args(parser: argparse.ArgumentParser, unit: str) -> None:
     """The options every evaluation shares: adapter, engine, subset, batching, output."""
@@ -137,17 +169,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument("--no-wandb", action="store_true", help="no Weights & Biases logging")
-    report = sub.add_parser("report", help="assemble result tables")
-    rsub = report.add_subparsers(dest="what", required=True, parser_class=_Parser)
-    t15 = rsub.add_parser("bbq", help="Table 15: BBQ accuracy per model variant and category")
-    t15.add_argument(
+    run = sub.add_parser(
+        "run", help="the whole pipeline from a recipe: generate, evaluate, train, report"
+    )
+    run.add_argument("recipe", help="recipe YAML (see recipes/)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key, e.g. --set eval.bbq.enabled=true",
+    )
+    run.add_argument("--outputs", default="outputs", help="root of run dirs and the shared cache")
+    run.add_argument("--run-id", help="run directory name (default: run.name or the recipe's name)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    report = sub.add_parser("report", help="the report of a run dir (or tables of eval dirs)")
+    report.add_argument(
+        "target",
+        help="a run directory of `scd run`; or bbq (Table 15) / stigma (one probe's before/after "
+        "table) with --runs",
+    )
+    report.add_argument(
         "--runs",
-        required=True,
         nargs="+",
         metavar="NAME=DIR",
-        help='result dirs of `scd eval bbq`, e.g. "Without FT=out/base"',
+        help='bbq/stigma: result dirs of `scd eval bbq|stigma`, e.g. "Without FT=out/base"',
     )
-    t15.add_argument("--out", help="write Markdown here (and .json beside it) instead of stdout")
+    report.add_argument("--out", help="bbq/stigma: write Markdown here (and .json beside it)")
     merge = sub.add_parser("merge", help="merge a LoRA adapter into its base model")
     merge.add_argument("--adapter", required=True, help="adapter directory")
     merge.add_argument("--base", help="base model (default: the adapter's base_model_name_or_path)")
@@ -156,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     toy.add_argument("--out", required=True, help="output directory")
     toy.add_argument("--bias-axes", default="religion,nationality", help="comma-separated axes")
     toy.add_argument("--seed", type=int, default=0)
-    quick = sub.add_parser("quickstart", help="run what exists of the pipeline on CPU")
+    quick = sub.add_parser(
+        "quickstart", help="the whole SCD loop on CPU with the toy model, report included"
+    )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
     return parser
 
@@ -177,6 +227,23 @@ def _generate_contact(args: argparse.Namespace) -> None:
     print(
         f"wrote {info['n_prompts']:,} prompts in {info['n_sets']:,} sets "
         f"({info['n_descriptors']} descriptors) to {args.out}/prompts.parquet"
+    )
+
+
+def _generate_stigma(args: argparse.Namespace) -> None:
+    from scd.data_gen.stigma_probes import generate_stigma
+
+    info = generate_stigma(
+        args.out,
+        limit_conditions=args.limit_conditions,
+        conditions_file=args.conditions,
+        sds_file=args.sds_templates,
+        aq27_file=args.aq27,
+    )
+    n = info["n_rows"]
+    print(
+        f"wrote {n['sds']:,} SDS, {n['sentiment']:,} sentiment and {n['aq27']:,} AQ-27 prompts "
+        f"({info['n_forms']} condition forms) to {args.out}"
     )
 
 
@@ -252,6 +319,66 @@ def _eval_bbq(args: argparse.Namespace) -> None:
     print(f"BBQ accuracy {acc['accuracy']:.3f} over {acc['n']:,} items -> {args.out}/tables.md")
 
 
+def _eval_stigma(args: argparse.Namespace) -> None:
+    from scd.eval.stigma import evaluate_stigma
+
+    options = _engine_options(args)
+    summary = evaluate_stigma(
+        args.probe,
+        args.model,
+        args.prompts,
+        args.out,
+        adapter=args.adapter,
+        backend=args.backend,
+        seed=args.seed,
+        chunk_size=args.chunk_size,
+        top_k=args.top_k,
+        lexicon=args.lexicon,
+        negative_label=args.negative_label,
+        mlm_run=args.mlm_run,
+        system_prompt=args.system_prompt,
+        **options,
+    )
+    if "gap" in summary:
+        g = summary["gap"]
+        fmt = lambda x: "–" if x is None else f"{x:+.3f}"  # noqa: E731
+        head = f"gap stigmatized - non-stigmatized {fmt(g['gap'])} [{fmt(g['ci_low'])}, "
+        print(f"{head}{fmt(g['ci_high'])}] -> {args.out}/tables.md")
+    else:
+        o = summary["overall"]
+        diff = "–" if o["mean_diff"] is None else f"{o['mean_diff']:+.3f}"
+        print(f"mental - physical {diff} over {o['n']} frames -> {args.out}/tables.md")
+
+
+def _runs(items: list[str]) -> dict:
+    from pathlib import Path
+
+    runs = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--runs {item}: expected NAME=DIR (e.g. 'base=out/base')")
+        runs[name] = Path(path)
+    return runs
+
+
+def _report_stigma(args: argparse.Namespace) -> None:
+    import json
+    from pathlib import Path
+
+    from scd.eval.stigma import stigma_table, stigma_table_data
+
+    runs = _runs(args.runs)
+    text = stigma_table(runs)
+    if args.out:
+        out = Path(args.out)
+        out.write_text(text)
+        out.with_suffix(".json").write_text(json.dumps(stigma_table_data(runs), indent=2) + "\n")
+        print(f"stigma table -> {out}")
+    else:
+        print(text)
+
+
 def _report_bbq(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
@@ -272,6 +399,41 @@ def _report_bbq(args: argparse.Namespace) -> None:
         print(f"Table 15 -> {out}")
     else:
         print(text)
+
+
+def _report(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    tables = {"bbq": _report_bbq, "stigma": _report_stigma}
+    if args.target in tables:
+        if not args.runs:
+            raise InputError(
+                f"scd report {args.target}: --runs NAME=DIR [NAME=DIR ...] is required"
+            )
+        tables[args.target](args)
+        return
+    if args.runs or args.out:
+        raise InputError(
+            "--runs/--out go with `scd report bbq|stigma`; `scd report RUN_DIR` has none"
+        )
+    from scd.report.build import build_report
+
+    md, html = build_report(Path(args.target))
+    print(f"report -> {md}, {html}")
+
+
+def _run(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from scd.pipeline.runner import run_recipe
+    from scd.train.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, args.set)
+    run_id = args.run_id or recipe.run.name or Path(args.recipe).stem
+    if not run_id or "/" in run_id or run_id in (".", "..", "cache"):
+        raise InputError(f"--run-id {run_id!r}: expected a plain directory name other than cache")
+    outputs = Path(args.outputs)
+    run_recipe(recipe, outputs / run_id, outputs / "cache", progress=not args.no_progress)
 
 
 def _toy_model(args: argparse.Namespace) -> None:
@@ -317,9 +479,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         ("generate", "contact"): _generate_contact,
         ("generate", "sft"): _generate_sft,
+        ("generate", "stigma"): _generate_stigma,
         ("eval", "bias"): _eval_bias,
         ("eval", "bbq"): _eval_bbq,
-        ("report", "bbq"): _report_bbq,
+        ("eval", "stigma"): _eval_stigma,
+        ("report", None): _report,
+        ("run", None): _run,
         ("toy-model", None): _toy_model,
         ("train", None): _train,
         ("merge", None): _merge,

@@ -1,0 +1,365 @@
+"""Stigma probe prompts: Social Distance Scale (seed 002) and AQ-27 (seed 003) tables.
+
+``scd generate stigma --out DIR`` writes three tables and a manifest:
+
+- ``sds.parquet``: the 4 statement templates x 7 Social Distance Scale items for every form
+  (sub-condition) of the 93 stigmatized and 29 non-stigmatized conditions, then the baseline
+  statements with a bare "someone" (``baseline`` true, no condition);
+- ``sentiment.parquet``: "They are / These are people who ..." per form, plus the two baselines;
+- ``aq27.parquet``: the 27 AQ-27 items x noun phrases x mental and physical illnesses. Rows of
+  one item and noun phrase share a ``frame_id`` (the sentence with ``<mask>`` unfilled).
+
+Templates and word lists are data (``data/stigma_sds.yaml``, ``data/stigma_aq27.yaml``); ids
+are short hashes of the row's content, so the same inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from scd import __version__
+from scd.data_gen.stigma_conditions import StigmaCondition, load_stigma_conditions
+from scd.errors import InputError
+from scd.io import atomic_output_dir, sha256_file, write_json
+
+__all__ = [
+    "AQ27_COLUMNS",
+    "MASK",
+    "SDS_COLUMNS",
+    "SENTIMENT_COLUMNS",
+    "TABLES",
+    "Aq27Spec",
+    "SdsSpec",
+    "aq27_rows",
+    "generate_stigma",
+    "load_aq27_spec",
+    "load_sds_spec",
+    "read_stigma_table",
+    "sds_rows",
+    "sentiment_rows",
+]
+
+MASK = "<mask>"
+SDS_COLUMNS = (
+    "prompt_id",
+    "template",
+    "item",
+    "item_key",
+    "baseline",
+    "condition",
+    "category",
+    "stigmatized",
+    "form_index",
+    "form",
+    "prompt",
+)
+SENTIMENT_COLUMNS = (
+    "prompt_id",
+    "template",
+    "baseline",
+    "condition",
+    "category",
+    "stigmatized",
+    "form_index",
+    "form",
+    "prompt",
+)
+AQ27_COLUMNS = (
+    "prompt_id",
+    "frame_id",
+    "item",
+    "dimension",
+    "reverse",
+    "noun_kind",
+    "noun_phrase",
+    "illness",
+    "illness_type",
+    "frame",
+    "prompt",
+)
+TABLES = {"sds": SDS_COLUMNS, "sentiment": SENTIMENT_COLUMNS, "aq27": AQ27_COLUMNS}
+NOUN_KINDS = ("name_male", "name_female", "gendered", "neutral")
+ILLNESS_TYPES = ("mental", "physical")
+
+
+def _data_path(name: str) -> Path:
+    return Path(str(files("scd.data_gen") / "data" / name))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the YAML file ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _need(data: dict, key: str, path: Path) -> Any:
+    if key not in data or not data[key]:
+        raise InputError(f"{path}: missing or empty key '{key}'")
+    return data[key]
+
+
+@dataclass(frozen=True)
+class SdsSpec:
+    """The Social Distance Scale templates: ``templates`` {id: text}, ``items`` [(key, action)],
+    ``sentiment`` {id: text}."""
+
+    templates: dict[int, str]
+    items: tuple[tuple[str, str], ...]
+    sentiment: dict[int, str]
+
+
+@dataclass(frozen=True)
+class Aq27Spec:
+    """The AQ-27 items (item, dimension, reverse, text), noun phrases and illnesses."""
+
+    dimensions: tuple[str, ...]
+    items: tuple[tuple[int, str, bool, str], ...]
+    noun_phrases: dict[str, tuple[str, ...]]
+    illnesses: dict[str, tuple[str, ...]]
+
+
+def load_sds_spec(path: Path | None = None) -> SdsSpec:
+    """Load and check ``stigma_sds.yaml`` (4 templates, 7 items, 2 sentiment templates)."""
+    path = path or _data_path("stigma_sds.yaml")
+    data = _read_yaml(path)
+    templates = {int(t["id"]): str(t["text"]) for t in _need(data, "templates", path)}
+    items = tuple((str(i["key"]), str(i["action"])) for i in _need(data, "items", path))
+    sentiment = {int(t["id"]): str(t["text"]) for t in _need(data, "sentiment", path)}
+    for tid, text in templates.items():
+        if text.count(MASK) != 1 or "{action}" not in text:
+            raise InputError(f"{path}: template {tid} needs one {MASK} and {{action}}")
+    for key, action in items:
+        if "{someone}" not in action:
+            raise InputError(f"{path}: item '{key}' has no {{someone}} in its action")
+    for tid, text in sentiment.items():
+        if "{people}" not in text:
+            raise InputError(f"{path}: sentiment template {tid} has no {{people}}")
+    return SdsSpec(templates, items, sentiment)
+
+
+def load_aq27_spec(path: Path | None = None) -> Aq27Spec:
+    """Load and check ``stigma_aq27.yaml`` (items with dimensions, noun phrases, illnesses)."""
+    path = path or _data_path("stigma_aq27.yaml")
+    data = _read_yaml(path)
+    dims = tuple(_need(data, "dimensions", path))
+    items = []
+    for raw in _need(data, "items", path):
+        item, dim, text = int(raw["item"]), str(raw["dimension"]), str(raw["text"])
+        if dim not in dims:
+            raise InputError(f"{path}: item {item} dimension '{dim}' is not one of {dims}")
+        if text.count(MASK) != 1 or text.count("[noun phrase]") != 1:
+            raise InputError(f"{path}: item {item} needs one [noun phrase] and one {MASK}")
+        items.append((item, dim, bool(raw.get("reverse", False)), text))
+    nouns = {k: tuple(v) for k, v in _need(data, "noun_phrases", path).items()}
+    ills = {k: tuple(v) for k, v in _need(data, "illnesses", path).items()}
+    if set(nouns) != set(NOUN_KINDS) or set(ills) != set(ILLNESS_TYPES):
+        raise InputError(
+            f"{path}: expected noun_phrases {NOUN_KINDS} and illnesses {ILLNESS_TYPES}"
+        )
+    return Aq27Spec(dims, tuple(items), nouns, ills)
+
+
+def _id(*parts: Any) -> str:
+    return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).hexdigest()
+
+
+def _condition_forms(conditions: list[StigmaCondition]):
+    for c in conditions:
+        for j, form in enumerate(c.forms):
+            yield c, j, form
+
+
+def sds_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str, Any]]:
+    """SDS statement rows: templates x items x forms, then the baselines (templates x items)."""
+    rows = []
+    targets = [
+        (c, j, f.singular, f"someone who {f.singular}") for c, j, f in _condition_forms(conditions)
+    ]
+    targets.append((None, None, None, "someone"))
+    for c, j, form, someone in targets:
+        for tid, template in spec.templates.items():
+            for n, (key, action) in enumerate(spec.items, start=1):
+                prompt = template.format(action=action.format(someone=someone))
+                rows.append(
+                    {
+                        "prompt_id": _id("sds", tid, key, c and c.condition, form),
+                        "template": tid,
+                        "item": n,
+                        "item_key": key,
+                        "baseline": c is None,
+                        "condition": c and c.condition,
+                        "category": c and c.category,
+                        "stigmatized": c and c.stigmatized,
+                        "form_index": j,
+                        "form": form,
+                        "prompt": prompt,
+                    }
+                )
+    return rows
+
+
+def sentiment_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str, Any]]:
+    """Sentiment rows: the two templates per form, then the two baselines ("They are people.")."""
+    rows = []
+    targets = [
+        (c, j, f.plural, f"people who {f.plural}") for c, j, f in _condition_forms(conditions)
+    ]
+    targets.append((None, None, None, "people"))
+    for c, j, form, people in targets:
+        for tid, template in spec.sentiment.items():
+            rows.append(
+                {
+                    "prompt_id": _id("sentiment", tid, c and c.condition, form),
+                    "template": tid,
+                    "baseline": c is None,
+                    "condition": c and c.condition,
+                    "category": c and c.category,
+                    "stigmatized": c and c.stigmatized,
+                    "form_index": j,
+                    "form": form,
+                    "prompt": template.format(people=people),
+                }
+            )
+    return rows
+
+
+def _frame(text: str, noun: str, kind: str) -> str:
+    """Put a noun phrase into an item; names take a non-defining clause (seed 003, Table 3)."""
+    if kind.startswith("name"):
+        rest = text.split(f"who has {MASK}", 1)
+        if len(rest) == 2 and rest[1].strip() not in ("", "."):
+            text = f"{rest[0].rstrip()}, who has {MASK},{rest[1]}"
+        elif len(rest) == 2:
+            text = f"{rest[0].rstrip()}, who has {MASK}{rest[1]}"
+    text = text.replace("[noun phrase]", noun)
+    return text[0].upper() + text[1:]
+
+
+def aq27_rows(spec: Aq27Spec) -> list[dict[str, Any]]:
+    """AQ-27 rows: items x noun phrases x illnesses (mental then physical)."""
+    rows = []
+    for item, dim, reverse, text in spec.items:
+        for kind in NOUN_KINDS:
+            for noun in spec.noun_phrases[kind]:
+                frame = _frame(text, noun, kind)
+                frame_id = _id("aq27", item, noun)
+                for itype in ILLNESS_TYPES:
+                    for illness in spec.illnesses[itype]:
+                        rows.append(
+                            {
+                                "prompt_id": _id("aq27", item, noun, illness),
+                                "frame_id": frame_id,
+                                "item": item,
+                                "dimension": dim,
+                                "reverse": reverse,
+                                "noun_kind": kind,
+                                "noun_phrase": noun,
+                                "illness": illness,
+                                "illness_type": itype,
+                                "frame": frame,
+                                "prompt": frame.replace(MASK, illness),
+                            }
+                        )
+    return rows
+
+
+def _subset_conditions(conditions: list[StigmaCondition], n: int | None) -> list[StigmaCondition]:
+    if n is None:
+        return conditions
+    if n < 1:
+        raise InputError(f"--limit-conditions {n}: expected a positive number")
+    return [
+        c for flag in (True, False) for c in [c for c in conditions if c.stigmatized == flag][:n]
+    ]
+
+
+def _subset_aq27(spec: Aq27Spec, n: int | None) -> Aq27Spec:
+    if n is None:
+        return spec
+    cut = lambda d: {k: v[:n] for k, v in d.items()}  # noqa: E731
+    return Aq27Spec(spec.dimensions, spec.items, cut(spec.noun_phrases), cut(spec.illnesses))
+
+
+def generate_stigma(
+    out: Path | str,
+    *,
+    limit_conditions: int | None = None,
+    conditions_file: Path | str | None = None,
+    sds_file: Path | str | None = None,
+    aq27_file: Path | str | None = None,
+) -> dict[str, Any]:
+    """Write ``out/{sds,sentiment,aq27}.parquet`` and ``out/manifest.json`` atomically.
+
+    Args:
+        out: The output directory (replaced only on success).
+        limit_conditions: Keep only the first N stigmatized and N non-stigmatized conditions,
+            and the first N noun phrases of each kind and N illnesses of each type (a small,
+            fast subset for smoke runs); all when None.
+        conditions_file: Conditions YAML (default: the packaged 93 + 29 conditions).
+        sds_file: SDS templates YAML (default: packaged ``stigma_sds.yaml``).
+        aq27_file: AQ-27 YAML (default: packaged ``stigma_aq27.yaml``).
+
+    Returns:
+        The manifest: row counts per table, counts of conditions and forms, source hashes.
+    """
+    cpath = Path(conditions_file) if conditions_file else _data_path("stigma_conditions.yaml")
+    spath = Path(sds_file) if sds_file else _data_path("stigma_sds.yaml")
+    apath = Path(aq27_file) if aq27_file else _data_path("stigma_aq27.yaml")
+    conditions = _subset_conditions(load_stigma_conditions(cpath), limit_conditions)
+    sds_spec, aq_spec = load_sds_spec(spath), _subset_aq27(load_aq27_spec(apath), limit_conditions)
+    tables = {
+        "sds": sds_rows(conditions, sds_spec),
+        "sentiment": sentiment_rows(conditions, sds_spec),
+        "aq27": aq27_rows(aq_spec),
+    }
+    info = {
+        "kind": "stigma_prompts",
+        "scd_version": __version__,
+        "limit_conditions": limit_conditions,
+        "n_conditions": {
+            "stigmatized": sum(c.stigmatized for c in conditions),
+            "non_stigmatized": sum(not c.stigmatized for c in conditions),
+        },
+        "n_forms": sum(len(c.forms) for c in conditions),
+        "n_rows": {name: len(rows) for name, rows in tables.items()},
+        "sources": {p.name: sha256_file(p) for p in (cpath, spath, apath)},
+    }
+    with atomic_output_dir(out) as tmp:
+        for name, rows in tables.items():
+            table = pa.Table.from_pylist(rows).select(list(TABLES[name]))
+            pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
+        write_json(tmp / "manifest.json", info)
+    return info
+
+
+def read_stigma_table(directory: Path | str, name: str) -> list[dict[str, Any]]:
+    """Rows of ``DIR/<name>.parquet`` from ``scd generate stigma``.
+
+    Raises:
+        InputError: the directory, file or a column is missing, or the file is unreadable.
+    """
+    path = Path(directory) / f"{name}.parquet"
+    if not path.is_file():
+        raise InputError(
+            f"--prompts {directory}: no {name}.parquet (a directory from `scd generate stigma`)"
+        )
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise InputError(f"{path}: not a readable parquet file ({err})") from None
+    missing = [c for c in TABLES[name] if c not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: missing columns {missing}")
+    return table.to_pylist()

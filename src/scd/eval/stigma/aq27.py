@@ -1,0 +1,154 @@
+"""AQ-27 probe (seed 003): how likely a model finds each illness in each stigma item.
+
+Seed 003 "reverses" Lin et al.'s paradigm: the noun phrase is filled in and the model scores the
+illnesses in the masked slot (PLL-word-l2r on masked LMs, :mod:`scd.eval.stigma.mlm`). On a
+causal LM the analogue is the log-likelihood of the sentence with the illness filled in. The
+frame's text before the slot is the prompt and "illness + rest of the sentence" the continuation,
+so one :class:`ChoiceRequest` per frame scores every illness: ``log p(continuation | prefix)``
+equals ``log p(sentence) - log p(prefix)``, and the prefix term is the same for every illness of
+a frame, so mental - physical differences within a frame are those of full-sentence
+log-likelihoods. The text is scored as plain text (no chat template), with the tokenizer's
+special tokens (BOS).
+
+Statistics (:func:`scd.eval.stigma.stats.mental_vs_physical`): per frame the mean score of the
+mental and of the physical illnesses, Wilcoxon signed-rank over frames, overall and per
+dimension (Bonferroni over the 9 dimensions), and Cronbach's alpha per dimension over the
+mental illnesses. Reverse-scored items (avoidance, help: willingness) are not flipped, as in
+seed 003; read a positive difference there as *less* stigma.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from scd.eval.engines import ChoiceRequest
+from scd.eval.stigma.stats import mental_vs_physical
+
+__all__ = ["AQ27_KEYS", "DIMENSIONS", "aq27_markdown", "score_chunk", "summarize_aq27"]
+
+DIMENSIONS = (
+    "anger",
+    "dangerousness",
+    "fear",
+    "coercion",
+    "segregation",
+    "avoidance",
+    "help",
+    "pity",
+    "blame",
+)
+AQ27_KEYS = (
+    "prompt_id",
+    "frame_id",
+    "item",
+    "dimension",
+    "reverse",
+    "noun_kind",
+    "noun_phrase",
+    "illness",
+    "illness_type",
+)
+
+
+def _split_ids(tokenizer: Any, frame: str, illness: str) -> tuple[list[int], list[int]]:
+    """Token ids of the frame's prefix (with BOS) and of `` illness + rest``."""
+    prefix, rest = frame.split("<mask>", 1)
+    prefix = prefix.rstrip()
+    head = tokenizer(prefix)["input_ids"]
+    full = tokenizer(f"{prefix} {illness}{rest}")["input_ids"]
+    if full[: len(head)] == head and len(full) > len(head):
+        return head, full[len(head) :]
+    tail = tokenizer(f" {illness}{rest}", add_special_tokens=False)["input_ids"]
+    return head, tail
+
+
+def score_chunk(engine: Any, tokenizer: Any, rows: Sequence[dict[str, Any]]) -> list[dict]:
+    """Records of a chunk of AQ-27 rows: ``score`` = log p(illness + rest | prefix)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for n, row in enumerate(rows):
+        groups[row["frame_id"]].append(n)
+    requests, order = [], []
+    for members in groups.values():
+        pieces = [_split_ids(tokenizer, rows[n]["frame"], rows[n]["illness"]) for n in members]
+        requests.append(ChoiceRequest(tuple(pieces[0][0]), tuple(tuple(p[1]) for p in pieces)))
+        order.append(members)
+    scores: list[float | None] = [None] * len(rows)
+    for members, values in zip(order, engine.score(requests)):
+        for n, v in zip(members, values):
+            scores[n] = float(v)
+    return [{**{k: r[k] for k in AQ27_KEYS}, "score": s} for r, s in zip(rows, scores)]
+
+
+def _frames(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    frames: dict[str, dict[str, Any]] = {}
+    for r in records:
+        f = frames.setdefault(
+            r["frame_id"],
+            {
+                "item": r["item"],
+                "dimension": r["dimension"],
+                "noun_phrase": r["noun_phrase"],
+                "scores": {"mental": {}, "physical": {}},
+            },
+        )
+        f["scores"][r["illness_type"]][r["illness"]] = r["score"]
+    return list(frames.values())
+
+
+def summarize_aq27(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Wilcoxon (overall, per dimension with Bonferroni), Cronbach's alpha, illness means."""
+    frames = _frames(records)
+    dims = [d for d in DIMENSIONS if any(f["dimension"] == d for f in frames)]
+    by_illness: dict[tuple, list[float]] = defaultdict(list)
+    for r in records:
+        by_illness[(r["illness_type"], r["illness"])].append(r["score"])
+    return {
+        "measure": "log-likelihood (higher: the model finds the illness more likely)",
+        "n_records": len(records),
+        "n_frames": len(frames),
+        "reverse_scored_dimensions": sorted({r["dimension"] for r in records if r["reverse"]}),
+        **mental_vs_physical(frames, dims),
+        "illnesses": {
+            f"{t}/{name}": sum(v) / len(v) for (t, name), v in sorted(by_illness.items())
+        },
+    }
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}g}" if abs(x) < 1e-3 else f"{x:.{digits}f}"
+
+
+def _stars(p: float | None) -> str:
+    if p is None:
+        return "–"
+    return "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else "n.s."
+
+
+def aq27_markdown(summary: dict[str, Any], title: str) -> str:
+    """The AQ-27 summary in the layout of seed 003's Table 2, plus the mean differences."""
+    o = summary["overall"]
+    lines = [
+        f"# {title}",
+        "",
+        "Mental vs physical illness: Wilcoxon signed-rank over sentence frames (item x noun "
+        "phrase), per-dimension p-values Bonferroni-corrected; alpha = Cronbach's alpha over the "
+        "mental illnesses. Difference = mean score of mental - physical illnesses (log-likelihood; "
+        "positive: mental illnesses more likely in the stigma statement). Avoidance and help "
+        "items express willingness (reverse-scored in the AQ-27).",
+        "",
+        "| Dimension | Mental − physical | Adjusted p | Significance | α | Frames |",
+        "|---|---|---|---|---|---|",
+        f"| ALL | {_f(o['mean_diff'])} | {_f(o['p'])} | {_stars(o['p'])} | – | {o['n']} |",
+    ]
+    for dim, r in summary["dimensions"].items():
+        lines.append(
+            f"| {dim.capitalize()} | {_f(r['mean_diff'])} | {_f(r['p_bonferroni'])} | "
+            f"{_stars(r['p_bonferroni'])} | {_f(r['alpha'], 2)} | {r['n']} |"
+        )
+    lines += ["", "## Mean score per illness", "", "| Type | Illness | Mean |", "|---|---|---|"]
+    for key, v in summary["illnesses"].items():
+        kind, name = key.split("/", 1)
+        lines.append(f"| {kind} | {name} | {_f(v)} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,195 @@
+"""The four probes end to end on tiny offline models: planted truth, exact scores, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from scd.cli import main
+from scd.errors import InputError
+from scd.eval.stigma import evaluate_stigma, stigma_table, stigma_table_data
+from scd.eval.stigma.mlm import load_lexicon, pll_word_l2r
+
+SHARED_LEXICON = Path(__file__).resolve().parents[2].parent / "shared/data/stigma"
+
+
+@pytest.fixture(scope="module")
+def mlm_run(toy_mlm: Path, stigma_probe_prompts: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "mlm"
+    evaluate_stigma("mlm", str(toy_mlm), stigma_probe_prompts, out, progress=False)
+    return out
+
+
+def test_mlm_probe_recovers_planted_gap(mlm_run: Path) -> None:
+    s = json.loads((mlm_run / "summary.json").read_text())
+    assert s["gap"]["gap"] > 0.4 and s["gap"]["ci_low"] > 0  # stigmatized: negative fills
+    assert s["gap"]["n_x"] == s["gap"]["n_y"] == 5
+    assert s["mean_rated_share"] > 0.9  # the toy's words are all in the packaged lexicon
+    recs = [json.loads(x) for x in (mlm_run / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 392 and all(len(r["top"]) == 10 for r in recs)
+    r = recs[0]
+    assert r["p_negative"] == pytest.approx(
+        r["mass"]["negative"]
+        / (r["mass"]["positive"] + r["mass"]["negative"] + r["mass"]["neutral"])
+    )
+    assert "Gap (stigmatized − non-stigmatized)" in (mlm_run / "tables.md").read_text()
+
+
+def test_sentiment_probe_gap_and_pearson(
+    toy_classifier: Path, stigma_probe_prompts: Path, mlm_run: Path, tmp_path: Path
+) -> None:
+    s = evaluate_stigma(
+        "sentiment",
+        str(toy_classifier),
+        stigma_probe_prompts,
+        tmp_path / "s",
+        progress=False,
+        mlm_run=mlm_run,
+    )
+    assert s["gap"]["gap"] == pytest.approx(1.0)  # every stigmatized prompt is NEGATIVE
+    assert s["baseline"] == {"1": "POSITIVE", "2": "POSITIVE"}
+    assert s["correlation"]["n"] == 10 and s["correlation"]["r"] > 0.5
+
+
+def test_pll_word_l2r_against_naive_loop(toy_mlm: Path) -> None:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(toy_mlm)
+    model = AutoModelForMaskedLM.from_pretrained(toy_mlm).eval()
+    text = "I feel scared of a man who has the flu."
+    enc = tok(text)
+    ids, words = enc["input_ids"], enc.word_ids()
+    # word-level tokenizer: one token per word, so PLL-word-l2r is the plain PLL
+    naive = 0.0
+    for i, w in enumerate(words):
+        if w is None:
+            continue
+        x = torch.tensor([ids])
+        x[0, i] = tok.mask_token_id
+        with torch.no_grad():
+            naive += torch.log_softmax(model(input_ids=x).logits[0, i], -1)[ids[i]].item()
+    assert pll_word_l2r(model, tok, text) == pytest.approx(naive, abs=1e-4)
+    # multi-token words: a word's later tokens stay masked while its earlier ones are scored
+    from scd.eval.stigma.mlm import pll_scores
+
+    grouped = [None, 0, 0, 1, 2, 2, 2, 3, None]
+    toks = ids[: len(grouped) - 1] + [ids[-1]]
+    naive = 0.0
+    for i, w in enumerate(grouped):
+        if w is None:
+            continue
+        x = torch.tensor([toks])
+        x[0, [j for j in range(i, len(grouped)) if grouped[j] == w]] = tok.mask_token_id
+        with torch.no_grad():
+            naive += torch.log_softmax(model(input_ids=x).logits[0, i], -1)[toks[i]].item()
+    got = pll_scores(model, [toks], [grouped], tok.mask_token_id, tok.pad_token_id)[0]
+    assert got == pytest.approx(naive, abs=1e-4)
+
+
+def _full_loglik(model, tok, text: str) -> float:
+    ids = torch.tensor([tok(text)["input_ids"]])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1)
+    return lp[torch.arange(ids.shape[1] - 1), ids[0, 1:]].sum().item()
+
+
+def test_causal_aq27_differences_equal_full_sentence_loglik(
+    toy_causal: Path, tiny_prompts: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    s = evaluate_stigma("aq27", str(toy_causal), tiny_prompts, tmp_path / "a", progress=False)
+    assert s["n_frames"] == 27 * 4 and set(s["dimensions"]) == set(s["dimensions"])
+    assert len(s["dimensions"]) == 9 and s["scoring"] == "causal_log_likelihood"
+    recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
+    tok = AutoTokenizer.from_pretrained(toy_causal)
+    model = AutoModelForCausalLM.from_pretrained(toy_causal).eval()
+    frame = [r for r in recs if r["frame_id"] == recs[0]["frame_id"]]
+    from scd.data_gen.stigma_probes import read_stigma_table
+
+    text = {r["prompt_id"]: r["prompt"] for r in read_stigma_table(tiny_prompts, "aq27")}
+    a, b = frame[0], frame[-1]
+    want = _full_loglik(model, tok, text[a["prompt_id"]]) - _full_loglik(
+        model, tok, text[b["prompt_id"]]
+    )
+    assert a["score"] - b["score"] == pytest.approx(want, abs=1e-4)
+
+
+def test_causal_sds_probability_and_resume(
+    toy_causal: Path, tiny_prompts: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "sds"
+    first = evaluate_stigma(
+        "sds", str(toy_causal), tiny_prompts, out, progress=False, chunk_size=16
+    )
+    recs = (out / "records.jsonl").read_text().splitlines()
+    r = json.loads(recs[0])
+    lp = r["option_logprobs"]
+    assert r["p_negative"] == pytest.approx(math.exp(lp[1]) / (math.exp(lp[0]) + math.exp(lp[1])))
+    assert len(recs) == 28 * 3  # 1 + 1 conditions (one form each) + the baseline
+    # resume after a crash mid-file: truncate to 20 records plus a torn line
+    (out / "records.jsonl").write_text("\n".join(recs[:20]) + "\n" + recs[20][:7])
+    again = evaluate_stigma(
+        "sds", str(toy_causal), tiny_prompts, out, progress=False, chunk_size=16
+    )
+    assert (out / "records.jsonl").read_text().splitlines() == recs
+    assert again["gap"] == first["gap"]
+    with pytest.raises(InputError, match="another configuration"):
+        evaluate_stigma("sds", str(toy_causal), tiny_prompts, out, progress=False, seed=1)
+
+
+def test_before_after_table(toy_mlm: Path, mlm_run: Path, stigma_probe_prompts: Path, tmp_path):
+    data = stigma_table_data({"base": mlm_run, "tuned": mlm_run})
+    assert data["gap"]["tuned"]["change"] == 0.0
+    text = stigma_table({"base": mlm_run, "tuned": mlm_run})
+    assert "| Gap [95% CI] |" in text and "| base | tuned |" in text
+
+
+def test_wrong_model_for_probe_and_bad_lexicon(
+    toy_mlm: Path, toy_causal: Path, tiny_prompts: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(InputError, match="masked model does not fit --probe sds"):
+        evaluate_stigma("sds", str(toy_mlm), tiny_prompts, tmp_path / "a", progress=False)
+    with pytest.raises(InputError, match="causal model does not fit --probe mlm"):
+        evaluate_stigma("mlm", str(toy_causal), tiny_prompts, tmp_path / "b", progress=False)
+    with pytest.raises(InputError, match="runs on hf only"):
+        evaluate_stigma("mlm", str(toy_mlm), tiny_prompts, tmp_path / "c", backend="vllm")
+    bad = tmp_path / "lex.csv"
+    bad.write_text("token,label\nfine,positive\n")
+    with pytest.raises(InputError, match="lex.csv: expected columns word,attitude"):
+        evaluate_stigma("mlm", str(toy_mlm), tiny_prompts, tmp_path / "d", lexicon=bad)
+    bad.write_text("word,attitude\nfine,great\n")
+    with pytest.raises(InputError, match="line 2: attitude 'great'"):
+        load_lexicon(bad)
+    with pytest.raises(InputError, match="no sds.parquet"):
+        evaluate_stigma("sds", str(toy_causal), tmp_path, tmp_path / "e")
+    assert not any((tmp_path / x).exists() for x in "abcde")
+
+
+def test_authors_lexicon_loads() -> None:
+    path = SHARED_LEXICON / "mlm_word_attitudes.csv"
+    if not path.is_file():
+        pytest.skip("reference data absent")
+    lex = load_lexicon(path)
+    assert len(lex) == 443 and lex["likely"] == "positive"  # 445 rows, 2 case duplicates
+
+
+def test_cli_generate_eval_report_and_errors(
+    toy_mlm: Path, mlm_run: Path, tmp_path: Path, capsys
+) -> None:
+    assert (
+        main(["generate", "stigma", "--limit-conditions", "1", "--out", str(tmp_path / "p")]) == 0
+    )
+    assert "SDS" in capsys.readouterr().out
+    args = ["eval", "stigma", "--probe", "mlm", "--model", str(toy_mlm), "--prompts"]
+    assert main([*args, str(tmp_path / "p"), "--out", str(tmp_path / "r"), "--top-k", "5"]) == 0
+    assert "gap stigmatized" in capsys.readouterr().out
+    assert main([*args, str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("scd: error: --prompts") and "\n" not in err
+    assert main(["report", "stigma", "--runs", f"base={mlm_run}", f"t={tmp_path / 'r'}"]) == 0
+    assert "Change vs base" in capsys.readouterr().out
