@@ -70,5 +70,8 @@ def json_text(data: Any) -> str:
 
 
 def write_json(path: Path | str, data: Any) -> None:
-    """Write ``data`` as :func:`json_text`."""
-    Path(path).write_text(json_text(data))
+    """Write ``data`` as :func:`json_text`, atomically (a temporary file, then a rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json_text(data), encoding="utf-8")
+    os.replace(tmp, path)

@@ -20,6 +20,7 @@ def test_there_are_recipes_for_both_models_and_all_settings() -> None:
     assert "quickstart.yaml" in names
     for model in ("llama-2-13b-chat", "llama-2-7b-chat"):
         assert {f"{model}/setting{n}.yaml" for n in range(1, 9)} <= names
+        assert f"{model}/all-settings.yaml" in names
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.relative_to(REPO).as_posix())
@@ -29,8 +30,10 @@ def test_every_recipe_validates_and_opens_with_its_command(path: Path) -> None:
     recipe = load_recipe(path)
     assert recipe.lora.r in VLLM_LORA_RANKS
     if "llama-2" in path.as_posix():
-        setting = int(path.stem.removeprefix("setting"))
-        assert recipe.data.setting == setting
+        if path.stem == "all-settings":
+            assert recipe.run.settings == list(range(1, 9)) and recipe.eval.bbq.enabled
+        else:
+            assert recipe.data.setting == int(path.stem.removeprefix("setting"))
         # the paper's public code
         t = recipe.train
         assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.dropout) == (64, 16, 0.1)

@@ -21,6 +21,8 @@ __all__ = [
     "bias_table",
     "format_cell",
     "format_pct",
+    "grid_markdown",
+    "markdown_table",
     "records_frame",
     "summarize",
     "tables_markdown",
@@ -236,21 +238,23 @@ def _label(key: str) -> str:
     return str(key).replace("_", " ").capitalize()
 
 
-def _md(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Lines of a Markdown table (and a blank line after it)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(r) + " |" for r in rows] + [""]
 
 
-def _grid(grid: dict[str, dict[str, dict]], first: str) -> list[str]:
+def grid_markdown(grid: dict[str, dict[str, dict]], first: str) -> list[str]:
+    """Lines of a Markdown table of cells ``grid[row][column]`` (``first`` heads the row names)."""
     cols = list(dict.fromkeys(c for row in grid.values() for c in row))
     head = [first] + [CONTACT_LABELS.get(c, _label(c)) for c in cols]
     rows = ([_label(r)] + [format_cell(grid[r].get(c)) for c in cols] for r in grid)
-    return _md(head, rows)
+    return markdown_table(head, rows)
 
 
 def _list(cells: dict[str, dict], first: str, head: str = "Bias % [95% CI]") -> list[str]:
     rows = ([_label(k), format_cell(v), str(v["n"])] for k, v in cells.items())
-    return _md([first, head, "n"], rows)
+    return markdown_table([first, head, "n"], rows)
 
 
 def tables_markdown(summary: dict[str, Any], title: str = "Bias evaluation") -> str:
@@ -270,15 +274,16 @@ def tables_markdown(summary: dict[str, Any], title: str = "Bias evaluation") -> 
         f"unparsed), {s['n_baseline_records']} baseline prompts. Cells: bias % [95% Wilson CI]."
     )
     lines = [f"# {title}", "", s["denominator_note"], "", n_line, "", f"Overall: {format_cell(ov)}"]
-    lines += ["", "## Table 1: bias % by scale and contact", "", *_grid(s["table1"], "Scale")]
+    lines += ["", "## Table 1: bias % by scale and contact", ""]
+    lines += grid_markdown(s["table1"], "Scale")
     lines += ["## Contact hypothesis (positive < none < negative)", ""]
     mark = {True: "✓", False: "✗", None: "–"}
     hyp = s["contact_hypothesis"].items()
     rows = ([_label(k), *(format_pct(v[c]) for c in CONTACTS), mark[v["holds"]]] for k, v in hyp)
-    lines += _md(["Scale", *CONTACT_LABELS.values(), "Holds"], rows)
+    lines += markdown_table(["Scale", *CONTACT_LABELS.values(), "Holds"], rows)
     for scale, grid in s["axis_by_scenario"].items():
         lines += [f"## Bias % by axis and scenario: {_label(scale)} prompts", ""]
-        lines += _grid(grid, "Axis")
+        lines += grid_markdown(grid, "Axis")
     lines += ["## Bias % by principle", "", *_list(s["by_principle"], "Principle")]
     lines += ["## Bias % by axis", "", *_list(s["by_axis"], "Axis")]
     flat = [(a, d, c) for a, ds in s["by_descriptor"].items() for d, c in ds.items()]
@@ -286,15 +291,15 @@ def tables_markdown(summary: dict[str, Any], title: str = "Bias evaluation") -> 
     lines += [f"## Bias % by descriptor (top {TOP_DESCRIPTORS} by bias %)", ""]
     lines += [f"Only the {TOP_DESCRIPTORS} highest of {len(flat)} descriptors are shown.", ""]
     rows = ([_label(a), d, format_cell(c), str(c["n"])] for a, d, c in flat[:TOP_DESCRIPTORS])
-    lines += _md(["Axis", "Descriptor", "Bias % [95% CI]", "n"], rows)
+    lines += markdown_table(["Axis", "Descriptor", "Bias % [95% CI]", "n"], rows)
     if "baseline" in s:
         lines += ["## Beyond the paper: descriptor-free baseline", "", _BASELINE_NOTE, ""]
-        lines += _grid(s["baseline"], "Scale")
+        lines += grid_markdown(s["baseline"], "Scale")
         exc = s["excess"].items()
         rows = ([_label(k), *(format_pct(v[c], sign=True) for c in CONTACTS)] for k, v in exc)
-        lines += _md(["Excess (points)", *CONTACT_LABELS.values()], rows)
+        lines += markdown_table(["Excess (points)", *CONTACT_LABELS.values()], rows)
     lines += ["## Beyond the paper: answer tendency", "", _TENDENCY_NOTE, ""]
     tend = s["answer_tendency"].items()
     rows = ([_label(k), v["option"] or "–", format_cell(v), str(v["n"])] for k, v in tend)
-    lines += _md(["Scale", "First option", "Share % [95% CI]", "n"], rows)
+    lines += markdown_table(["Scale", "First option", "Share % [95% CI]", "n"], rows)
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from typing import Any
 from scd.errors import InputError
 from scd.io import write_json
 
-__all__ = ["RecordLog", "check_run_config", "dump_record"]
+__all__ = ["RecordLog", "check_run_config", "dump_record", "read_records"]
 
 
 def dump_record(record: dict[str, Any]) -> str:
@@ -49,6 +49,19 @@ def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> N
         return
     if write:
         write_json(path, config)
+
+
+def read_records(path: Path | str) -> list[dict[str, Any]]:
+    """The records of a records file.
+
+    Raises:
+        InputError: the file is missing.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no records (not an evaluation directory)")
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
 class RecordLog:
@@ -97,7 +110,4 @@ class RecordLog:
 
     def read(self) -> list[dict[str, Any]]:
         """All records written so far."""
-        if not self.path.exists():
-            return []
-        with open(self.path, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        return read_records(self.path) if self.path.exists() else []

@@ -11,6 +11,7 @@ Unknown keys and wrong types fail with one line naming the key and the file.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -23,9 +24,15 @@ from scd.errors import InputError
 
 __all__ = [
     "VLLM_LORA_RANKS",
+    "BBQEvalSpec",
+    "BiasEvalSpec",
     "DataSpec",
+    "EvalSpec",
     "LoraSpec",
     "Recipe",
+    "RunSpec",
+    "StigmaEvalSpec",
+    "ToyModelSpec",
     "TrainSpec",
     "WandbSpec",
     "apply_overrides",
@@ -107,16 +114,77 @@ class WandbSpec:
 
 
 @dataclass
-class Recipe:
-    """One training run."""
+class ToyModelSpec:
+    """``model: toy``: the planted-bias toy model that ``scd run`` builds (and caches)."""
 
-    model: str
-    output_dir: str
+    bias_axes: list[str] = field(default_factory=lambda: ["religion", "nationality"])
+    seed: int = 0
+
+
+@dataclass
+class BiasEvalSpec:
+    """Bias % on the contact prompts: the base model on the whole prompt set (Tables 1, 3-5),
+    each tuned model on its setting's held-out part (Tables 10-14)."""
+
+    enabled: bool = True
+    limit: int | None = None  # a stratified subset of ~N prompts for the base model
+    denominator: str = "all"
+
+
+@dataclass
+class BBQEvalSpec:
+    """BBQ accuracy and bias scores (Table 15), base and tuned."""
+
+    enabled: bool = False
+    data: str | None = None  # a directory of <Category>.jsonl (nyu-mll/BBQ data/) or a Hub id
+    categories: list[str] | None = None
+    limit: int | None = None  # a stratified subset of ~N items
+
+
+@dataclass
+class StigmaEvalSpec:
+    """Stigma probes on causal LLMs (``scd eval stigma``), base and tuned."""
+
+    probes: list[str] = field(default_factory=list)  # sds, aq27
+    limit_conditions: int | None = None  # generate the probes for the first N conditions only
+
+
+@dataclass
+class EvalSpec:
+    """What ``scd run`` evaluates, and with which engine."""
+
+    backend: str = "hf"  # hf | vllm
+    batch_size: int = 32
+    dtype: str = "auto"
+    system_prompt: str | None = None
+    seed: int = 0
+    bias: BiasEvalSpec = field(default_factory=BiasEvalSpec)
+    bbq: BBQEvalSpec = field(default_factory=BBQEvalSpec)
+    stigma: StigmaEvalSpec = field(default_factory=StigmaEvalSpec)
+
+
+@dataclass
+class RunSpec:
+    """``scd run``: the run's name (its directory) and the settings it sweeps."""
+
+    name: str | None = None  # default: the recipe file's name
+    settings: list[int] | None = None  # default: [data.setting]; a sweep trains one per setting
+
+
+@dataclass
+class Recipe:
+    """One training run (``scd train``), or a whole pipeline (``scd run``)."""
+
+    model: str  # a local directory, a Hub id, or "toy" (scd run builds the planted-bias model)
+    output_dir: str | None = None  # scd train writes here; scd run uses outputs/<run_id>/
     data: DataSpec = field(default_factory=DataSpec)
     lora: LoraSpec = field(default_factory=LoraSpec)
     quantization: str = "none"  # none | 4bit (bitsandbytes NF4 QLoRA)
     train: TrainSpec = field(default_factory=TrainSpec)
     wandb: WandbSpec = field(default_factory=WandbSpec)
+    toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    run: RunSpec = field(default_factory=RunSpec)
 
 
 def _type_name(tp: Any) -> str:
@@ -210,7 +278,46 @@ def _check(recipe: Recipe, source: str) -> Recipe:
         raise InputError(f"{source}: train.device: expected auto, cpu or cuda")
     if not 0 <= recipe.train.warmup_ratio < 1:
         raise InputError(f"{source}: train.warmup_ratio: expected 0 <= ratio < 1")
+    _check_run(recipe, source)
     return recipe
+
+
+def _check_run(recipe: Recipe, source: str) -> None:
+    """The keys only ``scd run`` reads: validated up front so that a run never fails late."""
+    from scd.data_gen.settings import load_settings
+
+    ev, known = recipe.eval, sorted(load_settings())
+    if ev.backend not in ("hf", "vllm"):
+        raise InputError(f"{source}: eval.backend: expected hf or vllm, got {ev.backend!r}")
+    if ev.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise InputError(f"{source}: eval.dtype: expected auto, float32, bfloat16 or float16")
+    if ev.bias.denominator not in ("all", "parsed"):
+        raise InputError(f"{source}: eval.bias.denominator: expected all or parsed")
+    positive = {
+        "eval.bias.limit": ev.bias.limit,
+        "eval.bbq.limit": ev.bbq.limit,
+        "eval.batch_size": ev.batch_size,
+        "eval.stigma.limit_conditions": ev.stigma.limit_conditions,
+    }
+    for key, value in positive.items():
+        if value is not None and value < 1:
+            raise InputError(f"{source}: {key}: expected a positive number, got {value}")
+    if ev.bbq.enabled and not ev.bbq.data:
+        raise InputError(
+            f"{source}: eval.bbq.data: needed with eval.bbq.enabled (the data/ directory of "
+            "github.com/nyu-mll/BBQ, or a Hub dataset id with BBQ's original schema)"
+        )
+    bad = [p for p in ev.stigma.probes if p not in ("sds", "aq27")]
+    if bad:
+        raise InputError(f"{source}: eval.stigma.probes: {bad[0]!r} (expected sds or aq27)")
+    settings = recipe.run.settings if recipe.run.settings is not None else [recipe.data.setting]
+    for n in [recipe.data.setting, *settings]:
+        if n not in known:
+            raise InputError(f"{source}: setting {n}: expected one of {known}")
+    if not settings or len(set(settings)) != len(settings):
+        raise InputError(f"{source}: run.settings: expected distinct settings, got {settings}")
+    if recipe.run.name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", recipe.run.name):
+        raise InputError(f"{source}: run.name: {recipe.run.name!r} is not a plain directory name")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def lora_config(recipe: Recipe) -> Any:
     )
 
 
-def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str) -> Any:
+def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True) -> Any:
     """TRL SFTConfig of the recipe; CPU runs drop bf16, paged optimizers and checkpointing."""
     from trl import SFTConfig
 
@@ -122,7 +122,7 @@ def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str) -> Any:
         run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
-        disable_tqdm=False,
+        disable_tqdm=not progress,
     )
 
 
@@ -168,13 +168,25 @@ def _last_checkpoint(out: Path) -> str | None:
     return get_last_checkpoint(str(ckpt)) if ckpt.is_dir() else None
 
 
-def train(recipe: Recipe, *, resume: bool = False, use_wandb: bool = True) -> dict[str, Any]:
-    """Run one recipe; return the training manifest (also written to the output dir)."""
+def train(
+    recipe: Recipe, *, resume: bool = False, use_wandb: bool = True, progress: bool = True
+) -> dict[str, Any]:
+    """Run one recipe; return the training manifest (also written to the output dir).
+
+    ``progress=False`` drops the progress bar and its printed log lines (W&B still gets them).
+    """
     from accelerate import PartialState
     from datasets import load_dataset
     from transformers import AutoTokenizer
     from trl import SFTTrainer
 
+    if recipe.output_dir is None:
+        raise InputError("recipe: output_dir: needed by scd train (scd run chooses its own)")
+    if recipe.model == "toy":
+        raise InputError(
+            "model: toy is built by `scd run`; for scd train build it with "
+            "`scd toy-model --out DIR` and set model: DIR"
+        )
     state = PartialState()
     out = Path(recipe.output_dir)
     checkpoint = _last_checkpoint(out)
@@ -206,7 +218,7 @@ def train(recipe: Recipe, *, resume: bool = False, use_wandb: bool = True) -> di
     model = _load_model(recipe, cuda)
     trainer = SFTTrainer(
         model=model,
-        args=sft_config(recipe, out, cuda, "wandb" if enabled else "none"),
+        args=sft_config(recipe, out, cuda, "wandb" if enabled else "none", progress),
         train_dataset=data["train"],
         eval_dataset=data["eval"] if recipe.train.eval_steps else None,
         processing_class=tokenizer,

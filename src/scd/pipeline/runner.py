@@ -1,0 +1,353 @@
+"""``scd run RECIPE.yaml``: generate -> evaluate the base model -> train -> evaluate the tuned
+model -> tables -> report, for one setting or a sweep of settings.
+
+Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file's name)::
+
+    run.json  state.json                   the pinned recipe; the finished stages
+    data/prompts/  data/eval_prompts/      contact prompts (eval_prompts: setting 2's second set)
+    data/stigma/                           stigma probe prompts (when the recipe asks for probes)
+    setting-<N>/sft/                       SFT data + the setting's held-out prompts
+    setting-<N>/adapter/                   the LoRA adapter (checkpoints/ while training)
+    setting-<N>/eval/{bias,bbq,stigma-*}/  the tuned model's evaluations
+    tables/  figures/  report.md  report.html
+
+Base-model evaluations go to ``outputs/cache/base/`` keyed by model + data fingerprint (see
+:mod:`scd.pipeline.state`): the base model is evaluated once per prompt set, on all of it, and each
+setting's "before" is the slice of its held-out prompts, so a sweep of the 8 settings -- or 8
+separate recipes over the same prompts -- evaluates the base once. The toy model (``model: toy``)
+is cached the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from scd.errors import InputError
+from scd.pipeline.state import RunState, cache_key, model_fingerprint
+from scd.train.recipe import Recipe, recipe_to_dict
+
+__all__ = ["run_recipe", "settings_of", "validate_inputs"]
+
+
+def settings_of(recipe: Recipe) -> list[int]:
+    """The settings a run trains: ``run.settings``, else ``[data.setting]``."""
+    return list(recipe.run.settings) if recipe.run.settings else [recipe.data.setting]
+
+
+class _Run:
+    """The stages of one run; each is skipped when ``state.json`` says it finished."""
+
+    def __init__(
+        self, recipe: Recipe, run_dir: Path, cache_dir: Path, progress: bool, say: Callable
+    ) -> None:
+        self.recipe, self.dir, self.cache = recipe, run_dir, cache_dir
+        self.progress, self.say = progress, say
+        self.ran = 0  # stages run by this invocation
+        self.state = RunState(run_dir, recipe_to_dict(recipe))
+        self.model = recipe.model
+        ev = recipe.eval
+        self.engine = {"batch_size": ev.batch_size, "dtype": ev.dtype}
+
+    def stage(self, name: str, outputs: list[Path], work: Callable[[], Any], **info: Any) -> None:
+        if self.state.done(name):
+            return
+        self.say(f"  {name} ...")
+        self.ran += 1
+        started = time.perf_counter()
+        work()
+        self.state.finish(name, outputs, started, **info)
+
+    # -- inputs --------------------------------------------------------------------------------
+    def build_model(self) -> None:
+        if self.recipe.model != "toy":
+            return
+        from scd.eval.toy_model import build_toy_model
+
+        spec = self.recipe.toy_model
+        key = cache_key(kind="toy_model", bias_axes=spec.bias_axes, seed=spec.seed)
+        path = self.cache / "toy-model" / key
+        self.model = str(path)
+        if not (path / "manifest.json").is_file():
+            axes = ", ".join(spec.bias_axes) or "no axis"
+            self.say(f"  toy model (planted bias: {axes}) -> {path} ...")
+            self.ran += 1
+            build_toy_model(path, bias_axes=tuple(spec.bias_axes), seed=spec.seed)
+
+    def generate(self) -> None:
+        from scd.data_gen.contact import write_prompts
+        from scd.data_gen.descriptors import resolve_descriptors
+
+        d = self.recipe.data
+        self.prompts = Path(d.prompts) if d.prompts else self.dir / "data" / "prompts"
+        if d.descriptors:
+            self.stage(
+                "prompts",
+                [self.prompts / "manifest.json"],
+                lambda: write_prompts(
+                    self.prompts, resolve_descriptors(d.descriptors, version=d.hb_version)
+                ),
+            )
+        self.eval_prompts = None
+        if 2 in settings_of(self.recipe):
+            self.eval_prompts = Path(d.eval_prompts or self.dir / "data" / "eval_prompts")
+            if not d.eval_prompts:
+                self.stage(
+                    "eval_prompts",
+                    [self.eval_prompts / "manifest.json"],
+                    lambda: write_prompts(
+                        self.eval_prompts, resolve_descriptors(d.eval_descriptors or "stigma")
+                    ),
+                )
+        self.stigma = self.dir / "data" / "stigma"
+        if self.recipe.eval.stigma.probes:
+            from scd.data_gen.stigma_probes import generate_stigma
+
+            limit = self.recipe.eval.stigma.limit_conditions
+            self.stage(
+                "stigma_prompts",
+                [self.stigma / "manifest.json"],
+                lambda: generate_stigma(self.stigma, limit_conditions=limit),
+            )
+
+    # -- evaluations ---------------------------------------------------------------------------
+    def base_bias(self) -> dict[str, str]:
+        """The base model on every prompt of each prompt set (cached): ``{name: result dir}``."""
+        from scd.io import sha256_file
+
+        ev, done = self.recipe.eval, {}
+        if not ev.bias.enabled:
+            return done
+        sources = {"bias": self.prompts}
+        if self.eval_prompts is not None:
+            sources["bias_eval_prompts"] = self.eval_prompts
+        for name, prompts in sources.items():
+            opts = {"limit": ev.bias.limit, "seed": ev.seed, "denominator": ev.bias.denominator}
+            key = cache_key(
+                kind=name,
+                model=model_fingerprint(self.model),
+                backend=ev.backend,
+                system_prompt=ev.system_prompt,
+                prompts=sha256_file(prompts / "prompts.parquet"),
+                **opts,
+            )
+            out = self.cache / "base" / f"{name}-{key}"
+            self.stage(
+                f"base/{name}",
+                [out / "summary.json"],
+                lambda o=out, p=prompts, k=opts: self._bias(p, None, k)(o),
+            )
+            done[name] = str(out)
+        return done
+
+    def evaluations(self, adapter: str | None, where: Path, prefix: str) -> dict[str, str]:
+        """BBQ and the stigma probes of the base model (``adapter`` None: cached) or a tuned
+        one; return ``{name: result dir}``."""
+        from scd.io import sha256_file
+
+        ev, done = self.recipe.eval, {}
+        jobs: list[tuple[str, dict, Callable[[Path], Any]]] = []
+        if ev.bbq.enabled:
+            b = ev.bbq
+            opts = {"data": b.data, "categories": b.categories, "limit": b.limit, "seed": ev.seed}
+            jobs.append(("bbq", opts, self._bbq(adapter, opts)))
+        for probe in ev.stigma.probes:
+            opts = {"prompts": sha256_file(self.stigma / "manifest.json")}
+            jobs.append((f"stigma-{probe}", opts, self._stigma(probe, adapter)))
+        for name, opts, run in jobs:
+            if adapter is None:
+                key = cache_key(
+                    kind=name,
+                    model=model_fingerprint(self.model),
+                    backend=ev.backend,
+                    system_prompt=ev.system_prompt,
+                    **opts,
+                )
+                out = self.cache / "base" / f"{name}-{key}"
+            else:
+                out = where / name
+            self.stage(f"{prefix}/{name}", [out / "summary.json"], lambda r=run, o=out: r(o))
+            done[name] = str(out)
+        return done
+
+    def _bias(self, prompts: Path, adapter: str | None, opts: dict) -> Callable[[Path], Any]:
+        from scd.eval.bias import evaluate_bias
+
+        ev = self.recipe.eval
+        return lambda out: evaluate_bias(
+            self.model,
+            prompts,
+            out,
+            adapter=adapter,
+            backend=ev.backend,
+            system_prompt=ev.system_prompt,
+            progress=self.progress,
+            **opts,
+            **self.engine,
+        )
+
+    def _bbq(self, adapter: str | None, opts: dict) -> Callable[[Path], Any]:
+        from scd.eval.bbq import evaluate_bbq
+
+        ev = self.recipe.eval
+        return lambda out: evaluate_bbq(
+            self.model,
+            opts["data"],
+            out,
+            adapter=adapter,
+            backend=ev.backend,
+            categories=opts["categories"],
+            limit=opts["limit"],
+            seed=opts["seed"],
+            system_prompt=ev.system_prompt,
+            progress=self.progress,
+            **self.engine,
+        )
+
+    def _stigma(self, probe: str, adapter: str | None) -> Callable[[Path], Any]:
+        from scd.eval.stigma import evaluate_stigma
+
+        ev = self.recipe.eval
+        return lambda out: evaluate_stigma(
+            probe,
+            self.model,
+            self.stigma,
+            out,
+            adapter=adapter,
+            backend=ev.backend,
+            progress=self.progress,
+            **self.engine,
+        )
+
+    # -- one setting ---------------------------------------------------------------------------
+    def train_setting(self, n: int) -> dict[str, Any]:
+        from scd.data_gen.sft import write_sft
+        from scd.train.trainer import train
+
+        r, d, ev = self.recipe, self.recipe.data, self.recipe.eval
+        where = self.dir / f"setting-{n}"
+        sft, adapter = where / "sft", where / "adapter"
+        self.stage(
+            f"setting-{n}/sft",
+            [sft / "manifest.json"],
+            lambda: write_sft(
+                self.prompts,
+                n,
+                sft,
+                eval_prompts=self.eval_prompts if n == 2 else None,
+                style=d.style,
+                max_train=d.max_train,
+                max_eval=d.max_eval,
+                general=d.general,
+                general_fraction=d.general_fraction,
+                seed=d.seed,
+            ),
+        )
+        group = r.wandb.group or self.dir.name
+        tuned = dataclasses.replace(
+            r,
+            model=self.model,
+            output_dir=str(adapter),
+            data=dataclasses.replace(d, sft=str(sft), prompts=None, descriptors=None, setting=n),
+            wandb=dataclasses.replace(r.wandb, group=group, run_name=f"{group}/setting-{n}"),
+        )
+        self.stage(
+            f"setting-{n}/train",
+            [adapter / "train_manifest.json"],
+            lambda: train(tuned, resume=(adapter / "checkpoints").is_dir(), progress=self.progress),
+        )
+        results = {}
+        if ev.bias.enabled:
+            out, opts = where / "eval" / "bias", {"denominator": ev.bias.denominator}
+            evaluate = self._bias(sft / "heldout", str(adapter), opts)
+            self.stage(f"setting-{n}/eval/bias", [out / "summary.json"], lambda: evaluate(out))
+            results["bias"] = str(out)
+        results.update(self.evaluations(str(adapter), where / "eval", f"setting-{n}/eval"))
+        return {"sft": str(sft), "adapter": str(adapter), "evals": results}
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    parts = text.split("/")
+    return (
+        len(parts) == 2 and all(parts) and not text.startswith((".", "~")) and "." not in parts[1]
+    )
+
+
+def validate_inputs(recipe: Recipe) -> None:
+    """Check every path the recipe names before any stage runs.
+
+    Raises:
+        InputError: naming the first key whose file or directory is missing.
+    """
+    d, ev = recipe.data, recipe.eval
+    if d.sft:
+        raise InputError(
+            "data.sft: scd run generates its SFT data per setting; give data.descriptors "
+            "or data.prompts instead"
+        )
+    paths = {"data.prompts": d.prompts, "data.eval_prompts": d.eval_prompts}
+    for key, value in paths.items():
+        if value and not (Path(value) / "prompts.parquet").is_file():
+            raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
+    remote = {"model": recipe.model if recipe.model != "toy" else None}
+    if ev.bbq.enabled:
+        remote["eval.bbq.data"] = ev.bbq.data
+    for key, value in remote.items():
+        if value and not Path(value).exists() and not _looks_like_hub_id(value):
+            raise InputError(f"{key}: {value} is neither an existing path nor a Hub id")
+
+
+def run_recipe(
+    recipe: Recipe,
+    run_dir: Path | str,
+    cache_dir: Path | str,
+    *,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+) -> Path:
+    """Run (or resume) every stage of ``recipe`` in ``run_dir``; return the report's path.
+
+    Raises:
+        InputError: a recipe the pipeline cannot run (checked before any work), a run directory
+            of another recipe, or bad input found by a stage.
+    """
+    validate_inputs(recipe)
+    run_dir, cache_dir = Path(run_dir), Path(cache_dir)
+    started = time.perf_counter()
+    run = _Run(recipe, run_dir, cache_dir, progress, say)
+    run.state.pin()
+    settings = settings_of(recipe)
+    say(f"scd run -> {run_dir} (settings {', '.join(map(str, settings))})")
+    run.build_model()
+    run.generate()
+    base = {**run.base_bias(), **run.evaluations(None, cache_dir / "base", "base")}
+    tuned = {n: run.train_setting(n) for n in settings}
+
+    from scd.report.build import build_report
+
+    layout = {
+        "model": run.model,
+        "prompts": str(run.prompts),
+        "eval_prompts": str(run.eval_prompts) if run.eval_prompts else None,
+        "base": base,
+        "settings": {str(n): info for n, info in tuned.items()},
+    }
+    from scd.io import json_text, write_json
+
+    path = run_dir / "layout.json"
+    if not path.is_file() or path.read_text() != json_text(layout):
+        write_json(path, layout)
+    report = run_dir / "report.html"
+    run.stage("report", [report], lambda: build_report(run_dir))
+    if recipe.wandb.enabled:
+        from scd.report.wandb_log import log_run
+
+        run.stage("wandb", [run_dir / "report.md"], lambda: log_run(run_dir, recipe))
+    if run.ran == 0:
+        say(f"all stages finished earlier; nothing to do: {report}")
+    else:
+        say(f"done in {time.perf_counter() - started:.0f} s: {run_dir / 'report.md'}, {report}")
+    return report

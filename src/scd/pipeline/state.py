@@ -1,0 +1,109 @@
+"""A run directory's bookkeeping: the pinned recipe, the finished stages, and cache keys.
+
+``RUN/run.json`` pins the resolved recipe (a different recipe into the same directory is refused
+with the keys that differ); ``RUN/state.json`` lists the finished stages, rewritten atomically
+after each one, so a killed run resumes at the first unfinished stage (and, inside an evaluation
+or a training, at its last chunk or checkpoint).
+
+Base-model evaluations live in a cache shared by runs (``outputs/cache/``), keyed by a
+fingerprint of the model and of the data, so every recipe over the same model and prompts reuses
+them. A local model's fingerprint is its ``config.json`` plus the names and sizes of its weight
+files (hashing many GB of weights would cost more than it protects); a Hub id is its own
+fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from scd.errors import InputError
+from scd.io import write_json
+
+__all__ = ["RunState", "cache_key", "model_fingerprint"]
+
+UNPINNED = ("wandb",)  # sections that may change between a run and its resumption
+
+
+def model_fingerprint(model: str) -> str:
+    """A short content fingerprint of a local model directory, or the Hub id itself."""
+    path = Path(model)
+    if not path.is_dir():
+        return model
+    digest = hashlib.sha256()
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for f in sorted(path.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".json", ".model") and f.is_file():
+            digest.update(f"{f.name}:{f.stat().st_size}\n".encode())
+    return f"{path.name}-{digest.hexdigest()[:16]}"
+
+
+def cache_key(**parts: Any) -> str:
+    """A short, stable key for the JSON-serialisable ``parts``."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [d for k in keys for d in _diff(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [prefix.rstrip(".")]
+
+
+class RunState:
+    """The run directory ``path``: its pinned recipe and its finished stages."""
+
+    def __init__(self, path: Path, recipe: dict[str, Any]) -> None:
+        self.path = path
+        self.recipe = recipe
+        self.stages: dict[str, dict[str, Any]] = {}
+        state = path / "state.json"
+        if state.is_file():
+            self.stages = json.loads(state.read_text())["stages"]
+
+    def pin(self) -> None:
+        """Write ``run.json``, or check that the directory's run had the same recipe.
+
+        Raises:
+            InputError: the directory holds a run of another recipe.
+        """
+        pinned = {k: v for k, v in self.recipe.items() if k not in UNPINNED}
+        path = self.path / "run.json"
+        if path.is_file():
+            old = json.loads(path.read_text()).get("recipe", {})
+            changed = _diff(old, json.loads(json.dumps(pinned)))
+            if changed:
+                raise InputError(
+                    f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])} "
+                    "differ); pass --run-id NEW_NAME or remove the directory"
+                )
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"{self.path}: cannot write there ({err.strerror or err})") from None
+        write_json(path, {"kind": "scd_run", "run_id": self.path.name, "recipe": pinned})
+
+    def done(self, stage: str) -> bool:
+        """Whether ``stage`` finished (and what it wrote is still there)."""
+        info = self.stages.get(stage)
+        return bool(info) and all(Path(p).exists() for p in info.get("outputs", []))
+
+    def output(self, stage: str) -> Path:
+        """The (first) output path a finished stage recorded."""
+        return Path(self.stages[stage]["outputs"][0])
+
+    def finish(self, stage: str, outputs: list[Path], started: float, **info: Any) -> None:
+        """Record ``stage`` as finished; ``state.json`` is replaced atomically."""
+        self.stages[stage] = {
+            "outputs": [str(p) for p in outputs],
+            "seconds": round(time.perf_counter() - started, 1),
+            **info,
+        }
+        write_json(self.path / "state.json", {"stages": self.stages})

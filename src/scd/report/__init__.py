@@ -1,0 +1,1 @@
+"""Reports: tables, figures and the self-contained HTML report of a run."""

@@ -1,0 +1,345 @@
+"""Report figures as PNG bytes: the SCD paper's Figure 1 and Figure 2, and BBQ per-category bars.
+
+Every function takes a tidy :class:`pandas.DataFrame`, checks it (a missing column or an empty
+frame raises :class:`~scd.errors.InputError`, a ``ValueError``, naming the problem in one line)
+and returns PNG bytes drawn with matplotlib's Agg canvas on a private :class:`Figure` — no
+``pyplot``, so no global figure state. The PNGs carry no software or date metadata: the same input
+gives byte-identical output, so report files can be compared and cached.
+
+Rows and columns are drawn in the order they first appear in the input; sort the frame first if
+another order is wanted. Labels are shown with underscores replaced by spaces.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from scd.errors import InputError
+
+__all__ = ["CONTACT_LABELS", "bbq_bars_png", "figure1_png", "figure2_png"]
+
+DPI = 150
+CONTACT_LABELS = {
+    "none": "No contact",
+    "positive": "Positive contact",
+    "negative": "Negative contact",
+    "all": "All",
+}
+BEFORE_COLOR = "#9ecae1"  # lighter: before tuning (as in the paper's Figure 1)
+AFTER_COLOR = "#2171b5"  # darker: after tuning
+HEATMAP_CMAP = "YlOrRd"
+MISSING_COLOR = "#d9d9d9"
+
+
+def _png(fig: Figure) -> bytes:
+    """Render ``fig`` to deterministic PNG bytes (no Software/date metadata)."""
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _label(value: object) -> str:
+    return str(value).replace("_", " ")
+
+
+def _check_frame(frame: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"{what}: expected a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{what}: missing column(s) {', '.join(map(repr, missing))}")
+    if frame.empty:
+        raise InputError(f"{what}: the frame is empty")
+
+
+def _numeric(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
+    out = frame.copy()
+    for col in columns:
+        try:
+            out[col] = pd.to_numeric(out[col]).astype(float)
+        except (TypeError, ValueError):
+            raise InputError(f"{what}: column {col!r} holds non-numeric values") from None
+    return out
+
+
+def _unique(values: pd.Series) -> list:
+    return list(dict.fromkeys(values.tolist()))
+
+
+def _top(values: np.ndarray, floor: float = 10.0) -> float:
+    """A y-axis top from 0: 15% headroom over the largest value, at most 100."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 100.0
+    return float(min(100.0, max(floor, math.ceil(finite.max() * 1.15 / 5) * 5)))
+
+
+def figure1_png(frame: pd.DataFrame) -> bytes:
+    """The SCD paper's Figure 1: bias % before vs after tuning, per setting and contact type.
+
+    One panel per contact type present (in the order no, positive, negative contact, all),
+    settings on the x axis, a light "Before" and a dark "After" bar for each; the y axis (bias %)
+    starts at 0. A NaN value leaves its bar out.
+
+    Args:
+        frame: one row per (setting, contact) with columns ``setting`` (label such as
+            "Setting 1"), ``contact`` (``none``, ``positive``, ``negative`` or ``all``),
+            ``before`` and ``after`` (bias %, or NaN).
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        InputError: a missing column, an empty frame, an unknown contact, a duplicated
+            (setting, contact) row or a non-numeric value.
+    """
+    what = "figure 1"
+    _check_frame(frame, ("setting", "contact", "before", "after"), what)
+    frame = _numeric(frame, ("before", "after"), what)
+    frame = frame.assign(contact=frame["contact"].astype(str), setting=frame["setting"].astype(str))
+    unknown = sorted(set(frame["contact"]) - set(CONTACT_LABELS))
+    if unknown:
+        raise InputError(
+            f"{what}: unknown contact value(s) {unknown}; expected one of {list(CONTACT_LABELS)}"
+        )
+    dupes = frame.duplicated(["setting", "contact"])
+    if dupes.any():
+        row = frame[dupes].iloc[0]
+        raise InputError(f"{what}: duplicated row for {row['setting']!r}, {row['contact']!r}")
+
+    settings = _unique(frame["setting"])
+    contacts = [c for c in CONTACT_LABELS if c in set(frame["contact"])]
+    n = len(settings)
+    top = _top(frame[["before", "after"]].to_numpy())
+    panel_w = max(2.6, 0.5 * n + 1.0)
+    # Panels in one row while that stays page-wide (≤ 11 in), else two per row.
+    ncols = len(contacts) if panel_w * len(contacts) <= 11 else min(2, len(contacts))
+    nrows = math.ceil(len(contacts) / ncols)
+    fig = Figure(figsize=(panel_w * ncols, 3.4 * nrows + 0.3), layout="constrained")
+    grid = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[len(contacts) :]:
+        ax.set_visible(False)
+    x = np.arange(n)
+    width = 0.38
+    rotate = n > 3
+    for ax, contact in zip(axes, contacts):
+        sub = frame[frame["contact"] == contact].set_index("setting").reindex(settings)
+        for offset, col, color in (
+            (-width / 2, "before", BEFORE_COLOR),
+            (width / 2, "after", AFTER_COLOR),
+        ):
+            ax.bar(x + offset, sub[col], width, color=color)
+            for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
+                ax.text(
+                    xi + offset,
+                    top * 0.01,
+                    "n/a",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    rotation=90,
+                    color="#707070",
+                )
+        ax.set_title(CONTACT_LABELS[contact], fontsize=11)
+        ax.set_xticks(
+            x,
+            [_label(s) for s in settings],
+            rotation=45 if rotate else 0,
+            ha="right" if rotate else "center",
+            fontsize=9,
+        )
+        pad = max(0.0, (3 - n) / 2)  # keep bars slim when there are few settings
+        ax.set_xlim(-0.6 - pad, n - 0.4 + pad)
+        ax.set_ylim(0, top)
+        ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
+        ax.set_axisbelow(True)
+        ax.spines[["top", "right"]].set_visible(False)
+    for ax in grid[:, 0]:
+        ax.set_ylabel("Bias %")
+    fig.legend(
+        handles=[
+            Patch(color=BEFORE_COLOR, label="Before"),
+            Patch(color=AFTER_COLOR, label="After"),
+        ],
+        loc="outside upper center",
+        ncols=2,
+        frameon=False,
+    )
+    return _png(fig)
+
+
+def _grid_values(grid: pd.DataFrame, what: str) -> pd.DataFrame:
+    if not isinstance(grid, pd.DataFrame):
+        raise InputError(f"{what}: expected a pandas DataFrame, got {type(grid).__name__}")
+    if grid.empty:
+        raise InputError(f"{what}: the grid is empty")
+    return _numeric(grid, list(grid.columns), what)
+
+
+def figure2_png(
+    grid: pd.DataFrame,
+    after: pd.DataFrame | None = None,
+    *,
+    titles: Sequence[str] | None = None,
+) -> bytes:
+    """The SCD paper's Figure 2: a heatmap of bias % by bias axis (rows) and scenario (columns).
+
+    Each cell is annotated with its value to one decimal; NaN cells are grey and blank. The colour
+    scale is fixed to 0–100 % (colour bar "Bias %"), so separate heatmaps are comparable. Given
+    ``after``, the two grids are drawn side by side on the same rows and columns (the union,
+    in ``grid``'s order first) with one shared colour bar.
+
+    Args:
+        grid: bias % with index = bias axis (e.g. "religion") and columns = scenario
+            (e.g. "education", "workplace", "sports", "community", "healthcare").
+        after: optional second grid of the same shape, e.g. after tuning.
+        titles: one title per grid; defaults to ``("Bias % by axis and scenario",)`` for one grid
+            and ``("Before", "After")`` for two.
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        InputError: an empty grid, a non-numeric column or a wrong number of titles.
+    """
+    grids = [_grid_values(grid, "figure 2")]
+    if after is not None:
+        grids.append(_grid_values(after, "figure 2 (after)"))
+    if titles is None:
+        titles = ("Bias % by axis and scenario",) if after is None else ("Before", "After")
+    titles = list(titles)
+    if len(titles) != len(grids):
+        raise InputError(f"figure 2: got {len(titles)} title(s) for {len(grids)} grid(s)")
+    rows = list(dict.fromkeys([r for g in grids for r in g.index]))
+    cols = list(dict.fromkeys([c for g in grids for c in g.columns]))
+    grids = [g.reindex(index=rows, columns=cols) for g in grids]
+
+    # Sized so that two 5-scenario panels stay about 10 in wide (a page width at 150 dpi).
+    width = 0.75 * len(cols) * len(grids) + 0.3 * (len(grids) - 1) + 2.6
+    fig = Figure(figsize=(width, 0.36 * len(rows) + 1.4), layout="constrained")
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    cmap = colormaps[HEATMAP_CMAP].with_extremes(bad=MISSING_COLOR)
+    image = None
+    for i, (ax, g, title) in enumerate(zip(axes, grids, titles)):
+        values = g.to_numpy(dtype=float)
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0, vmax=100, aspect="auto")
+        for (r, c), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                rgba = cmap(min(max(v, 0.0), 100.0) / 100.0)
+                luminance = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
+                color = "white" if luminance < 0.5 else "black"
+                ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize=8, color=color)
+        ax.set_xticks(
+            range(len(cols)),
+            [_label(c).capitalize() for c in cols],
+            fontsize=9,
+            rotation=30,
+            ha="right",
+        )
+        ax.set_yticks(
+            range(len(rows)), [_label(r).capitalize() for r in rows] if i == 0 else [], fontsize=9
+        )
+        ax.tick_params(length=0)
+        ax.set_title(title, fontsize=11)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.02)
+    bar.set_label("Bias %")
+    return _png(fig)
+
+
+def bbq_bars_png(frame: pd.DataFrame) -> bytes:
+    """BBQ results per category: accuracy (top panel) and bias score (bottom panel).
+
+    Categories on the x axis, one colour per model; within a model, the ambiguous-context bar is
+    hatched and the disambiguated one solid. Accuracy is drawn on 0–1, the bias score on −1…1
+    with a line at 0. NaN values leave their bar out.
+
+    Args:
+        frame: one row per (category, model) with columns ``category`` (e.g. "Age"), ``model``
+            (label, e.g. "base" or "tuned"), ``accuracy_ambig``, ``accuracy_disambig``
+            (fractions 0–1) and ``bias_ambig``, ``bias_disambig`` (BBQ bias scores in [−1, 1]).
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        InputError: a missing column, an empty frame, a duplicated (category, model) row or a
+            non-numeric value.
+    """
+    what = "BBQ bars"
+    metrics = ("accuracy_ambig", "accuracy_disambig", "bias_ambig", "bias_disambig")
+    _check_frame(frame, ("category", "model", *metrics), what)
+    frame = _numeric(frame, metrics, what)
+    frame = frame.assign(category=frame["category"].astype(str), model=frame["model"].astype(str))
+    dupes = frame.duplicated(["category", "model"])
+    if dupes.any():
+        row = frame[dupes].iloc[0]
+        raise InputError(f"{what}: duplicated row for {row['category']!r}, {row['model']!r}")
+
+    categories = _unique(frame["category"])
+    models = _unique(frame["model"])
+    palette = [f"C{i % 10}" for i in range(len(models))]
+    n_bars = 2 * len(models)
+    group = 0.8
+    width = group / n_bars
+    x = np.arange(len(categories))
+    fig = Figure(
+        figsize=(min(16.0, max(9.0, len(categories) * (0.25 * n_bars + 0.4) + 1.5)), 6.0),
+        layout="constrained",
+    )
+    ax_acc, ax_bias = fig.subplots(2, 1, sharex=True)
+    panels = (
+        (ax_acc, "accuracy", "Accuracy", (0.0, 1.0)),
+        (ax_bias, "bias", "Bias score", (-1, 1)),
+    )
+    for ax, prefix, ylabel, ylim in panels:
+        for m, (model, color) in enumerate(zip(models, palette)):
+            sub = frame[frame["model"] == model].set_index("category").reindex(categories)
+            for k, (cond, hatch) in enumerate((("ambig", "///"), ("disambig", None))):
+                offset = -group / 2 + width * (2 * m + k + 0.5)
+                ax.bar(
+                    x + offset,
+                    sub[f"{prefix}_{cond}"],
+                    width,
+                    color=to_rgba(color, 0.45 if hatch else 1.0),
+                    edgecolor=color,
+                    hatch=hatch,
+                    linewidth=0.6,
+                )
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(*ylim)
+        ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
+        ax.set_axisbelow(True)
+        ax.spines[["top", "right"]].set_visible(False)
+    ax_bias.axhline(0, color="#404040", linewidth=0.8)
+    rotate = len(categories) > 4
+    ax_bias.set_xticks(
+        x,
+        [_label(c) for c in categories],
+        rotation=35 if rotate else 0,
+        ha="right" if rotate else "center",
+        fontsize=9,
+    )
+    ax_bias.set_xlim(-0.6, len(categories) - 0.4)
+    handles = [Patch(color=c, label=_label(m)) for m, c in zip(models, palette)]
+    handles += [
+        Patch(facecolor="white", edgecolor="#404040", hatch="///", label="Ambiguous"),
+        Patch(facecolor="#404040", edgecolor="#404040", label="Disambiguated"),
+    ]
+    fig.legend(
+        handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False
+    )
+    return _png(fig)

@@ -1,0 +1,264 @@
+"""Markdown report → a self-contained HTML page (inline CSS, figures as base64 data URIs).
+
+Figures are placed with a placeholder line: a line holding only ``{{figure:NAME}}`` (surrounding
+spaces allowed, outside fenced code blocks), NAME being a key of ``figures`` made of letters,
+digits, ``_``, ``-`` and ``.``. Figures not placed anywhere are appended under a final
+"Figures" heading, in ``figures`` order. A placeholder naming a figure that is not given is an
+error, as is a Markdown image (``![alt](src)``), which could not be self-contained.
+
+Markdown is CommonMark plus GFM tables (markdown-it-py); raw HTML in the Markdown is escaped, not
+passed through. Table cells that hold a number (``12.3``, ``-0.25``, ``45.0 %``, ``0.39 ± 0.02``)
+are right-aligned.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+from scd.errors import InputError
+
+__all__ = ["render_html", "render_markdown", "write_report"]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_NAME = r"[A-Za-z0-9_.-]+"
+_PLACEHOLDER = re.compile(r"^\s*\{\{figure:(" + _NAME + r")\}\}\s*$")
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_NUMERIC = re.compile(r"^[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)\s*%?(\s*±\s*\d[\d,]*(\.\d*)?\s*%?)?$")
+
+CSS = """
+:root { color-scheme: light; }
+* { box-sizing: border-box; }
+body {
+  margin: 0 auto; padding: 2rem 1.5rem 4rem; max-width: 1100px;
+  font: 15px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
+    "Noto Sans", "Liberation Sans", sans-serif;
+  color: #1f2328; background: #fff;
+}
+h1, h2, h3, h4 { line-height: 1.25; margin: 1.8em 0 0.6em; }
+h1 { font-size: 1.9rem; margin-top: 0; padding-bottom: 0.3em; border-bottom: 1px solid #d0d7de; }
+h2 { font-size: 1.45rem; padding-bottom: 0.25em; border-bottom: 1px solid #eaeef2; }
+h3 { font-size: 1.15rem; }
+p, ul, ol { margin: 0.6em 0; }
+a { color: #0969da; }
+code, pre {
+  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+  font-size: 0.9em;
+}
+code { background: #f3f4f6; padding: 0.1em 0.35em; border-radius: 4px; }
+pre { background: #f6f8fa; padding: 0.8em 1em; border-radius: 6px; overflow-x: auto; }
+pre code { background: none; padding: 0; }
+blockquote { margin: 0.8em 0; padding: 0.1em 1em; color: #57606a; border-left: 4px solid #d0d7de; }
+.table-wrap { overflow-x: auto; margin: 1em 0; }
+table { border-collapse: collapse; font-size: 0.9rem; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #d0d7de; padding: 0.35em 0.7em; vertical-align: top; }
+th { background: #eef1f4; font-weight: 600; text-align: left; }
+tbody tr:nth-child(even) { background: #f6f8fa; }
+tbody tr:hover { background: #eaf2fb; }
+td.num { text-align: right; white-space: nowrap; }
+figure { margin: 1.2em 0; text-align: center; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
+figcaption { color: #57606a; font-size: 0.85rem; margin-top: 0.3em; }
+@media print { body { max-width: none; padding: 0; } tbody tr:hover { background: none; } }
+"""
+
+
+def _markdown_it() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+    def table_open(renderer, tokens, idx, options, env):
+        return '<div class="table-wrap">\n' + renderer.renderToken(tokens, idx, options, env)
+
+    def table_close(renderer, tokens, idx, options, env):
+        return renderer.renderToken(tokens, idx, options, env) + "</div>\n"
+
+    def td_open(renderer, tokens, idx, options, env):
+        inline = tokens[idx + 1] if idx + 1 < len(tokens) else None
+        if (
+            inline is not None
+            and inline.type == "inline"
+            and _NUMERIC.match(inline.content.strip())
+        ):
+            tokens[idx].attrJoin("class", "num")
+        return renderer.renderToken(tokens, idx, options, env)
+
+    def image(renderer, tokens, idx, options, env):
+        src = tokens[idx].attrGet("src")
+        raise InputError(
+            f"report markdown: image {src!r} cannot be embedded; use a {{{{figure:NAME}}}} line"
+        )
+
+    md.add_render_rule("table_open", table_open)
+    md.add_render_rule("table_close", table_close)
+    md.add_render_rule("td_open", td_open)
+    md.add_render_rule("image", image)
+    return md
+
+
+def _check_figures(figures: dict[str, bytes]) -> None:
+    for name, data in figures.items():
+        if not re.fullmatch(_NAME, name):
+            raise InputError(f"figure name {name!r}: use letters, digits, '_', '-' and '.' only")
+        if not isinstance(data, bytes) or not data.startswith(PNG_MAGIC):
+            raise InputError(f"figure {name!r}: not PNG bytes")
+
+
+def _starts_with_h1(markdown_text: str) -> bool:
+    first = next((ln for ln in markdown_text.splitlines() if ln.strip()), "")
+    return re.match(r"^\s{0,3}#(\s|$)", first) is not None
+
+
+def _split(markdown_text: str, figures: dict[str, bytes]) -> list[tuple[str, str]]:
+    """Split Markdown into ``("md", text)`` and ``("figure", name)`` parts, appending unused
+    figures under a "Figures" heading."""
+    parts: list[tuple[str, str]] = []
+    chunk: list[str] = []
+    fence: str | None = None
+    used: list[str] = []
+    for line in markdown_text.splitlines():
+        opener = _FENCE.match(line)
+        if fence is None and opener:
+            fence = opener.group(1)[0] * 3
+        elif fence is not None and line.strip().startswith(fence):
+            fence = None
+        placeholder = _PLACEHOLDER.match(line) if fence is None else None
+        if placeholder is None:
+            chunk.append(line)
+            continue
+        name = placeholder.group(1)
+        if name not in figures:
+            known = ", ".join(sorted(figures)) or "none"
+            raise InputError(f"report markdown: no figure named {name!r} (given: {known})")
+        parts += [("md", "\n".join(chunk)), ("figure", name)]
+        used.append(name)
+        chunk = []
+    parts.append(("md", "\n".join(chunk)))
+    unused = [name for name in figures if name not in used]
+    if unused:
+        parts.append(("md", "## Figures"))
+        for name in unused:
+            parts += [("md", f"### {name}"), ("figure", name)]
+    return [(kind, text) for kind, text in parts if kind == "figure" or text.strip()]
+
+
+def render_markdown(markdown_text: str, figures: dict[str, bytes] | None = None) -> str:
+    """The Markdown file of a report: placeholders become ``![NAME](figures/NAME.png)``.
+
+    Args:
+        markdown_text: report Markdown with ``{{figure:NAME}}`` lines.
+        figures: PNG bytes by name (written by :func:`write_report` as ``figures/NAME.png``).
+
+    Returns:
+        Markdown text ending in a newline, unused figures appended under "Figures".
+
+    Raises:
+        InputError: a placeholder names a missing figure, or a figure is invalid.
+    """
+    figures = dict(figures or {})
+    _check_figures(figures)
+    blocks = [
+        f"![{text}](figures/{text}.png)" if kind == "figure" else text.strip("\n")
+        for kind, text in _split(markdown_text, figures)
+    ]
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_html(title: str, markdown_text: str, figures: dict[str, bytes] | None = None) -> str:
+    """Render a report as one self-contained HTML page.
+
+    The page has inline CSS, no scripts and no external resources: figures are embedded as
+    ``data:image/png;base64`` URIs. ``title`` (escaped) is the page title and, unless the
+    Markdown already starts with a level-1 heading, is shown as one.
+
+    Args:
+        title: page title (plain text).
+        markdown_text: report Markdown (CommonMark + GFM tables) with ``{{figure:NAME}}`` lines.
+        figures: PNG bytes by name.
+
+    Returns:
+        The HTML document.
+
+    Raises:
+        InputError: a placeholder names a missing figure, a figure is not PNG bytes or has a
+            bad name, or the Markdown holds an image.
+    """
+    figures = dict(figures or {})
+    _check_figures(figures)
+    md = _markdown_it()
+    body: list[str] = []
+    if not _starts_with_h1(markdown_text):
+        body.append(f"<h1>{html.escape(title)}</h1>\n")
+    for kind, text in _split(markdown_text, figures):
+        if kind == "md":
+            body.append(md.render(text))
+        else:
+            data = base64.b64encode(figures[text]).decode("ascii")
+            alt = html.escape(text, quote=True)
+            body.append(
+                f'<figure id="figure-{alt}"><img alt="{alt}" '
+                f'src="data:image/png;base64,{data}"></figure>\n'
+            )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n"
+        f"<body>\n<main>\n{''.join(body)}</main>\n</body>\n</html>\n"
+    )
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(
+    out_dir: Path | str,
+    title: str,
+    markdown_text: str,
+    figures: dict[str, bytes] | None = None,
+) -> tuple[Path, Path]:
+    """Write ``report.md``, ``figures/NAME.png`` and a self-contained ``report.html``.
+
+    ``report.md`` starts with ``# title`` unless the Markdown already starts with a level-1
+    heading. Both documents are rendered (and so validated) before anything is written; each file is
+    written atomically (temporary file + ``os.replace``). Other files in ``out_dir`` are left.
+
+    Args:
+        out_dir: directory to write into (created if needed).
+        title: report title.
+        markdown_text: report Markdown with ``{{figure:NAME}}`` lines.
+        figures: PNG bytes by name.
+
+    Returns:
+        The paths of ``report.md`` and ``report.html``.
+
+    Raises:
+        InputError: as :func:`render_html`.
+    """
+    out_dir = Path(out_dir)
+    figures = dict(figures or {})
+    page = render_html(title, markdown_text, figures)
+    text = render_markdown(markdown_text, figures)
+    if not _starts_with_h1(markdown_text):
+        text = f"# {title}\n\n{text}"
+    for name, data in figures.items():
+        _write_atomic(out_dir / "figures" / f"{name}.png", data)
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    _write_atomic(md_path, text.encode("utf-8"))
+    _write_atomic(html_path, page.encode("utf-8"))
+    return md_path, html_path

@@ -1,0 +1,65 @@
+"""Weights & Biases logging of a finished ``scd run``.
+
+One W&B *group* per run (the run id): each setting's training is a W&B run of the group (TRL's
+callback logs its loss curves there), and a last run ``<run_id>/report`` carries the resolved
+recipe as config, every table of ``tables/`` as a ``wandb.Table``, every figure as a
+``wandb.Image`` and each setting's adapter as a ``model`` artifact. Without a key or a network
+the runs are offline (``wandb sync`` uploads them later); secrets are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from scd.train.recipe import Recipe, recipe_to_dict
+from scd.train.tracking import start_run
+
+__all__ = ["log_run"]
+
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
+    """Log the tables, figures and adapters of ``run_dir``; return what was logged."""
+    import wandb
+
+    run_dir = Path(run_dir)
+    group = recipe.wandb.group or run_dir.name
+    run = start_run(
+        project=recipe.wandb.project,
+        name=f"{group}/report",
+        group=group,
+        entity=recipe.wandb.entity,
+        config={"recipe": recipe_to_dict(recipe), "run_id": run_dir.name},
+        directory=run_dir / "wandb",
+    )
+    logged: dict[str, Any] = {
+        "tables": [],
+        "figures": [],
+        "artifacts": [],
+        "mode": run.settings.mode,
+    }
+    for path in sorted((run_dir / "tables").glob("*.csv")):
+        frame = pd.read_csv(path)
+        run.log({f"tables/{path.stem}": wandb.Table(dataframe=frame)})
+        logged["tables"].append(path.stem)
+    for path in sorted((run_dir / "figures").glob("*.png")):
+        run.log({f"figures/{path.stem}": wandb.Image(str(path))})
+        logged["figures"].append(path.stem)
+    layout = json.loads((run_dir / "layout.json").read_text())
+    for n, info in layout["settings"].items():
+        adapter = Path(info["adapter"])
+        manifest = json.loads((adapter / "train_manifest.json").read_text())
+        artifact = wandb.Artifact(
+            f"adapter-{run_dir.name}-setting-{n}", type="model", metadata=manifest
+        )
+        for name in ADAPTER_FILES:
+            artifact.add_file(str(adapter / name))
+        run.log_artifact(artifact)
+        logged["artifacts"].append(artifact.name)
+    run.finish()
+    return logged

@@ -1,0 +1,149 @@
+"""End to end: `scd quickstart` and `scd run recipes/quickstart.yaml`, killed and resumed.
+
+The planted-bias toy model is the ground truth: Table 10 must show the planted bias before tuning
+(a quarter of the toy prompts carry a planted-axis descriptor, ~25%) and a reduction after, on the
+held-out prompts. A run killed in the middle of its tuned-model evaluation must resume to the same
+tables as an uninterrupted run, reuse the cached base evaluation, and a further run is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scd.cli import main
+from scd.pipeline.state import cache_key
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Path:
+    """An outputs root whose cache already holds the toy model (its build is tested elsewhere)."""
+    root = tmp_path_factory.mktemp("e2e") / "qs"
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, root / "cache" / "toy-model" / key)
+    return root
+
+
+@pytest.fixture(scope="module")
+def quickstart(root: Path) -> str:
+    """`scd quickstart --out ROOT` (uninterrupted); returns what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["quickstart", "--out", str(root)]) == 0
+    return printed.getvalue()
+
+
+def _row(text: str, label: str) -> list[float]:
+    line = next(x for x in text.splitlines() if x.startswith(f"| {label} |"))
+    return [float(c.replace(",", "")) for c in line.strip("|").split("|")[1:]]
+
+
+def test_quickstart_shows_the_planted_bias_and_its_reduction(quickstart: str, root: Path) -> None:
+    cells = _row(quickstart, "Setting 1")  # before/after per contact type, then all, then n
+    befores, afters = cells[0:8:2], cells[1:8:2]
+    assert all(b > 15 for b in befores), befores
+    assert all(a <= 0.5 * b for a, b in zip(afters, befores)), (befores, afters)
+    assert f"Report: {root / 'report.html'}" in quickstart
+    for name in ("report.md", "report.html", "tables/table10.csv", "tables/table1.md"):
+        assert (root / name).is_file(), name
+    for name in ("figure1", "figure2", "figure2_heldout"):
+        assert (root / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    html = (root / "report.html").read_text()
+    assert "Table 10" in html and html.count("data:image/png;base64,") == 3
+
+
+def _snapshot(run_dir: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
+
+
+def test_killed_run_resumes_to_the_same_tables(
+    quickstart: str, root: Path, shared_data: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_DIR"}
+    env.update(WANDB_MODE="offline", WANDB_API_KEY="wb-secret-0123456789abcdef0123456789")
+    overrides = [
+        "wandb.enabled=true",
+        "eval.bbq.enabled=true",
+        f"eval.bbq.data={shared_data / 'bbq' / 'data'}",
+        "eval.bbq.categories=[Age, Religion]",
+        "eval.bbq.limit=40",
+        "eval.stigma.probes=[sds, aq27]",
+        "eval.stigma.limit_conditions=2",
+    ]
+    recipe = str(REPO / "recipes" / "quickstart.yaml")
+    cmd = [sys.executable, "-m", "scd", "run", recipe, "--outputs", str(root), "--run-id", "killed"]
+    cmd += [arg for item in overrides for arg in ("--set", item)]
+    run_dir = root / "killed"
+    records = run_dir / "setting-1" / "eval" / "bias" / "records.jsonl"
+    log = root.parent / "killed.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 900
+    while proc.poll() is None and time.monotonic() < deadline:
+        if records.is_file() and records.stat().st_size > 0:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, f"ended before it could be killed: {log.read_text()[-2000:]}"
+    proc.kill()
+    proc.wait()
+    stages = json.loads((run_dir / "state.json").read_text())["stages"]
+    assert "setting-1/train" in stages and "setting-1/eval/bias" not in stages
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "toy model" not in done.stdout and "base/bias" not in done.stdout  # cached, not redone
+    assert len(list((root / "cache" / "base").glob("bias-*"))) == 1  # shared with the quickstart
+
+    resumed = pd.read_csv(run_dir / "tables" / "table10.csv")
+    uninterrupted = pd.read_csv(root / "tables" / "table10.csv")
+    pd.testing.assert_frame_equal(resumed, uninterrupted)
+    lines = records.read_text().splitlines()
+    ids = [json.loads(x)["prompt_id"] for x in lines]
+    assert (
+        len(ids)
+        == len(set(ids))
+        == len((root / "setting-1/eval/bias/records.jsonl").read_text().splitlines())
+    )
+
+    # BBQ (Table 15 + bars), stigma probes and W&B (offline, one group) came along
+    assert (run_dir / "tables" / "table15.csv").is_file()
+    assert (run_dir / "figures" / "bbq.png").is_file()
+    report = (run_dir / "report.md").read_text()
+    assert "Table 15" in report and "## Stigma probes" in report
+    for probe in ("sds", "aq27"):
+        assert (run_dir / "tables" / f"stigma-{probe}.md").is_file()
+        assert (run_dir / "setting-1" / "eval" / f"stigma-{probe}" / "summary.json").is_file()
+    offline = list(run_dir.rglob("offline-run-*"))
+    assert len(offline) >= 2, offline  # the training run and the report run
+    # no secret was written anywhere
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html", ".csv"):
+            assert "wb-secret" not in path.read_text(errors="ignore"), path
+
+    before = _snapshot(run_dir)
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "nothing to do" in again.stdout
+    assert _snapshot(run_dir) == before
+
+
+def test_changed_recipe_is_refused_with_the_keys_that_differ(root: Path, quickstart: str) -> None:
+    err = io.StringIO()
+    recipe = str(REPO / "recipes" / "quickstart.yaml")
+    args = ["run", recipe, "--outputs", str(root.parent), "--run-id", root.name]
+    with contextlib.redirect_stderr(err):
+        assert main([*args, "--set", "train.learning_rate=1e-3"]) == 2
+    assert "train.learning_rate" in err.getvalue() and err.getvalue().count("\n") == 1
