@@ -18,6 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_embedded_recipe_is_recipes_quickstart_yaml() -> None:
     recipe = yaml.safe_load((REPO / "recipes" / "quickstart.yaml").read_text())
-    assert QUICKSTART_RECIPE == recipe
+    assert recipe == QUICKSTART_RECIPE
     resolved = recipe_to_dict(recipe_from_dict(QUICKSTART_RECIPE))
     assert resolved["model"] == "toy" and resolved["wandb"]["enabled"] is False

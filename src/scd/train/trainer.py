@@ -224,6 +224,10 @@ def train(
         processing_class=tokenizer,
         peft_config=lora_config(recipe),
     )
+    if not progress:
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # it prints every log dict without the bar
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint if resume else None)
     seconds = time.perf_counter() - start
