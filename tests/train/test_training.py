@@ -35,7 +35,7 @@ def trained(toy_model: Path, tmp_path_factory, monkeypatch_module) -> Path:
         monkeypatch_module.setenv(key, value)
     monkeypatch_module.setenv("WANDB_MODE", "offline")
     monkeypatch_module.setenv("WANDB_DIR", str(out.parent / "wandb"))
-    train(_recipe(toy_model, out))
+    train(_recipe(toy_model, out, "wandb.enabled=true"))  # the quickstart keeps W&B off
     return out
 
 
@@ -174,7 +174,8 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     assert not (out / "train_manifest.json").exists()
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert again.returncode == 2 and "--resume" in again.stderr  # no silent restart
-    subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     info = json.loads((out / "train_manifest.json").read_text())
     assert info["global_step"] == 30
     assert info["resumed_from"].startswith("checkpoint-")
@@ -231,3 +232,14 @@ def test_qlora_prepares_and_takes_a_step_on_cpu(toy_model: Path, tmp_path) -> No
     config = json.loads((tmp_path / "qlora" / "adapter_config.json").read_text())
     assert config["r"] == recipe.lora.r
     shutil.rmtree(tmp_path / "qlora")
+
+
+def test_resume_skips_a_checkpoint_killed_while_being_written(tmp_path: Path) -> None:
+    from scd.train.trainer import _last_checkpoint
+
+    assert _last_checkpoint(tmp_path) is None
+    for step, state in ((5, "{}"), (10, '{"global_step": 10}'), (15, '{"glob')):
+        (tmp_path / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    (tmp_path / "checkpoints" / "checkpoint-20").mkdir()  # killed before its trainer state
+    assert _last_checkpoint(tmp_path) == str(tmp_path / "checkpoints" / "checkpoint-10")

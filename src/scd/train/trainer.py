@@ -162,10 +162,24 @@ def _device_index() -> int:
 
 
 def _last_checkpoint(out: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete checkpoint: one whose ``trainer_state.json`` (written last) parses.
 
+    A run killed while writing a checkpoint leaves a partial directory; resuming skips it.
+    """
     ckpt = out / "checkpoints"
-    return get_last_checkpoint(str(ckpt)) if ckpt.is_dir() else None
+    if not ckpt.is_dir():
+        return None
+    steps = []
+    for path in ckpt.glob("checkpoint-*"):
+        if path.name.removeprefix("checkpoint-").isdigit():
+            steps.append((int(path.name.removeprefix("checkpoint-")), path))
+    for _, path in sorted(steps, reverse=True):
+        try:
+            json.loads((path / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            continue
+        return str(path)
+    return None
 
 
 def train(
