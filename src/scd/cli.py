@@ -17,6 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from scd import commands
 from scd.errors import InputError
 
 __all__ = ["main", "build_parser"]
@@ -211,284 +212,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _generate_contact(args: argparse.Namespace) -> None:
-    from scd.data_gen.contact import write_prompts
-    from scd.data_gen.descriptors import resolve_descriptors
-
-    descriptors = resolve_descriptors(
-        args.descriptors,
-        version=args.hb_version,
-        drop_dispreferred=args.drop_dispreferred,
-        noun_phrases=args.noun_phrases,
-    )
-    info = write_prompts(
-        args.out, descriptors, templates_file=args.templates, scales_file=args.scales
-    )
-    print(
-        f"wrote {info['n_prompts']:,} prompts in {info['n_sets']:,} sets "
-        f"({info['n_descriptors']} descriptors) to {args.out}/prompts.parquet"
-    )
-
-
-def _generate_stigma(args: argparse.Namespace) -> None:
-    from scd.data_gen.stigma_probes import generate_stigma
-
-    info = generate_stigma(
-        args.out,
-        limit_conditions=args.limit_conditions,
-        conditions_file=args.conditions,
-        sds_file=args.sds_templates,
-        aq27_file=args.aq27,
-    )
-    n = info["n_rows"]
-    print(
-        f"wrote {n['sds']:,} SDS, {n['sentiment']:,} sentiment and {n['aq27']:,} AQ-27 prompts "
-        f"({info['n_forms']} condition forms) to {args.out}"
-    )
-
-
-def _generate_sft(args: argparse.Namespace) -> None:
-    from scd.data_gen.sft import write_sft
-
-    info = write_sft(
-        args.prompts,
-        args.setting,
-        args.out,
-        eval_prompts=args.eval_prompts,
-        settings_file=args.settings_file,
-        style=args.style,
-        max_train=args.max_train,
-        max_eval=args.max_eval,
-        general=args.general,
-        general_fraction=args.general_fraction,
-        seed=args.seed,
-    )
-    c = info["counts"]
-    print(
-        f"setting {args.setting}: {c['train']:,} train / {c['eval']:,} eval SFT rows, "
-        f"{c['heldout_prompts']:,} held-out prompts -> {args.out}"
-    )
-
-
-def _eval_bias(args: argparse.Namespace) -> None:
-    from scd.eval.bias import evaluate_bias
-
-    options = _engine_options(args)
-    summary = evaluate_bias(
-        args.model,
-        args.prompts,
-        args.out,
-        adapter=args.adapter,
-        backend=args.backend,
-        mode=args.mode,
-        limit=args.limit,
-        seed=args.seed,
-        system_prompt=args.system_prompt,
-        max_new_tokens=args.max_new_tokens,
-        denominator=args.denominator,
-        chunk_size=args.chunk_size,
-        **options,
-    )
-    overall = summary["overall"]
-    print(
-        f"bias {overall['pct']:.2f}% [{overall['ci_low']:.2f}, {overall['ci_high']:.2f}] "
-        f"over {overall['n']:,} prompts -> {args.out}/tables.md"
-    )
-
-
-def _engine_options(args: argparse.Namespace) -> dict:
-    options = {"batch_size": args.batch_size, "dtype": args.dtype}
-    if args.device:
-        options["device"] = args.device
-    if args.backend == "vllm":
-        options["tensor_parallel_size"] = args.tensor_parallel_size
-    return options
-
-
-def _eval_bbq(args: argparse.Namespace) -> None:
-    from scd.eval.bbq import evaluate_bbq
-
-    categories = [c.strip() for c in args.categories.split(",")] if args.categories else None
-    data = args.data[0] if len(args.data) == 1 else args.data
-    summary = evaluate_bbq(
-        args.model, data, args.out, adapter=args.adapter, backend=args.backend,
-        categories=categories, limit=args.limit, seed=args.seed,
-        system_prompt=args.system_prompt, chunk_size=args.chunk_size, **_engine_options(args),
-    )  # fmt: skip
-    acc = summary["overall"]["accuracy"]
-    print(f"BBQ accuracy {acc['accuracy']:.3f} over {acc['n']:,} items -> {args.out}/tables.md")
-
-
-def _eval_stigma(args: argparse.Namespace) -> None:
-    from scd.eval.stigma import evaluate_stigma
-
-    options = _engine_options(args)
-    summary = evaluate_stigma(
-        args.probe,
-        args.model,
-        args.prompts,
-        args.out,
-        adapter=args.adapter,
-        backend=args.backend,
-        seed=args.seed,
-        chunk_size=args.chunk_size,
-        top_k=args.top_k,
-        lexicon=args.lexicon,
-        negative_label=args.negative_label,
-        mlm_run=args.mlm_run,
-        system_prompt=args.system_prompt,
-        **options,
-    )
-    if "gap" in summary:
-        g = summary["gap"]
-        fmt = lambda x: "–" if x is None else f"{x:+.3f}"  # noqa: E731
-        head = f"gap stigmatized - non-stigmatized {fmt(g['gap'])} [{fmt(g['ci_low'])}, "
-        print(f"{head}{fmt(g['ci_high'])}] -> {args.out}/tables.md")
-    else:
-        o = summary["overall"]
-        diff = "–" if o["mean_diff"] is None else f"{o['mean_diff']:+.3f}"
-        print(f"mental - physical {diff} over {o['n']} frames -> {args.out}/tables.md")
-
-
-def _runs(items: list[str]) -> dict:
-    from pathlib import Path
-
-    runs = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InputError(f"--runs {item}: expected NAME=DIR (e.g. 'base=out/base')")
-        runs[name] = Path(path)
-    return runs
-
-
-def _report_stigma(args: argparse.Namespace) -> None:
-    import json
-    from pathlib import Path
-
-    from scd.eval.stigma import stigma_table, stigma_table_data
-
-    runs = _runs(args.runs)
-    text = stigma_table(runs)
-    if args.out:
-        out = Path(args.out)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(stigma_table_data(runs), indent=2) + "\n")
-        print(f"stigma table -> {out}")
-    else:
-        print(text)
-
-
-def _report_bbq(args: argparse.Namespace) -> None:
-    import json
-    from pathlib import Path
-
-    from scd.eval.bbq import table15, table15_data
-
-    runs = {}
-    for item in args.runs:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InputError(f"--runs {item}: expected NAME=DIR (e.g. 'Without FT=out/base')")
-        runs[name] = Path(path)
-    text = table15(runs)
-    if args.out:
-        out = Path(args.out)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(table15_data(runs), indent=2) + "\n")
-        print(f"Table 15 -> {out}")
-    else:
-        print(text)
-
-
-def _report(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    tables = {"bbq": _report_bbq, "stigma": _report_stigma}
-    if args.target in tables:
-        if not args.runs:
-            raise InputError(
-                f"scd report {args.target}: --runs NAME=DIR [NAME=DIR ...] is required"
-            )
-        tables[args.target](args)
-        return
-    if args.runs or args.out:
-        raise InputError(
-            "--runs/--out go with `scd report bbq|stigma`; `scd report RUN_DIR` has none"
-        )
-    from scd.report.build import build_report
-
-    md, html = build_report(Path(args.target))
-    print(f"report -> {md}, {html}")
-
-
-def _run(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from scd.pipeline.runner import run_recipe
-    from scd.train.recipe import load_recipe
-
-    recipe = load_recipe(args.recipe, args.set)
-    run_id = args.run_id or recipe.run.name or Path(args.recipe).stem
-    if not run_id or "/" in run_id or run_id in (".", "..", "cache"):
-        raise InputError(f"--run-id {run_id!r}: expected a plain directory name other than cache")
-    outputs = Path(args.outputs)
-    run_recipe(recipe, outputs / run_id, outputs / "cache", progress=not args.no_progress)
-
-
-def _toy_model(args: argparse.Namespace) -> None:
-    from scd.eval.toy_model import build_toy_model
-
-    axes = tuple(a.strip() for a in args.bias_axes.split(",") if a.strip())
-    info = build_toy_model(args.out, bias_axes=axes, seed=args.seed)
-    print(
-        f"toy model with planted bias on {', '.join(axes) or 'no axis'} -> {args.out} "
-        f"({info.get('train_seconds', 0):.0f} s)"
-    )
-
-
-def _train(args: argparse.Namespace) -> None:
-    from scd.train.recipe import load_recipe
-    from scd.train.trainer import train
-
-    recipe = load_recipe(args.recipe, args.set)
-    info = train(recipe, resume=args.resume, use_wandb=not args.no_wandb)
-    if info:
-        print(
-            f"trained {info['global_step']} steps, loss {info['train_loss']:.4f}, "
-            f"{info['tokens_per_second']} tokens/s -> {recipe.output_dir}"
-        )
-
-
-def _merge(args: argparse.Namespace) -> None:
-    from scd.train.merge import merge_adapter
-
-    info = merge_adapter(args.adapter, args.out, base=args.base)
-    print(f"merged {args.adapter} into {info['base_model']} -> {args.out}")
-
-
-def _quickstart(args: argparse.Namespace) -> None:
-    from scd.quickstart import run_quickstart
-
-    run_quickstart(args.out)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``scd`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
     handlers = {
-        ("generate", "contact"): _generate_contact,
-        ("generate", "sft"): _generate_sft,
-        ("generate", "stigma"): _generate_stigma,
-        ("eval", "bias"): _eval_bias,
-        ("eval", "bbq"): _eval_bbq,
-        ("eval", "stigma"): _eval_stigma,
-        ("report", None): _report,
-        ("run", None): _run,
-        ("toy-model", None): _toy_model,
-        ("train", None): _train,
-        ("merge", None): _merge,
-        ("quickstart", None): _quickstart,
+        ("generate", "contact"): commands._generate_contact,
+        ("generate", "sft"): commands._generate_sft,
+        ("generate", "stigma"): commands._generate_stigma,
+        ("eval", "bias"): commands._eval_bias,
+        ("eval", "bbq"): commands._eval_bbq,
+        ("eval", "stigma"): commands._eval_stigma,
+        ("report", None): commands._report,
+        ("run", None): commands._run,
+        ("toy-model", None): commands._toy_model,
+        ("train", None): commands._train,
+        ("merge", None): commands._merge,
+        ("quickstart", None): commands._quickstart,
     }
     handler = handlers[(args.command, getattr(args, "what", None))]
     try:

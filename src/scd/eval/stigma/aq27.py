@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from scd.data_gen.stigma_probes import AQ27_COLUMNS
 from scd.eval.engines import ChoiceRequest
 from scd.eval.stigma.stats import mental_vs_physical
 
@@ -39,17 +40,7 @@ DIMENSIONS = (
     "pity",
     "blame",
 )
-AQ27_KEYS = (
-    "prompt_id",
-    "frame_id",
-    "item",
-    "dimension",
-    "reverse",
-    "noun_kind",
-    "noun_phrase",
-    "illness",
-    "illness_type",
-)
+AQ27_KEYS = tuple(c for c in AQ27_COLUMNS if c not in ("frame", "prompt"))  # record keys
 
 
 def _split_ids(tokenizer: Any, frame: str, illness: str) -> tuple[list[int], list[int]]:
