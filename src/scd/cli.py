@@ -100,7 +100,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         default="all",
         help="all: unparsed answers count in the total (the paper); parsed: they don't",
     )
-    _add_model_args(bias, "prompts")
+    _add_model_args(bias, "descriptor prompts (whole sets; their templates' baselines on top)")
 
     bbq = esub.add_parser("bbq", help="BBQ accuracy and bias scores (Parrish et al.)")
     bbq.add_argument("--model", required=True, help="local model directory or Hub id")

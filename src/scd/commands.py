@@ -92,7 +92,8 @@ def _eval_bias(args: argparse.Namespace) -> None:
     overall = summary["overall"]
     print(
         f"bias {overall['pct']:.2f}% [{overall['ci_low']:.2f}, {overall['ci_high']:.2f}] "
-        f"over {overall['n']:,} prompts -> {args.out}/tables.md"
+        f"over {overall['n']:,} descriptor prompts (+{summary['n_baseline_records']:,} "
+        f"descriptor-free baselines, reported apart) -> {args.out}/tables.md"
     )
 
 

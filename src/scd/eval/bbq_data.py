@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from scd.errors import InputError
 
 __all__ = [
@@ -180,24 +178,14 @@ def load_bbq(
 
 
 def stratified_subset(rows: list[dict[str, Any]], limit: int, seed: int) -> list[dict[str, Any]]:
-    """~``limit`` rows, proportionally from every category x context_condition x polarity.
+    """~``limit`` rows in proportion to category > context_condition > question_polarity.
 
-    Allocation by largest remainder, choice within a stratum seeded; the original order is kept.
+    See :mod:`scd.eval.sampling`; the original order is kept.
     """
-    strata: dict[tuple, list[int]] = {}
-    for i, r in enumerate(rows):
-        key = (r["category"], r["context_condition"], r["question_polarity"])
-        strata.setdefault(key, []).append(i)
-    want, keys = min(limit, len(rows)), sorted(strata)
-    quota = np.array([want * len(strata[k]) / len(rows) for k in keys])
-    alloc = np.floor(quota).astype(int)
-    for i in np.argsort(-(quota - alloc), kind="stable")[: want - alloc.sum()]:
-        alloc[i] += 1
-    rng = np.random.default_rng(seed)
-    keep: set[int] = set()
-    for key, n in zip(keys, alloc):
-        keep.update(strata[key][j] for j in rng.choice(len(strata[key]), size=n, replace=False))
-    return [rows[i] for i in sorted(keep)]
+    from scd.eval.sampling import stratified_sample
+
+    keys = [(r["category"], r["context_condition"], r["question_polarity"]) for r in rows]
+    return [rows[i] for i in stratified_sample(keys, limit, seed)]
 
 
 def prompt_text(item: dict[str, Any]) -> str:

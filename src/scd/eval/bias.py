@@ -8,8 +8,10 @@ evaluated after the descriptor prompts and reported separately.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from scd.eval.engines import ChoiceRequest
 from scd.eval.formatting import Formatter, parse_answer
 from scd.eval.records import RecordLog, check_run_config
 from scd.eval.runner import require_adapter, start_run, write_results
+from scd.eval.sampling import stratified_sample
 from scd.io import json_text, sha256_file
 
 __all__ = ["MODES", "evaluate_bias", "stratified_sets", "load_work"]
@@ -41,39 +44,38 @@ ROW_KEYS = (
     "descriptor",
 )
 STRATA = ("principle", "scenario", "action", "scale", "axis")
+TEMPLATE_CELL = STRATA[:4]  # what a descriptor-free baseline prompt shares with its set
 
 
 def stratified_sets(table: pa.Table, n_prompts: int, seed: int) -> set[str]:
-    """Choose whole prompt sets, ~``n_prompts`` prompts, proportionally from every stratum.
+    """Choose whole prompt sets, ~``n_prompts`` descriptor prompts, in proportion to every level.
 
-    Strata are principle x scenario x action x scale x axis; allocation by largest remainder,
-    choice within a stratum seeded.
+    Levels are principle > scenario > action > scale > axis (see :mod:`scd.eval.sampling`): each
+    level's marginal is within about one set of its share for any ``n_prompts``; the seed picks
+    the sets within each stratum and breaks rounding ties.
     """
     cols = {k: table[k].combine_chunks().cast(pa.string()).to_pylist() for k in (*STRATA, "set_id")}
-    strata: dict[tuple, list[str]] = {}
-    seen: set[str] = set()
+    first: dict[str, int] = {}
     for i, sid in enumerate(cols["set_id"]):
-        if sid not in seen:
-            seen.add(sid)
-            strata.setdefault(tuple(cols[k][i] for k in STRATA), []).append(sid)
-    total = len(seen)
-    want = min(total, max(1, math.ceil(n_prompts / max(1, table.num_rows / total))))
-    keys = sorted(strata)
-    quota = np.array([want * len(strata[k]) / total for k in keys])
-    alloc = np.floor(quota).astype(int)
-    for i in np.argsort(-(quota - alloc), kind="stable")[: want - alloc.sum()]:
-        alloc[i] += 1
-    rng = np.random.default_rng(seed)
-    chosen: set[str] = set()
-    for key, n in zip(keys, alloc):
-        ids = strata[key]
-        chosen.update(ids[j] for j in rng.choice(len(ids), size=n, replace=False))
-    return chosen
+        first.setdefault(sid, i)
+    ids = list(first)
+    keys = [tuple(cols[k][first[sid]] for k in STRATA) for sid in ids]
+    want = max(1, math.ceil(n_prompts / max(1, table.num_rows / len(ids))))
+    return {ids[i] for i in stratified_sample(keys, want, seed)}
 
 
-def load_work(prompts: Path | str, limit: int | None, seed: int) -> list[dict[str, Any]]:
-    """The ordered work list: descriptor prompts (maybe a stratified subset), then baselines."""
+def load_work(
+    prompts: Path | str, limit: int | None, seed: int, sets: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """The ordered work list: descriptor prompts, then the descriptor-free baselines.
+
+    ``sets`` keeps only those prompt sets; ``limit`` then takes a stratified subset of ~N
+    descriptor prompts (whole sets). When either narrows the prompts, the baselines are those of
+    the templates (principle, scenario, action, scale) the kept prompts use.
+    """
     table = read_prompts(prompts)
+    if sets is not None:
+        table = table.filter(pa.compute.is_in(table["set_id"], value_set=pa.array(sorted(sets))))
     if limit is not None:
         if limit < 1:
             raise InputError(f"--limit {limit}: expected a positive number of prompts")
@@ -86,9 +88,11 @@ def load_work(prompts: Path | str, limit: int | None, seed: int) -> list[dict[st
         r["baseline"] = False
     baseline = read_baseline(prompts)
     if baseline is not None:
-        scales = {r["scale"] for r in rows}
+        narrowed = limit is not None or sets is not None
+        keys = TEMPLATE_CELL if narrowed else ("scale",)
+        used = {tuple(r[k] for k in keys) for r in rows}
         for r in baseline.select(cols).to_pylist():
-            if r["scale"] in scales:
+            if tuple(r[k] for k in keys) in used:
                 rows.append({**r, "prompt_id": f"baseline-{r['prompt_id']}", "baseline": True})
     return rows
 
@@ -127,6 +131,7 @@ def evaluate_bias(
     mode: str = "choice",
     limit: int | None = None,
     seed: int = 0,
+    sets: Collection[str] | None = None,
     system_prompt: str | None = None,
     max_new_tokens: int = 8,
     denominator: str = "all",
@@ -134,7 +139,13 @@ def evaluate_bias(
     progress: bool = True,
     **engine_options: Any,
 ) -> dict[str, Any]:
-    """Evaluate (or resume evaluating) a model on a prompt directory; return the summary."""
+    """Evaluate (or resume evaluating) a model on a prompt directory; return the summary.
+
+    ``limit`` is a number of descriptor prompts (a stratified subset of whole sets, seeded by
+    ``seed``); ``sets`` restricts the prompts to those set ids first (``scd run`` evaluates a
+    tuned model on the held-out part of the base model's subset). Baselines come on top of
+    both, see :func:`load_work`.
+    """
     from scd.eval.metrics import summarize, tables_markdown
 
     if mode not in MODES:
@@ -142,7 +153,7 @@ def evaluate_bias(
     if denominator not in ("all", "parsed"):
         raise InputError(f"--denominator {denominator}: expected all or parsed")
     require_adapter(adapter)
-    work = load_work(prompts, limit, seed)
+    work = load_work(prompts, limit, seed, sets)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
@@ -160,6 +171,9 @@ def evaluate_bias(
         "n_items": len(work),
         "prompts_sha256": sha256_file(Path(prompts) / "prompts.parquet"),
     }
+    if sets is not None:
+        joined = "\n".join(sorted(sets)).encode()
+        config["sets"] = {"n": len(set(sets)), "sha256": hashlib.sha256(joined).hexdigest()}
     check_run_config(out, config, write=False)  # a different earlier run: refuse before loading
     log = RecordLog(out / "records.jsonl", chunk_size, len(work))
     if log.done < len(work):

@@ -222,6 +222,17 @@ class _Run:
             **self.engine,
         )
 
+    def _base_subset(self, n: int) -> set[str]:
+        """The prompt sets of the base model's ``eval.bias.limit`` subset that setting ``n``'s
+        held-out prompts come from, so that a tuned model is scored on the same prompts."""
+        from scd.data_gen.contact import read_prompts
+        from scd.data_gen.settings import load_settings
+        from scd.eval.bias import stratified_sets
+
+        source = load_settings()[n].split == "source" and self.eval_prompts is not None
+        table = read_prompts(self.eval_prompts if source else self.prompts)
+        return stratified_sets(table, self.recipe.eval.bias.limit, self.recipe.eval.seed)
+
     # -- one setting ---------------------------------------------------------------------------
     def train_setting(self, n: int) -> dict[str, Any]:
         from scd.data_gen.sft import write_sft
@@ -262,6 +273,8 @@ class _Run:
         results = {}
         if ev.bias.enabled:
             out, opts = where / "eval" / "bias", {"denominator": ev.bias.denominator}
+            if ev.bias.limit is not None:  # the held-out part of the base model's subset
+                opts["sets"] = self._base_subset(n)
             evaluate = self._bias(sft / "heldout", str(adapter), opts)
             self.stage(f"setting-{n}/eval/bias", [out / "summary.json"], lambda: evaluate(out))
             results["bias"] = str(out)
