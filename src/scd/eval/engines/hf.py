@@ -1,10 +1,11 @@
 """The transformers engine: batched option scoring and greedy generation, CPU or GPU, PEFT adapters.
 
-Option scoring: when every option is a single token (Yes/No, Likely/Unlikely, ...), one forward
-pass per prompt gives all options' log-probabilities at the last position; otherwise each
-prompt + option sequence is scored and the option's token log-probabilities are summed. Batches
+Option scoring: when every option is a single token, one forward pass per prompt gives all
+options' log-probabilities at the last position; otherwise (real tokenizers split "Likely",
+"Unlikely", "Mostly", "Rarely" and BBQ's answers into several tokens) the prompt runs once into a
+KV cache shared by its options, and each option's token log-probabilities are summed. Batches
 are formed from length-sorted requests; positions are computed from the attention mask, so the
-padding side does not change a result.
+padding side does not change a result (tests compare every path with a one-sequence forward).
 """
 
 from __future__ import annotations
@@ -119,55 +120,93 @@ class HFEngine:
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
         """Summed option log-probabilities per request (see the module docstring)."""
-        single = all(len(o) == 1 for r in requests for o in r.option_ids)
-        if single:
-            jobs = [(list(r.prompt_ids), r) for r in requests]
-        else:
-            jobs = [(list(r.prompt_ids) + list(o), len(o)) for r in requests for o in r.option_ids]
-        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
-        scores: list[Any] = [None] * len(jobs)
+        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
+        scores: list[Any] = [None] * len(requests)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
-            seqs = [jobs[i][0] for i in batch]
-            if single:
-                with torch.inference_mode():
-                    ids, mask, positions = self._pad(seqs)
-                    left = self.padding_side == "left"
-                    out = self.model(
-                        input_ids=ids,
-                        attention_mask=mask,
-                        position_ids=positions,
-                        logits_to_keep=1 if left else 0,
-                    )
-                    rows = torch.arange(len(batch), device=out.logits.device)
-                    last = (
-                        torch.full_like(rows, out.logits.shape[1] - 1)
-                        if left
-                        else torch.tensor([len(x) - 1 for x in seqs], device=rows.device)
-                    )
-                    logprobs = torch.log_softmax(out.logits[rows, last].float(), dim=-1)
-                    counts = [len(jobs[i][1].option_ids) for i in batch]
-                    width = max(counts)
-                    options = torch.tensor(
-                        [
-                            [o[0] for o in jobs[i][1].option_ids] + [0] * (width - c)
-                            for i, c in zip(batch, counts)
-                        ],
-                        device=logprobs.device,
-                    )
-                    picked = logprobs.gather(1, options).tolist()
-                for i, values, c in zip(batch, picked, counts):
-                    scores[i] = values[:c]
+            reqs = [requests[i] for i in batch]
+            if all(len(o) == 1 for r in reqs for o in r.option_ids):
+                values = self._score_single(reqs)
+            elif min(len(r.prompt_ids) for r in reqs) > 1:
+                values = self._score_shared_prefix(reqs)
             else:
-                spans = [jobs[i][1] for i in batch]
-                for i, lps in zip(batch, self._token_logprobs(seqs, spans)):
-                    scores[i] = sum(lps)
-        if single:
-            return scores
-        out, k = [], 0
-        for r in requests:
-            out.append(scores[k : k + len(r.option_ids)])
-            k += len(r.option_ids)
+                values = self._score_full(reqs)
+            for i, v in zip(batch, values):
+                scores[i] = v
+        return scores
+
+    @torch.inference_mode()
+    def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
+        """Single-token options: one forward pass, all options read at the last position."""
+        seqs = [list(r.prompt_ids) for r in reqs]
+        ids, mask, positions = self._pad(seqs)
+        left = self.padding_side == "left"
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            logits_to_keep=1 if left else 0,
+        )
+        rows = torch.arange(len(reqs), device=out.logits.device)
+        last = (
+            torch.full_like(rows, out.logits.shape[1] - 1)
+            if left
+            else torch.tensor([len(x) - 1 for x in seqs], device=rows.device)
+        )
+        logprobs = torch.log_softmax(out.logits[rows, last].float(), dim=-1)
+        width = max(len(r.option_ids) for r in reqs)
+        options = torch.tensor(
+            [[o[0] for o in r.option_ids] + [0] * (width - len(r.option_ids)) for r in reqs],
+            device=logprobs.device,
+        )
+        picked = logprobs.gather(1, options).tolist()
+        return [values[: len(r.option_ids)] for values, r in zip(picked, reqs)]
+
+    @torch.inference_mode()
+    def _score_shared_prefix(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
+        """Multi-token options: the prompt (but its last token) runs once into a KV cache, which
+        is repeated per option; each option row then feeds ``[last prompt token] + option[:-1]``
+        and reads the option's tokens. Same numbers as scoring each prompt + option alone."""
+        k = max(len(r.option_ids) for r in reqs)
+        ids, mask, positions = self._pad([list(r.prompt_ids[:-1]) for r in reqs])
+        cache = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+            logits_to_keep=1,
+        ).past_key_values  # fmt: skip
+        cache.batch_repeat_interleave(k)
+        options = [list(r.option_ids[j % len(r.option_ids)]) for r in reqs for j in range(k)]
+        feeds = [[r.prompt_ids[-1], *o[:-1]] for r, o in zip(
+            (r for r in reqs for _ in range(k)), options)]  # fmt: skip
+        width = max(len(f) for f in feeds)
+        feed_ids = torch.full((len(feeds), width), self.pad_id, dtype=torch.long)
+        feed_mask = torch.zeros((len(feeds), width), dtype=torch.long)
+        targets = torch.zeros((len(feeds), width), dtype=torch.long)
+        for i, (f, o) in enumerate(zip(feeds, options)):
+            feed_ids[i, : len(f)] = torch.tensor(f)
+            feed_mask[i, : len(f)] = 1
+            targets[i, : len(o)] = torch.tensor(o)
+        start = mask.sum(-1).repeat_interleave(k).cpu()[:, None]
+        out = self.model(
+            input_ids=feed_ids.to(self.device),
+            attention_mask=torch.cat([mask.repeat_interleave(k, 0), feed_mask.to(self.device)], 1),
+            position_ids=(start + torch.arange(width)[None, :]).to(self.device),
+            past_key_values=cache,
+            use_cache=False,
+        )
+        logprobs = torch.log_softmax(out.logits.float(), dim=-1)
+        picked = logprobs.gather(2, targets.to(logprobs.device)[..., None])[..., 0]
+        sums = (picked * feed_mask.to(picked.device)).sum(-1).view(len(reqs), k).tolist()
+        return [row[: len(r.option_ids)] for row, r in zip(sums, reqs)]
+
+    def _score_full(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
+        """Each prompt + option as its own sequence (the reference; used for 1-token prompts)."""
+        seqs = [list(r.prompt_ids) + list(o) for r in reqs for o in r.option_ids]
+        spans = [len(o) for r in reqs for o in r.option_ids]
+        flat = [sum(x) for x in self._token_logprobs(seqs, spans)]
+        out, i = [], 0
+        for r in reqs:
+            out.append(flat[i : i + len(r.option_ids)])
+            i += len(r.option_ids)
         return out
 
     @torch.inference_mode()
