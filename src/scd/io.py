@@ -14,7 +14,7 @@ from typing import Any
 
 from scd.errors import InputError
 
-__all__ = ["atomic_output_dir", "json_text", "sha256_file", "write_json"]
+__all__ = ["atomic_output_dir", "data_dir", "json_text", "sha256_file", "write_json"]
 
 MARKER = "manifest.json"
 
@@ -53,6 +53,16 @@ def atomic_output_dir(out: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def data_dir() -> Path:
+    """Where reference data and converted models are cached: ``$SCD_DATA_DIR`` or
+    ``$XDG_CACHE_HOME/scd`` (default ``~/.cache/scd``)."""
+    env = os.environ.get("SCD_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "scd"
 
 
 def sha256_file(path: Path | str) -> str:

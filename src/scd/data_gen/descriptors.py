@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
+from scd.io import data_dir
 
 __all__ = [
     "Descriptor",
@@ -219,15 +220,6 @@ def load_stigma_descriptors() -> DescriptorSet:
     packaged = Path(str(files("scd.data_gen") / "data" / "stigma_conditions.yaml"))
     source = {"kind": "stigma", "path": packaged.name, "sha256": _sha256(packaged)}
     return DescriptorSet(kept, source, dropped)
-
-
-def data_dir() -> Path:
-    """Where reference data is looked up and cached: ``$SCD_DATA_DIR`` or ``~/.cache/scd``."""
-    env = os.environ.get("SCD_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "scd"
 
 
 def _fetch(version: str, file: str) -> Path:

@@ -33,8 +33,12 @@ def start_run(
 ) -> tuple[Any, Formatter]:
     """Load tokenizer and engine, then create ``out`` and pin ``run.json``.
 
-    Only a run whose model loaded leaves files behind.
+    ``model`` may be a directory, a Hub id or a GGUF file (converted once, see
+    :mod:`scd.models`). Only a run whose model loaded leaves files behind.
     """
+    from scd.models import resolve_model
+
+    model = resolve_model(model)
     tokenizer = load_tokenizer(model, adapter)
     fmt = Formatter(tokenizer, system_prompt)
     engine = make_engine(backend, model, adapter=adapter, tokenizer=tokenizer, **engine_options)

@@ -63,7 +63,12 @@ class _Run:
 
     # -- inputs --------------------------------------------------------------------------------
     def build_model(self) -> None:
+        """Resolve the model to a loadable name: a GGUF file is converted once (cached by its
+        sha256), ``toy`` builds the planted-bias model once (cached by its spec)."""
         if self.recipe.model != "toy":
+            from scd.models import resolve_model
+
+            self.model = resolve_model(self.recipe.model, key="model", say=self.say)
             return
         from scd.eval.toy_model import build_toy_model
 
@@ -305,12 +310,12 @@ def validate_inputs(recipe: Recipe) -> None:
     for key, value in paths.items():
         if value and not (Path(value) / "prompts.parquet").is_file():
             raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
-    remote = {"model": recipe.model if recipe.model != "toy" else None}
-    if ev.bbq.enabled:
-        remote["eval.bbq.data"] = ev.bbq.data
-    for key, value in remote.items():
-        if value and not Path(value).exists() and not _looks_like_hub_id(value):
-            raise InputError(f"{key}: {value} is neither an existing path nor a Hub id")
+    if recipe.model != "toy":
+        from scd.models import check_model_spec
+
+        check_model_spec(recipe.model, key="model")
+    if ev.bbq.enabled and not Path(ev.bbq.data).exists() and not _looks_like_hub_id(ev.bbq.data):
+        raise InputError(f"eval.bbq.data: {ev.bbq.data} is neither an existing path nor a Hub id")
 
 
 def run_recipe(

@@ -27,9 +27,18 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
     if not config_path.is_file():
         raise InputError(f"--adapter {adapter}: no adapter_config.json (a PEFT adapter dir)")
     config = json.loads(config_path.read_text())
-    base = base or config.get("base_model_name_or_path")
-    if not base:
-        raise InputError(f"{config_path}: no base_model_name_or_path; pass --base")
+    from scd.models import resolve_model
+
+    if base:
+        base = resolve_model(base, key="--base")  # a GGUF file is converted once
+    else:
+        recorded = config.get("base_model_name_or_path")
+        if not recorded:
+            raise InputError(f"{config_path}: no base_model_name_or_path; pass --base")
+        try:
+            base = resolve_model(recorded, key="base_model_name_or_path")
+        except InputError as err:
+            raise InputError(f"{config_path}: {err}; pass --base") from None
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     try:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=False)

@@ -129,7 +129,10 @@ def evaluate_stigma(
     rows = read_stigma_table(prompts, TABLE[probe])
     words = mlm.load_lexicon(lexicon) if probe == "mlm" else None
     mlm_summary = sentiment.read_mlm_run(mlm_run) if mlm_run and probe == "sentiment" else None
-    kind = model_kind(model)
+    from scd.models import resolve_model
+
+    loadable = resolve_model(model)  # a GGUF file is converted once (cached)
+    kind = model_kind(loadable)
     _check(probe, kind, backend, model)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -157,7 +160,9 @@ def evaluate_stigma(
         options = {"batch_size": batch_size, "dtype": dtype, **engine_options}
         if device:
             options["device"] = device
-        score = _scorer(probe, kind, model, adapter, backend, system_prompt, out, config, options)
+        score = _scorer(
+            probe, kind, loadable, adapter, backend, system_prompt, out, config, options
+        )
         _loop(score, rows, log, probe, progress, words=words, negative_label=negative_label)
     records = log.read()
     summary = _summarize(probe, kind, records, seed)

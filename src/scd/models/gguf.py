@@ -1,0 +1,235 @@
+"""GGUF checkpoints as ordinary Hugging Face model directories, converted once and cached.
+
+A ``.gguf`` file (llama.cpp's format: quantized weights, the tokenizer and usually the chat
+template in one file) is dequantized by transformers (``from_pretrained(..., gguf_file=...)``,
+needs the ``gguf`` package) and saved as a plain directory -- float32 safetensors, tokenizer, chat
+template, generation config -- so that the hf engine, PEFT, TRL and vLLM all see an ordinary
+model. The directory is keyed by the file's sha256::
+
+    $SCD_DATA_DIR/models/gguf/<file stem>-<sha256[:16]>/
+        config.json  model.safetensors  tokenizer.json  tokenizer_config.json  ...
+        manifest.json     source file, sha256, architecture, quantization types, timings
+
+A transformers model loaded from GGUF refuses ``save_pretrained``; the conversion builds a plain
+model from its config, loads the dequantized state dict into it, checks that both give the same
+logits on a probe, and saves that. The file is checked before the slow part: a truncated or
+corrupt file, an architecture transformers cannot read or a quantization type ``gguf`` cannot
+dequantize is one :class:`~scd.errors.InputError` naming the file, and nothing is left in the
+cache (the directory is written beside its final place and renamed when complete).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from scd import __version__
+from scd.errors import InputError
+from scd.io import atomic_output_dir, data_dir, sha256_file, write_json
+
+__all__ = ["GGUFInfo", "convert_gguf", "gguf_cache_dir", "inspect_gguf"]
+
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+class GGUFInfo(dict):
+    """What :func:`inspect_gguf` read from a file's header (a plain dict, JSON-serialisable)."""
+
+
+def gguf_cache_dir() -> Path:
+    """Where converted GGUF models live: ``$SCD_DATA_DIR/models/gguf``."""
+    return data_dir() / "models" / "gguf"
+
+
+def _field(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    try:
+        return field.contents()
+    except Exception:  # a malformed field reads as missing  # noqa: BLE001
+        return None
+
+
+def inspect_gguf(path: Path | str) -> GGUFInfo:
+    """Read a GGUF file's header and check that scd can convert it, without loading weights.
+
+    Raises:
+        InputError: not a GGUF file, truncated, an architecture transformers cannot read, or a
+            quantization type that ``gguf`` cannot dequantize.
+    """
+    path = Path(path)
+    try:
+        import gguf
+        import numpy as np
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:
+        raise InputError(
+            f"{path}: reading GGUF files needs the gguf package (pip install gguf)"
+        ) from None
+    try:
+        reader = gguf.GGUFReader(path)
+        size = path.stat().st_size
+        end = max((t.data_offset + int(t.n_bytes) for t in reader.tensors), default=0)
+    except (ValueError, IndexError, OSError, KeyError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(
+            f"{path}: not a complete GGUF file (truncated or corrupt: {first})"
+        ) from None
+    if not reader.tensors or end > size:
+        raise InputError(f"{path}: not a complete GGUF file (truncated: {size:,} of {end:,} bytes)")
+    arch = str(_field(reader, "general.architecture") or "")
+    if arch not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise InputError(
+            f"{path}: architecture {arch or '(none)'!r} cannot be read by transformers' GGUF "
+            f"loader (it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))})"
+        )
+    types = sorted({t.tensor_type.name for t in reader.tensors})
+    for name in types:
+        qtype = gguf.GGMLQuantizationType[name]
+        block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+        try:
+            gguf.dequantize(np.zeros((1, nbytes), dtype=np.uint8), qtype)
+        except NotImplementedError:
+            raise InputError(
+                f"{path}: quantization type {name} cannot be dequantized by the gguf package "
+                "(re-export the model as Q8_0, Q4_K_M, F16, ...)"
+            ) from None
+        except Exception:  # noqa: BLE001 -- a shape quirk of a supported type
+            pass
+    return GGUFInfo(
+        architecture=arch,
+        name=_field(reader, "general.name"),
+        tensor_types=types,
+        n_tensors=len(reader.tensors),
+        has_chat_template=reader.fields.get("tokenizer.chat_template") is not None,
+        file_bytes=size,
+    )
+
+
+def _sha256(path: Path, root: Path, remember: bool = False) -> str:
+    """The file's sha256, remembered per (absolute path, size, mtime) once a conversion of it
+    exists, so that a multi-GB file is hashed once."""
+    stat = path.stat()
+    index = root / "sha256-index.json"
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    try:
+        known = json.loads(index.read_text())
+    except (OSError, ValueError):
+        known = {}
+    digest = known.get(key) or sha256_file(path)
+    if remember and key not in known:
+        with contextlib.suppress(OSError):  # a read-only cache only costs the hash next time
+            write_json(index, {**known, key: digest})
+    return digest
+
+
+def _slug(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
+
+
+def _plain_copy(model: Any) -> Any:
+    """A plain transformers model with the GGUF model's config and (dequantized) weights."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = ""
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    tied = set(getattr(plain, "_tied_weights_keys", None) or {})
+    if unexpected or [k for k in missing if k not in tied and "lm_head" not in k]:
+        raise RuntimeError(
+            f"state dict mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    plain.tie_weights()
+    plain.generation_config = copy.deepcopy(model.generation_config)
+    return plain.eval()
+
+
+def _max_logit_diff(a: Any, b: Any, tokenizer: Any) -> float:
+    import torch
+
+    ids = tokenizer(PROBE_TEXT, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        return float((a(input_ids=ids).logits - b(input_ids=ids).logits).abs().max())
+
+
+def convert_gguf(
+    path: Path | str, *, say: Callable[[str], None] = print, cache: Path | None = None
+) -> Path:
+    """Return the cached plain Hugging Face directory of a GGUF file, converting it once.
+
+    Args:
+        path: a local ``.gguf`` file.
+        say: where the one-line progress messages go (transformers shows a bar per tensor).
+        cache: the cache root (default :func:`gguf_cache_dir`).
+
+    Raises:
+        InputError: see :func:`inspect_gguf`; or the conversion itself failed.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise InputError(f"{path}: no such GGUF file")
+    root = cache or gguf_cache_dir()
+    sha = _sha256(path, root)
+    out = root / f"{_slug(path.stem)}-{sha[:16]}"
+    if (out / "manifest.json").is_file():
+        _sha256(path, root, remember=True)
+        return out.resolve()
+    info = inspect_gguf(path)
+    types = "/".join(info["tensor_types"])
+    say(f"converting {path.name} ({info['architecture']}, {types}) -> {out} (once; cached)")
+    started = time.perf_counter()
+    try:
+        with atomic_output_dir(out) as tmp:
+            manifest = _convert(path, tmp, info, sha)
+            manifest["convert_seconds"] = round(time.perf_counter() - started, 1)
+            write_json(tmp / "manifest.json", manifest)
+    except InputError:
+        raise
+    except Exception as err:  # transformers' GGUF loader raises many types  # noqa: BLE001
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise InputError(f"{path}: cannot convert this GGUF file ({first})") from None
+    _sha256(path, root, remember=True)
+    say(f"converted {path.name} in {time.perf_counter() - started:.0f} s")
+    return out.resolve()
+
+
+def _convert(path: Path, tmp: Path, info: GGUFInfo, sha: str) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(path.parent), gguf_file=path.name, trust_remote_code=False
+    )
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
+    ).eval()
+    plain = _plain_copy(gguf_model)
+    diff = _max_logit_diff(gguf_model, plain, tokenizer)
+    if diff > 1e-4:
+        raise RuntimeError(f"the plain copy's logits differ from the GGUF model's by {diff:.2e}")
+    del gguf_model
+    plain.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    return {
+        "kind": "gguf_conversion",
+        "scd_version": __version__,
+        "source": str(path.resolve()),
+        "source_sha256": sha,
+        **info,
+        "model_type": plain.config.model_type,
+        "n_parameters": sum(p.numel() for p in plain.parameters()),
+        "saved_dtype": "float32",
+        "probe_max_abs_logit_diff": diff,
+    }

@@ -1,0 +1,98 @@
+"""What a ``model`` argument names, and the local directory transformers should load.
+
+Every command that takes a model (``scd eval``, ``train``, ``run``, ``merge``) accepts:
+
+- a local model directory (``config.json`` + weights) -- used as its absolute path, so that an
+  adapter records a base that resolves from any working directory;
+- a local ``.gguf`` file -- converted once into a cached plain directory (:mod:`scd.models.gguf`);
+- a Hub GGUF file ``owner/repo/file.gguf`` -- downloaded with ``huggingface_hub``, then converted;
+- a Hub id ``owner/name`` -- passed on unchanged (transformers downloads and caches it).
+
+A spec that looks local and does not exist (``./m``, ``/m``, ``~/m``, a path whose first part is
+an existing directory such as ``outputs/toy-modle``) fails at once with "no such directory",
+rather than being sent to the Hub as an id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from scd.errors import InputError
+
+__all__ = ["check_model_spec", "is_gguf", "resolve_model"]
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def is_gguf(spec: str) -> bool:
+    """Whether ``spec`` names a GGUF file (by its extension)."""
+    return spec.lower().endswith(".gguf")
+
+
+def _looks_local(spec: str) -> bool:
+    if (
+        spec.startswith(("/", ".", "~"))
+        or "\\" in spec
+        or spec.count("/") > (2 if is_gguf(spec) else 1)
+        or (is_gguf(spec) and spec.count("/") != 2)  # a Hub GGUF is owner/repo/file.gguf
+    ):
+        return True
+    first = spec.split("/", 1)[0]
+    return "/" in spec and Path(first).is_dir()
+
+
+def check_model_spec(spec: str, key: str = "--model") -> str:
+    """Classify ``spec`` without loading anything: ``dir``, ``gguf``, ``hub_gguf`` or ``hub``.
+
+    Raises:
+        InputError: a local-looking path that does not exist, a file that is not a GGUF file, or
+            something that is neither a path nor a Hub id.
+    """
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return "dir"
+    if path.is_file():
+        if is_gguf(spec):
+            return "gguf"
+        raise InputError(f"{key} {spec}: a file, but not a .gguf file (expected a model "
+                         "directory, a .gguf file or a Hub id)")  # fmt: skip
+    if _looks_local(spec):
+        kind = "file" if is_gguf(spec) else "directory"
+        raise InputError(f"{key} {spec}: no such {kind}")
+    if is_gguf(spec) and spec.count("/") == 2:
+        return "hub_gguf"
+    if _HUB_ID.fullmatch(spec) and not is_gguf(spec):
+        return "hub"
+    raise InputError(f"{key} {spec}: neither an existing path nor a Hub id (owner/name)")
+
+
+def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = print) -> str:
+    """The name transformers should load for ``spec``: an absolute directory or a Hub id.
+
+    GGUF files are converted on first use (see :func:`scd.models.gguf.convert_gguf`).
+
+    Raises:
+        InputError: see :func:`check_model_spec` and :func:`scd.models.gguf.inspect_gguf`.
+    """
+    kind = check_model_spec(spec, key)
+    if kind == "dir":
+        return str(Path(spec).expanduser().resolve())
+    if kind == "hub":
+        return spec
+    from scd.models.gguf import convert_gguf
+
+    if kind == "hub_gguf":
+        from huggingface_hub import hf_hub_download
+
+        repo, filename = spec.rsplit("/", 1)
+        try:
+            local = hf_hub_download(repo, filename)
+        except Exception as err:  # network, auth, missing file  # noqa: BLE001
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise InputError(
+                f"{key} {spec}: cannot download {filename} from {repo} ({first})"
+            ) from None
+        return str(convert_gguf(local, say=say))
+    return str(convert_gguf(spec, say=say))
