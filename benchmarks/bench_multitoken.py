@@ -1,0 +1,94 @@
+"""Benchmark: multi-token option scoring with a shared prompt prefix vs one sequence per option.
+
+Real tokenizers split "Likely"/"Unlikely", "Mostly"/"Rarely" and every BBQ answer into several
+tokens, so most requests take the multi-token path. Same model, same requests, side by side:
+
+- scd:      the hf engine's shared prefix -- the prompt runs once into a KV cache repeated per
+            option, each option row feeds [last prompt token] + option[:-1]
+- baseline: each prompt + option as its own sequence (the engine's previous path, kept as
+            ``HFEngine._score_full``), length-sorted batches of the same size
+
+    python benchmarks/bench_multitoken.py --model PATH_OR_GGUF [--prompts 256] [--bbq DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _timed(fn, reqs, batch):
+    start = time.perf_counter()
+    out = []
+    for i in range(0, len(reqs), batch):
+        out += fn(reqs[i : i + batch])
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="model dir, Hub id or .gguf")
+    parser.add_argument("--prompts", type=int, default=256, help="contact prompts (multi-token)")
+    parser.add_argument("--bbq", type=Path, default=REPO.parent / "shared/data/bbq/data")
+    parser.add_argument("--bbq-items", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+
+    import tempfile
+
+    from scd.data_gen.contact import write_prompts
+    from scd.data_gen.descriptors import load_holistic_bias
+    from scd.eval.bbq_data import load_bbq, prompt_text, stratified_subset
+    from scd.eval.bias import load_work
+    from scd.eval.engines import ChoiceRequest
+    from scd.eval.engines.hf import HFEngine
+    from scd.eval.formatting import Formatter, load_tokenizer
+    from scd.models import resolve_model
+
+    model = resolve_model(args.model)
+    tok = load_tokenizer(model)
+    fmt = Formatter(tok)
+    engine = HFEngine(model, tokenizer=tok, batch_size=args.batch_size, padding_side="left")
+    tmp = Path(tempfile.mkdtemp())
+    hb = REPO.parent / "shared/data/holistic_bias/v1.0/descriptors.json"
+    write_prompts(tmp / "p", load_holistic_bias(hb))
+    work = [w for w in load_work(tmp / "p", args.prompts * 3, seed=0) if not w["baseline"]]
+    sets = {
+        "contact prompts (likelihood, frequency)": [
+            (f"{w['prompt']} {w['instruction']}", w["options"])
+            for w in work if w["scale"] != "certainty"
+        ][: args.prompts],
+        "BBQ items (3 answers)": [
+            (prompt_text(r), [r["ans0"], r["ans1"], r["ans2"]])
+            for r in stratified_subset(load_bbq(args.bbq), args.bbq_items, 0)
+        ],
+    }  # fmt: skip
+    print(f"model {args.model} ({model}), torch threads {torch.get_num_threads()}, "
+          f"batch {args.batch_size}")  # fmt: skip
+    for name, items in sets.items():
+        reqs = [ChoiceRequest(tuple(fmt.encode([u])[0]), fmt.option_ids(o)) for u, o in items]
+        reqs.sort(key=lambda r: -len(r.prompt_ids))
+        tokens = sum(len(r.prompt_ids) for r in reqs) / len(reqs)
+        best = {}
+        for label, fn in (("scd", engine._score_shared_prefix), ("baseline", engine._score_full)):
+            runs = [_timed(fn, reqs, args.batch_size) for _ in range(2)]
+            best[label] = min(runs, key=lambda r: r[1])
+        diff = max(abs(a - b) for x, y in zip(best["scd"][0], best["baseline"][0])
+                   for a, b in zip(x, y))  # fmt: skip
+        rate = {k: len(reqs) / v[1] for k, v in best.items()}
+        print(f"{name}: {len(reqs)} requests, mean prompt {tokens:.0f} tokens")
+        print(f"  baseline (one sequence per option): {best['baseline'][1]:.2f} s = "
+              f"{rate['baseline']:.1f} requests/s")  # fmt: skip
+        print(f"  scd (shared prefix):                {best['scd'][1]:.2f} s = "
+              f"{rate['scd']:.1f} requests/s")  # fmt: skip
+        print(f"  speed-up {rate['scd'] / rate['baseline']:.2f}x; max |score difference| "
+              f"{diff:.1e}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
