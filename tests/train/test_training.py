@@ -243,3 +243,16 @@ def test_resume_skips_a_checkpoint_killed_while_being_written(tmp_path: Path) ->
         (tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
     (tmp_path / "checkpoints" / "checkpoint-20").mkdir()  # killed before its trainer state
     assert _last_checkpoint(tmp_path) == str(tmp_path / "checkpoints" / "checkpoint-10")
+
+
+def test_training_log_lines_are_readable():
+    from types import SimpleNamespace
+
+    from scd.train.trainer import _log_line
+
+    state = SimpleNamespace(global_step=10, max_steps=50)
+    line = _log_line(state, {"loss": 0.47391, "learning_rate": 3e-4, "grad_norm": 0.5587,
+                             "entropy": 0.88, "num_tokens": 6615.0})  # fmt: skip
+    assert line == "step 10/50  loss 0.4739  lr 3.0e-04  grad norm 0.5587"
+    done = _log_line(state, {"train_runtime": 78.1, "train_loss": 0.8874, "epoch": 0.4})
+    assert done == "trained 10 steps in 78 s, mean loss 0.8874"

@@ -227,6 +227,8 @@ def read_prompts(directory: Path | str) -> pa.Table:
     from scd.errors import InputError
 
     path = Path(directory) / "prompts.parquet"
+    if not Path(directory).is_dir():
+        raise InputError(f"--prompts {directory}: no such directory")
     if not path.is_file():
         raise InputError(f"--prompts {directory}: no prompts.parquet (run `scd generate contact`)")
     try:

@@ -282,6 +282,9 @@ def resolve_descriptors(
         return result
     path = Path(spec)
     if not path.is_file():
+        if path.suffix or "/" in spec or path.exists():
+            kind = "a directory, not a file" if path.is_dir() else "no such file"
+            raise InputError(f"--descriptors {spec}: {kind} (a descriptors.json is expected)")
         raise InputError(
             f"--descriptors {spec}: expected holistic_bias, stigma, toy or a descriptors.json file"
         )

@@ -162,9 +162,23 @@ def _table_data(summaries: dict[str, dict]) -> dict[str, Any]:
                 "accuracy": dict(zip(columns, (acc(b) for b in blocks))),
                 "s_dis": dict(zip(columns, (b and b["s_dis"] for b in blocks))),
                 "s_amb": dict(zip(columns, (b and b["s_amb"] for b in blocks))),
+                "n": dict(
+                    zip(columns, (b["accuracy"]["n"] if b and b["accuracy"] else 0 for b in blocks))
+                ),  # fmt: skip
+                "details": {c: _detail(b) for c, b in zip(columns, blocks) if b},
             }
         )
-    return {"columns": columns, "categories": ["All", *cats], "rows": rows}
+    missing = [c for c in CATEGORIES if c not in present]
+    return {"columns": columns, "categories": ["All", *cats], "missing": missing, "rows": rows}
+
+
+def _detail(block: dict[str, Any]) -> dict[str, Any]:
+    """n, accuracy with its 95% CI overall / ambiguous / disambiguated, and the bias scores."""
+    out: dict[str, Any] = {"s_dis": block["s_dis"], "s_amb": block["s_amb"]}
+    for key in ("accuracy", "accuracy_ambiguous", "accuracy_disambiguated"):
+        a = block.get(key)
+        out[key] = None if not a else {"n": a["n"], "value": a["accuracy"], "ci95": a["ci95"]}
+    return out
 
 
 def table15_data(result_dirs: dict[str, Path | str]) -> dict[str, Any]:
@@ -176,15 +190,41 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
-def _markdown(data: dict[str, Any]) -> str:
+def _ci(a: dict[str, Any] | None) -> str:
+    if not a:
+        return "–"
+    return f"{a['value']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}] (n={a['n']:,})"
+
+
+def _coverage(data: dict[str, Any]) -> str:
+    shown = len(data["categories"]) - 1
+    text = f"Categories: {shown} of BBQ's {len(CATEGORIES)}"
+    if data.get("missing"):
+        text += f" (not in the data: {', '.join(data['missing'])})"
+    sizes = sorted({r["n"]["All"] for r in data["rows"]})
+    items = " / ".join(f"{n:,}" for n in sizes)
+    return f"{text}; {items} items per model (`n` per cell in the detail tables below)."
+
+
+def _markdown(data: dict[str, Any], details: bool = True) -> str:
     cols = data["columns"]
     head = lambda first: [f"| {first} | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]  # noqa: E731
-    lines = ["## BBQ accuracy (Table 15)", "", *head("Model")]
+    lines = ["## BBQ accuracy (Table 15)", "", _coverage(data), "", *head("Model")]
     lines += [f"| {r['name']} | " + " | ".join(_fmt(r["accuracy"][c]) for c in cols) + " |"
               for r in data["rows"]]  # fmt: skip
     lines += ["", "## BBQ bias scores (s_DIS / s_AMB)", "", *head("Model")]
     lines += [f"| {r['name']} | " + " | ".join(f"{_fmt(r['s_dis'][c])} / {_fmt(r['s_amb'][c])}"
               for c in cols) + " |" for r in data["rows"]]  # fmt: skip
+    lines += ["", "– : no items in that cell, or (bias scores) no prediction other than the "
+              "unknown answer to count."]  # fmt: skip
+    for r in data["rows"] if details else []:
+        lines += ["", f"### {r['name']}: accuracy [95% Wilson CI] and bias scores", "",
+                  "| Category | Accuracy | Ambiguous | Disambiguated | s_DIS | s_AMB |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for c, d in r["details"].items():
+            lines.append(f"| {c} | {_ci(d['accuracy'])} | {_ci(d['accuracy_ambiguous'])} | "
+                         f"{_ci(d['accuracy_disambiguated'])} | {_fmt(d['s_dis'])} | "
+                         f"{_fmt(d['s_amb'])} |")  # fmt: skip
     return "\n".join(lines + ["", AGGREGATION_NOTE, ""])
 
 
@@ -240,6 +280,7 @@ def evaluate_bbq(
             backend=backend,
             system_prompt=system_prompt,
             engine_options=engine_options,
+            progress=progress,
         )
         _run(engine, fmt, work, log, progress)
     records = log.read()

@@ -185,6 +185,7 @@ def evaluate_bias(
             backend=backend,
             system_prompt=system_prompt,
             engine_options=engine_options,
+            progress=progress,
         )
         _run(engine, fmt, work, log, mode, max_new_tokens, progress)
     summary = summarize(log.read(), denominator=denominator)

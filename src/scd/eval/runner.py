@@ -4,6 +4,7 @@ the result files atomically."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ def start_run(
     backend: str,
     system_prompt: str | None,
     engine_options: dict[str, Any],
+    progress: bool = True,
 ) -> tuple[Any, Formatter]:
     """Load tokenizer and engine, then create ``out`` and pin ``run.json``.
 
@@ -39,6 +41,9 @@ def start_run(
     from scd.models import resolve_model
 
     model = resolve_model(model)
+    if progress:
+        extra = f" + adapter {adapter}" if adapter else ""
+        print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
     tokenizer = load_tokenizer(model, adapter)
     fmt = Formatter(tokenizer, system_prompt)
     engine = make_engine(backend, model, adapter=adapter, tokenizer=tokenizer, **engine_options)

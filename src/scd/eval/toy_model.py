@@ -118,7 +118,7 @@ def _encode(tokenizer: Any, messages: list[str], answers: list[str]) -> tuple[to
 
 
 def _train(
-    model: Any, data: tuple[torch.Tensor, ...], seed: int, max_steps: int
+    model: Any, data: tuple[torch.Tensor, ...], seed: int, max_steps: int, progress: bool = False
 ) -> tuple[int, list[float], float]:
     """AdamW on the answer token and ``</s>``, until the planted rule is learned or ``max_steps``.
 
@@ -127,7 +127,25 @@ def _train(
     Returns:
         Steps taken, the last losses (up to :data:`CHECK_EVERY`), accuracy over all rows.
     """
+    from tqdm.auto import tqdm
+
     ids, pos, pair = data
+    bar = tqdm(total=max_steps, desc="toy model", unit="step", disable=not progress, leave=False)
+    try:
+        return _steps(model, ids, pos, pair, seed, max_steps, bar)
+    finally:
+        bar.close()
+
+
+def _steps(
+    model: Any,
+    ids: torch.Tensor,
+    pos: torch.Tensor,
+    pair: torch.Tensor,
+    seed: int,
+    max_steps: int,
+    bar: Any,
+) -> tuple[int, list[float], float]:
     gen = torch.Generator().manual_seed(seed)
     sample = torch.randperm(len(ids), generator=gen)[:CHECK_SAMPLE]
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
@@ -144,10 +162,12 @@ def _train(
         loss.backward()
         opt.step()
         step += 1
+        bar.update()
         losses = [*losses[1 - CHECK_EVERY :], loss.item()]
         if step % CHECK_EVERY == 0:
             acc = _accuracy(model, ids[sample], pos[sample], pair[sample])
             log.info("toy model: step %d, loss %.4f, sample accuracy %.4f", step, losses[-1], acc)
+            bar.set_postfix_str(f"loss {losses[-1]:.3f}, accuracy {acc:.3f}")
             if acc >= TARGET_ACCURACY:
                 acc = _accuracy(model, ids, pos, pair)
                 if acc >= TARGET_ACCURACY:
@@ -161,6 +181,7 @@ def build_toy_model(
     seed: int = 0,
     descriptors_path: Path | None = None,
     steps: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train and save a tiny Llama causal LM + tokenizer whose answers carry a planted bias.
 
@@ -176,6 +197,7 @@ def build_toy_model(
         seed: seeds the weights, the batch order and the sample; same seed, same weights.
         descriptors_path: a HolisticBias-format descriptors file (default: the packaged toy one).
         steps: maximum number of optimizer steps (default :data:`DEFAULT_MAX_STEPS`).
+        progress: show a progress bar (steps, loss, sample accuracy) on stderr.
 
     Returns:
         The info dict, also written as ``out/toy_model.json`` and ``out/manifest.json``:
@@ -217,7 +239,7 @@ def build_toy_model(
     model = LlamaForCausalLM(config).train()
     max_steps = DEFAULT_MAX_STEPS if steps is None else steps
     t_train = time.perf_counter()
-    step, losses, accuracy = _train(model, (ids, pos, pair), seed, max_steps)
+    step, losses, accuracy = _train(model, (ids, pos, pair), seed, max_steps, progress)
     train_seconds = time.perf_counter() - t_train
     if accuracy < TARGET_ACCURACY:
         log.warning("toy model: training accuracy %.4f after %d steps", accuracy, step)

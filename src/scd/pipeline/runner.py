@@ -52,14 +52,29 @@ class _Run:
         ev = recipe.eval
         self.engine = {"batch_size": ev.batch_size, "dtype": ev.dtype}
 
-    def stage(self, name: str, outputs: list[Path], work: Callable[[], Any], **info: Any) -> None:
+    def stage(
+        self,
+        name: str,
+        outputs: list[Path],
+        work: Callable[[], Any],
+        cached: bool = False,
+        **info: Any,
+    ) -> None:
+        """Run ``work`` unless the stage finished in this run directory; print its name and,
+        when done, its time. A ``cached`` stage (its outputs live in the shared cache) whose
+        outputs exist is taken from the cache, not run again (and the cache is not rewritten)."""
         if self.state.done(name):
+            return
+        started = time.perf_counter()
+        if cached and all(p.exists() for p in outputs):
+            self.say(f"  {name}: cached ({outputs[0].parent})")
+            self.state.finish(name, outputs, started, cached=True, **info)
             return
         self.say(f"  {name} ...")
         self.ran += 1
-        started = time.perf_counter()
         work()
         self.state.finish(name, outputs, started, **info)
+        self.say(f"  {name}: done in {_duration(time.perf_counter() - started)}")
 
     # -- inputs --------------------------------------------------------------------------------
     def build_model(self) -> None:
@@ -76,11 +91,17 @@ class _Run:
         key = cache_key(kind="toy_model", bias_axes=spec.bias_axes, seed=spec.seed)
         path = self.cache / "toy-model" / key
         self.model = str(path)
-        if not (path / "manifest.json").is_file():
-            axes = ", ".join(spec.bias_axes) or "no axis"
-            self.say(f"  toy model (planted bias: {axes}) -> {path} ...")
-            self.ran += 1
-            build_toy_model(path, bias_axes=tuple(spec.bias_axes), seed=spec.seed)
+        if (path / "manifest.json").is_file():
+            self.say(f"  toy model: cached ({path})")
+            return
+        axes = ", ".join(spec.bias_axes) or "no axis"
+        self.say(f"  toy model (planted bias: {axes}) -> {path} ...")
+        self.ran += 1
+        started = time.perf_counter()
+        build_toy_model(
+            path, bias_axes=tuple(spec.bias_axes), seed=spec.seed, progress=self.progress
+        )
+        self.say(f"  toy model: built in {_duration(time.perf_counter() - started)}")
 
     def generate(self) -> None:
         from scd.data_gen.contact import write_prompts
@@ -144,6 +165,7 @@ class _Run:
                 f"base/{name}",
                 [out / "summary.json"],
                 lambda o=out, p=prompts, k=opts: self._bias(p, None, k)(o),
+                cached=True,
             )
             done[name] = str(out)
         return done
@@ -174,7 +196,8 @@ class _Run:
                 out = self.cache / "base" / f"{name}-{key}"
             else:
                 out = where / name
-            self.stage(f"{prefix}/{name}", [out / "summary.json"], lambda r=run, o=out: r(o))
+            self.stage(f"{prefix}/{name}", [out / "summary.json"], lambda r=run, o=out: r(o),
+                       cached=adapter is None)  # fmt: skip
             done[name] = str(out)
         return done
 
@@ -287,6 +310,10 @@ class _Run:
         return {"sft": str(sft), "adapter": str(adapter), "evals": results}
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
+
+
 def _looks_like_hub_id(text: str) -> bool:
     parts = text.split("/")
     return (
@@ -367,5 +394,6 @@ def run_recipe(
     if run.ran == 0:
         say(f"all stages finished earlier; nothing to do: {report}")
     else:
-        say(f"done in {time.perf_counter() - started:.0f} s: {run_dir / 'report.md'}, {report}")
+        took = _duration(time.perf_counter() - started)
+        say(f"done in {took}: {run_dir / 'report.md'}, {report}")
     return report

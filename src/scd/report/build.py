@@ -178,17 +178,15 @@ def _bbq_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> list
     )
     data = table15_data(dirs)
     md = table15(dirs)
-    rows = [
-        {
-            "model": r["name"],
-            "category": c,
-            "accuracy": r["accuracy"][c],
-            "s_dis": r["s_dis"][c],
-            "s_amb": r["s_amb"][c],
-        }
-        for r in data["rows"]
-        for c in data["columns"]
-    ]
+    rows = []
+    for r in data["rows"]:
+        for c in data["columns"]:
+            acc = (r["details"].get(c) or {}).get("accuracy") or {}
+            ci = acc.get("ci95") or [None, None]
+            rows.append({"model": r["name"], "category": c, "n": r["n"][c],
+                         "accuracy": r["accuracy"][c], "accuracy_ci_low": ci[0],
+                         "accuracy_ci_high": ci[1], "s_dis": r["s_dis"][c],
+                         "s_amb": r["s_amb"][c]})  # fmt: skip
     _save(tables, "table15", pd.DataFrame(rows), md)
     bars = []
     for name, d in dirs.items():

@@ -206,6 +206,36 @@ def check_trained_tokens(
     return checked
 
 
+def _log_line(state: Any, logs: dict[str, Any]) -> str:
+    """One readable line for a training log entry ("step 10/50  loss 0.4739  lr 3.0e-04 ...")."""
+    if "train_runtime" in logs:
+        loss = logs.get("train_loss")
+        mean = f", mean loss {float(loss):.4f}" if loss is not None else ""
+        return f"trained {state.global_step} steps in {float(logs['train_runtime']):.0f} s{mean}"
+    head = "eval" if any(k.startswith("eval_") for k in logs) else "step"
+    parts = [f"{head} {state.global_step}/{state.max_steps}"]
+    names = {"loss": "loss", "eval_loss": "loss", "learning_rate": "lr",
+             "grad_norm": "grad norm", "mean_token_accuracy": "token acc",
+             "eval_mean_token_accuracy": "token acc"}  # fmt: skip
+    for key, name in names.items():
+        if key in logs:
+            value = float(logs[key])
+            parts.append(f"{name} {value:.1e}" if key == "learning_rate" else f"{name} {value:.4f}")
+    return "  ".join(parts)
+
+
+def _quiet_progress() -> Any:
+    """transformers' progress bar, writing :func:`_log_line` instead of the raw log dict."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class LogLines(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            if state.is_world_process_zero and self.training_bar is not None and logs:
+                self.training_bar.write(_log_line(state, logs))
+
+    return LogLines
+
+
 def _device_index() -> int:
     from accelerate import PartialState
 
@@ -242,11 +272,14 @@ def build_trainer(
     cuda: bool,
     report_to: str = "none",
     progress: bool = True,
+    verbose: bool = False,
 ) -> tuple[Any, int]:
     """TRL's SFTTrainer for a recipe, its SFT data and a loadable model; nothing trained yet.
 
     The rows go to TRL as the evaluator formats them (:func:`_training_rows`), and TRL's
     tokenized dataset is checked against the evaluator's tokens (:func:`check_trained_tokens`).
+    ``progress``: a progress bar with one line per logging step (``verbose``: the libraries' own
+    output -- dataset bars, warnings, raw log dicts); without it, nothing is printed.
 
     Returns:
         The trainer, and how many rows the token check covered (0 with packing).
@@ -257,6 +290,12 @@ def build_trainer(
 
     from scd.eval.formatting import Formatter
 
+    if not verbose:
+        import datasets
+        from transformers.utils import logging as hf_logging
+
+        datasets.disable_progress_bars()
+        hf_logging.set_verbosity_error()
     files = {"train": str(sft_dir / "train.parquet"), "eval": str(sft_dir / "eval.parquet")}
     data = load_dataset("parquet", data_files=files)
     try:
@@ -279,15 +318,28 @@ def build_trainer(
     checked = 0
     if not recipe.train.packing:  # packed rows no longer line up with the SFT rows
         checked = check_trained_tokens(trainer.train_dataset, check_rows, formatter)
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    if not progress:
+        trainer.remove_callback(PrinterCallback)  # it prints every log dict without the bar
+    elif not verbose:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(_quiet_progress())
     return trainer, checked
 
 
 def train(
-    recipe: Recipe, *, resume: bool = False, use_wandb: bool = True, progress: bool = True
+    recipe: Recipe,
+    *,
+    resume: bool = False,
+    use_wandb: bool = True,
+    progress: bool = True,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """Run one recipe; return the training manifest (also written to the output dir).
 
-    ``progress=False`` drops the progress bar and its printed log lines (W&B still gets them).
+    ``progress=False`` drops the progress bar and its log lines (W&B still gets them);
+    ``verbose=True`` shows the libraries' own output (see :func:`build_trainer`).
     """
     from accelerate import PartialState
 
@@ -322,13 +374,9 @@ def train(
                         directory=out / "wandb")  # fmt: skip
     trainer, checked = build_trainer(
         recipe, model_path, sft_dir, out, cuda=cuda, report_to="wandb" if enabled else "none",
-        progress=progress,
+        progress=progress, verbose=verbose,
     )  # fmt: skip
     tokenizer = trainer.processing_class
-    if not progress:
-        from transformers.trainer_callback import PrinterCallback
-
-        trainer.remove_callback(PrinterCallback)  # it prints every log dict without the bar
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint if resume else None)
     seconds = time.perf_counter() - start

@@ -161,7 +161,7 @@ def evaluate_stigma(
         if device:
             options["device"] = device
         score = _scorer(
-            probe, kind, loadable, adapter, backend, system_prompt, out, config, options
+            probe, kind, loadable, adapter, backend, system_prompt, out, config, options, progress
         )
         _loop(score, rows, log, probe, progress, words=words, negative_label=negative_label)
     records = log.read()
@@ -177,7 +177,9 @@ def _lexicon_sha(lexicon: Path | str | None) -> str:
     return sha256_file(Path(lexicon) if lexicon else mlm._default_lexicon())
 
 
-def _scorer(probe, kind, model, adapter, backend, system_prompt, out, config, options) -> Any:
+def _scorer(
+    probe, kind, model, adapter, backend, system_prompt, out, config, options, progress=True
+) -> Any:
     """Load the model; return ``(kind of scorer, objects)`` once ``out`` is pinned."""
     if kind == "causal":
         engine, fmt = start_run(
@@ -188,6 +190,7 @@ def _scorer(probe, kind, model, adapter, backend, system_prompt, out, config, op
             backend=backend,
             system_prompt=system_prompt,
             engine_options=options,
+            progress=progress,
         )
         return ("causal", engine, fmt)
     import torch
