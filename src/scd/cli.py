@@ -28,6 +28,37 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DTYPE_HELP = "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU"
 
 
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a number in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected 0 <= f < 1, got {value}")
+    return value
+
+
+def _device(text: str) -> str:
+    """argparse type: a device torch knows by name and this machine has."""
+    import re
+
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {text!r}")
+    return text
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each option's default, except the uninformative None and False."""
 
@@ -102,7 +133,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     stigma = gsub.add_parser("stigma", help="Social Distance Scale, sentiment and AQ-27 prompts")
     stigma.add_argument(
         "--limit-conditions",
-        type=int,
+        type=_positive,
         help="first N conditions per group, N noun phrases per kind, N illnesses per type",
     )
     stigma.add_argument("--conditions", help="conditions YAML (default: packaged 93 + 29)")
@@ -123,13 +154,18 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         default="short",
         help="completion: the answer alone, or the answer and one neutral sentence",
     )
-    sft.add_argument("--max-train", type=int, default=10000, help="train rows per contact type")
-    sft.add_argument("--max-eval", type=int, default=5000, help="eval rows per contact type")
+    sft.add_argument(
+        "--max-train", type=_positive, default=10000, help="train rows per contact type"
+    )
+    sft.add_argument("--max-eval", type=_positive, default=5000, help="eval rows per contact type")
     sft.add_argument(
         "--general", help="general instruction data: local json/jsonl/parquet or Hub id"
     )
     sft.add_argument(
-        "--general-fraction", type=float, default=0.0, help="share of train rows (paper: 0.1)"
+        "--general-fraction",
+        type=_fraction,
+        default=0.0,
+        help="share of train rows (paper: 0.1)",
     )
     sft.add_argument("--seed", type=int, default=42, help="seed of the split and the sampling")
     sft.add_argument("--out", required=True, help="output directory")
@@ -147,7 +183,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         default="choice",
         help="choice: the most probable option; generate: greedy text parsed to an option",
     )
-    bias.add_argument("--max-new-tokens", type=int, default=8, help="generate mode")
+    bias.add_argument("--max-new-tokens", type=_positive, default=8, help="generate mode")
     bias.add_argument(
         "--denominator",
         choices=("all", "parsed"),
@@ -179,17 +215,21 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--prompts", required=True, help="directory from `scd generate stigma`")
     st.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
     st.add_argument("--backend", choices=("hf", "vllm"), default="hf", help=BACKEND_HELP)
-    st.add_argument("--top-k", type=int, default=50, help="mlm: predictions per prompt")
+    st.add_argument("--top-k", type=_positive, default=50, help="mlm: predictions per prompt")
     st.add_argument("--lexicon", help="mlm: word,attitude CSV (default: packaged likely/unlikely)")
     st.add_argument("--negative-label", help="sentiment: the classifier's negative label")
     st.add_argument("--mlm-run", help="sentiment: a finished mlm run dir; adds Pearson r")
     st.add_argument("--seed", type=int, default=0, help="seed of the bootstrap CIs")
     st.add_argument("--system-prompt", help="sds: system message put before every prompt")
-    st.add_argument("--batch-size", type=int, default=32, help="hf: prompts per forward")
+    st.add_argument("--batch-size", type=_positive, default=32, help="hf: prompts per forward")
     st.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
-    st.add_argument("--device", help="hf: cpu, cuda, cuda:1 (default: cuda if available)")
-    st.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model")
-    st.add_argument("--chunk-size", type=int, default=256, help="prompts per resumable chunk")
+    st.add_argument(
+        "--device", type=_device, help="hf: cpu, cuda, cuda:1 (default: cuda if available)"
+    )
+    st.add_argument(
+        "--tensor-parallel-size", type=_positive, default=1, help="vllm: GPUs per model"
+    )
+    st.add_argument("--chunk-size", type=_positive, default=256, help="prompts per resumable chunk")
     st.add_argument("--out", required=True, help="output directory (re-run to resume)")
 
 
@@ -198,15 +238,21 @@ def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = ""
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf", help=BACKEND_HELP)
     parser.add_argument(
-        "--limit", type=int, help=f"a stratified, seeded subset of ~N {subset or unit}"
+        "--limit", type=_positive, help=f"a stratified, seeded subset of ~N {subset or unit}"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     parser.add_argument("--system-prompt", help="system message put before every prompt")
-    parser.add_argument("--batch-size", type=int, default=32, help="hf: prompts per forward")
+    parser.add_argument("--batch-size", type=_positive, default=32, help="hf: prompts per forward")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
-    parser.add_argument("--device", help="hf: cpu, cuda, cuda:1 (default: cuda if available)")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model")
-    parser.add_argument("--chunk-size", type=int, default=512, help=f"{unit} per resumable chunk")
+    parser.add_argument(
+        "--device", type=_device, help="hf: cpu, cuda, cuda:1 (default: cuda if available)"
+    )
+    parser.add_argument(
+        "--tensor-parallel-size", type=_positive, default=1, help="vllm: GPUs per model"
+    )
+    parser.add_argument(
+        "--chunk-size", type=_positive, default=512, help=f"{unit} per resumable chunk"
+    )
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
 
 
@@ -230,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a recipe key, e.g. --set train.learning_rate=1e-4",
     )
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument(
+        "--outputs",
+        default="outputs",
+        help="without output_dir in the recipe: OUTPUTS/train/<run name>; model: toy is cached "
+        "in OUTPUTS/cache",
+    )
     train.add_argument("--no-wandb", action="store_true", help="no Weights & Biases logging")
     train.add_argument(
         "--verbose", action="store_true", help="the libraries' own output (dataset bars, logs)"

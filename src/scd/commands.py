@@ -63,6 +63,10 @@ def _generate_sft(args: argparse.Namespace) -> None:
         general_fraction=args.general_fraction,
         seed=args.seed,
     )
+    import sys
+
+    for warning in info["warnings"]:
+        print(f"scd: warning: {warning}", file=sys.stderr)
     c = info["counts"]
     print(
         f"setting {args.setting}: {c['train']:,} train / {c['eval']:,} eval SFT rows, "
@@ -224,10 +228,24 @@ def _toy_model(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
+    import dataclasses
+    from pathlib import Path
+
     from scd.train.recipe import load_recipe
     from scd.train.trainer import train
 
     recipe = load_recipe(args.recipe, args.set)
+    changes = {}
+    if recipe.output_dir is None:  # as scd run names its runs
+        name = recipe.run.name or Path(args.recipe).stem
+        changes["output_dir"] = str(Path(args.outputs) / "train" / name)
+        print(f"output_dir: {changes['output_dir']}")
+    if recipe.model == "toy":  # built once and cached, shared with scd run
+        from scd.pipeline.runner import ensure_toy_model
+
+        cache = Path(args.outputs) / "cache"
+        changes["model"] = str(ensure_toy_model(recipe.toy_model, cache, progress=True))
+    recipe = dataclasses.replace(recipe, **changes)
     info = train(recipe, resume=args.resume, use_wandb=not args.no_wandb, verbose=args.verbose)
     if info:
         print(

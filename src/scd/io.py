@@ -14,27 +14,58 @@ from typing import Any
 
 from scd.errors import InputError
 
-__all__ = ["atomic_output_dir", "data_dir", "json_text", "sha256_file", "write_json"]
+__all__ = [
+    "atomic_output_dir", "check_output_dir", "data_dir", "json_text", "sha256_file", "write_json",
+]  # fmt: skip
 
 MARKER = "manifest.json"
 
 
-@contextlib.contextmanager
-def atomic_output_dir(out: Path | str) -> Iterator[Path]:
-    """Yield a temporary directory beside ``out`` that replaces ``out`` only on success.
+def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
+    """Refuse an output directory that scd may not (re)place, before any work is done.
 
-    Nothing is half-written: if the body raises, the temporary directory is removed and ``out``
-    is left as it was. An existing ``out`` is replaced only if it is empty or an earlier scd
-    output (it holds a ``manifest.json``).
+    ``out`` may be missing, empty, or an earlier scd output of the same ``kind`` (its
+    ``manifest.json`` says so); its parent must be (or become) a directory.
 
     Raises:
-        InputError: ``out`` cannot be created, or exists and holds something else.
+        InputError: naming ``out`` and what is in the way.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise InputError(f"--out {out}: directory is not empty and holds no scd output")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--out {out}: {parent} is a file, not a directory")
+            break
+    if out.is_dir() and any(out.iterdir()):
+        marker = out / MARKER
+        if not marker.is_file():
+            raise InputError(f"--out {out}: directory is not empty and holds no scd output")
+        try:
+            old = json.loads(marker.read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            old = None
+        if kind is not None and old != kind:
+            raise InputError(
+                f"--out {out}: holds a {old or 'different'} output, not {kind}; choose another "
+                "--out (or remove it)"
+            )
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: Path | str, kind: str | None = None) -> Iterator[Path]:
+    """Yield a temporary directory beside ``out`` that replaces ``out`` only on success.
+
+    Nothing is half-written: if the body raises, the temporary directory is removed and ``out``
+    is left as it was. An existing ``out`` is replaced only if it is empty or an earlier scd
+    output of the same ``kind`` (see :func:`check_output_dir`).
+
+    Raises:
+        InputError: ``out`` cannot be created, or exists and holds something else.
+    """
+    out = check_output_dir(out, kind)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))

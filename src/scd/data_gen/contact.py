@@ -215,7 +215,7 @@ def write_prompts(
     baseline = generate_contact_table(
         baseline_descriptors(), load_templates(tpath), load_scales(spath)
     )
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, "contact_prompts") as tmp:
         pq.write_table(table, tmp / "prompts.parquet", compression="zstd")
         pq.write_table(baseline, tmp / "baseline.parquet", compression="zstd")
         write_json(tmp / "manifest.json", info)

@@ -118,6 +118,26 @@ def load_general(spec: str, n: int, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _coverage(spec: Any, train: pa.Table, held: pa.Table) -> tuple[dict, list[str]]:
+    """The filter values a setting actually found in the prompts, and a warning for each side
+    that lacks some (setting 8 over a list without all 13 HolisticBias axes)."""
+    used: dict[str, dict[str, list[str]]] = {}
+    warnings = []
+    for side, filters, part in (("train", spec.train, train), ("eval", spec.eval, held)):
+        for dim, named in filters.items():
+            present = set(part[dim].combine_chunks().cast(pa.string()).to_pylist())
+            have = [v for v in named if v in present]
+            used.setdefault(side, {})[dim] = have
+            lacking = [v for v in named if v not in present]
+            if lacking:
+                warnings.append(
+                    f"setting {spec.number}: {'trains' if side == 'train' else 'evaluates'} on "
+                    f"{len(have)} of the {len(named)} {dim} values it names ({', '.join(have)}); "
+                    f"these prompts have no {', '.join(lacking)}"
+                )
+    return used, warnings
+
+
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
     schema = pa.schema(
@@ -176,6 +196,7 @@ def write_sft(
     else:
         train_mask, eval_mask = split_masks(table, spec, seed)
         train_part, eval_part = table.filter(train_mask), table.filter(eval_mask)
+    used, warnings = _coverage(spec, train_part, eval_part)
     rng = np.random.default_rng(seed)
     train_rows = sft_rows(_sample_per_contact(train_part, max_train, rng), style)
     eval_rows = sft_rows(_sample_per_contact(eval_part, max_eval, rng), style)
@@ -190,7 +211,15 @@ def write_sft(
         "kind": "sft",
         "scd_version": __version__,
         "setting": setting,
-        "description": spec.description,
+        "description": spec.description
+        + (
+            "; with these prompts it " + "; it ".join(w.split(": ", 1)[1] for w in warnings)
+            if warnings
+            else ""
+        ),
+        "description_paper": spec.description,
+        "used": used,
+        "warnings": warnings,
         "split": spec.split,
         "style": style,
         "seed": seed,
@@ -205,7 +234,7 @@ def write_sft(
             "train_pool_prompts": train_part.num_rows,
         },
     }
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, "sft") as tmp:
         _write_rows(tmp / "train.parquet", train_rows)
         _write_rows(tmp / "eval.parquet", eval_rows)
         (tmp / "heldout").mkdir()

@@ -336,7 +336,7 @@ def generate_stigma(
         "n_rows": {name: len(rows) for name, rows in tables.items()},
         "sources": {p.name: sha256_file(p) for p in (cpath, spath, apath)},
     }
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, "stigma_prompts") as tmp:
         for name, rows in tables.items():
             table = pa.Table.from_pylist(rows).select(list(TABLES[name]))
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")

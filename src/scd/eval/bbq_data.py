@@ -86,17 +86,20 @@ def bias_labels(item: dict[str, Any]) -> tuple[int | None, int | None, int | Non
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start})") from None
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path}:{n}: not JSON ({err.msg})") from None
-            _check_row(row, f"{path}:{n}")
-            rows.append(row)
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{path}:{n}: not JSON ({err.msg})") from None
+        _check_row(row, f"{path}:{n}")
+        rows.append(row)
     return rows
 
 
@@ -109,6 +112,16 @@ def _check_row(row: Any, where: str) -> None:
     for k in range(3):
         if len(row["answer_info"].get(f"ans{k}") or ()) < 2:
             raise InputError(f"{where}: answer_info lacks [name, group] for ans{k}")
+    if row["category"] not in CATEGORIES:
+        raise InputError(
+            f"{where}: category {row['category']!r} is not one of BBQ's ({', '.join(CATEGORIES)})"
+        )
+    if row["label"] not in (0, 1, 2):
+        raise InputError(f"{where}: label {row['label']!r} (expected 0, 1 or 2)")
+    if row["context_condition"] not in ("ambig", "disambig"):
+        raise InputError(f"{where}: context_condition {row['context_condition']!r}")
+    if row["question_polarity"] not in ("neg", "nonneg"):
+        raise InputError(f"{where}: question_polarity {row['question_polarity']!r}")
 
 
 def load_bbq(

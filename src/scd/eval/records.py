@@ -33,6 +33,11 @@ def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> N
         InputError: ``out`` holds a run with another configuration.
     """
     path = out / "run.json"
+    if out.is_dir() and not path.exists() and any(out.iterdir()):
+        raise InputError(
+            f"--out {out}: directory is not empty and holds no scd evaluation; choose another "
+            "--out (results would be mixed into it)"
+        )
     if path.exists():
         try:
             old = json.loads(path.read_text())

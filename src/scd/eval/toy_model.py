@@ -21,7 +21,7 @@ from scd import __version__
 from scd.data_gen.contact import generate_contact_table
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
-from scd.io import atomic_output_dir, write_json
+from scd.io import atomic_output_dir, check_output_dir, write_json
 
 __all__ = ["CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "toy_descriptors_path"]
 
@@ -210,6 +210,7 @@ def build_toy_model(
     """
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    check_output_dir(out, "toy_model")  # before minutes of training, not after
     t0 = time.perf_counter()
     path = Path(descriptors_path) if descriptors_path is not None else toy_descriptors_path()
     name = str(descriptors_path) if descriptors_path is not None else path.name
@@ -262,7 +263,7 @@ def build_toy_model(
         "train_accuracy": round(accuracy, 6),
         "train_seconds": round(train_seconds, 2),
     }
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, "toy_model") as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         info["build_seconds"] = round(time.perf_counter() - t0, 2)

@@ -191,7 +191,7 @@ def convert_gguf(
     say(f"converting {path.name} ({info['architecture']}, {types}) -> {out} (once; cached)")
     started = time.perf_counter()
     try:
-        with atomic_output_dir(out) as tmp:
+        with atomic_output_dir(out, "gguf_conversion") as tmp:
             manifest = _convert(path, tmp, info, sha)
             manifest["convert_seconds"] = round(time.perf_counter() - started, 1)
             write_json(tmp / "manifest.json", manifest)

@@ -30,7 +30,7 @@ from scd.errors import InputError
 from scd.pipeline.state import RunState, cache_key, model_fingerprint
 from scd.train.recipe import Recipe, recipe_to_dict
 
-__all__ = ["run_recipe", "settings_of", "validate_inputs"]
+__all__ = ["ensure_toy_model", "run_recipe", "settings_of", "validate_inputs"]
 
 
 def settings_of(recipe: Recipe) -> list[int]:
@@ -47,6 +47,7 @@ class _Run:
         self.recipe, self.dir, self.cache = recipe, run_dir, cache_dir
         self.progress, self.say = progress, say
         self.ran = 0  # stages run by this invocation
+        self.started = time.time()
         self.state = RunState(run_dir, recipe_to_dict(recipe))
         self.model = recipe.model
         ev = recipe.eval
@@ -85,23 +86,9 @@ class _Run:
 
             self.model = resolve_model(self.recipe.model, key="model", say=self.say)
             return
-        from scd.eval.toy_model import build_toy_model
-
-        spec = self.recipe.toy_model
-        key = cache_key(kind="toy_model", bias_axes=spec.bias_axes, seed=spec.seed)
-        path = self.cache / "toy-model" / key
+        path = ensure_toy_model(self.recipe.toy_model, self.cache, self.say, self.progress)
+        self.ran += path.stat().st_mtime > self.started  # built by this invocation
         self.model = str(path)
-        if (path / "manifest.json").is_file():
-            self.say(f"  toy model: cached ({path})")
-            return
-        axes = ", ".join(spec.bias_axes) or "no axis"
-        self.say(f"  toy model (planted bias: {axes}) -> {path} ...")
-        self.ran += 1
-        started = time.perf_counter()
-        build_toy_model(
-            path, bias_axes=tuple(spec.bias_axes), seed=spec.seed, progress=self.progress
-        )
-        self.say(f"  toy model: built in {_duration(time.perf_counter() - started)}")
 
     def generate(self) -> None:
         from scd.data_gen.contact import write_prompts
@@ -250,6 +237,11 @@ class _Run:
             **self.engine,
         )
 
+    def _warn(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        for warning in manifest.get("warnings", []):
+            self.say(f"  warning: {warning}")
+        return manifest
+
     def _base_subset(self, n: int) -> set[str]:
         """The prompt sets of the base model's ``eval.bias.limit`` subset that setting ``n``'s
         held-out prompts come from, so that a tuned model is scored on the same prompts."""
@@ -272,7 +264,7 @@ class _Run:
         self.stage(
             f"setting-{n}/sft",
             [sft / "manifest.json"],
-            lambda: write_sft(
+            lambda: self._warn(write_sft(
                 self.prompts,
                 n,
                 sft,
@@ -283,8 +275,8 @@ class _Run:
                 general=d.general,
                 general_fraction=d.general_fraction,
                 seed=d.seed,
-            ),
-        )
+            )),
+        )  # fmt: skip
         group = r.wandb.group or self.dir.name
         tuned = dataclasses.replace(
             r,
@@ -308,6 +300,26 @@ class _Run:
             results["bias"] = str(out)
         results.update(self.evaluations(str(adapter), where / "eval", f"setting-{n}/eval"))
         return {"sft": str(sft), "adapter": str(adapter), "evals": results}
+
+
+def ensure_toy_model(
+    spec: Any, cache: Path, say: Callable[[str], None] = print, progress: bool = False
+) -> Path:
+    """The planted-bias toy model of a recipe's ``toy_model`` section, built once into
+    ``cache/toy-model/<key of the spec>`` (``scd run`` and ``scd train`` share it)."""
+    from scd.eval.toy_model import build_toy_model
+
+    key = cache_key(kind="toy_model", bias_axes=spec.bias_axes, seed=spec.seed)
+    path = cache / "toy-model" / key
+    if (path / "manifest.json").is_file():
+        say(f"  toy model: cached ({path})")
+        return path
+    axes = ", ".join(spec.bias_axes) or "no axis"
+    say(f"  toy model (planted bias: {axes}) -> {path} ...")
+    started = time.perf_counter()
+    build_toy_model(path, bias_axes=tuple(spec.bias_axes), seed=spec.seed, progress=progress)
+    say(f"  toy model: built in {_duration(time.perf_counter() - started)}")
+    return path
 
 
 def _duration(seconds: float) -> str:

@@ -103,6 +103,10 @@ def _bias_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> lis
         figures["figure1"] = figure1_png(fig[["setting", "contact", "before", "after"]])
         lines += ["{{figure:figure1}}", "", md]
         descriptions = {n: s.description for n, s in settings.items()}
+        for n, info in layout["settings"].items():  # what the setting really used, if less
+            manifest = Path(info["sft"]) / "manifest.json"
+            if manifest.is_file():
+                descriptions[int(n)] = _read_json(manifest).get("description", descriptions[int(n)])
         for dim, (number, title) in TRANSFER_TABLES.items():
             frame = transfer_frame(dim, pairs, settings)
             if frame is not None:

@@ -53,7 +53,7 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=False)
     info = {"kind": "merged_model", "base_model": base, "adapter": str(adapter),
             "dtype": str(dtype).removeprefix("torch.")}  # fmt: skip
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, "merged_model") as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / "manifest.json", info)

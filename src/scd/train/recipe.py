@@ -278,8 +278,36 @@ def _check(recipe: Recipe, source: str) -> Recipe:
         raise InputError(f"{source}: train.device: expected auto, cpu or cuda")
     if not 0 <= recipe.train.warmup_ratio < 1:
         raise InputError(f"{source}: train.warmup_ratio: expected 0 <= ratio < 1")
+    _check_ranges(recipe, source)
     _check_run(recipe, source)
     return recipe
+
+
+def _check_ranges(recipe: Recipe, source: str) -> None:
+    """Numbers that would hang or crash deep inside training: refused up front."""
+    t, lora, d = recipe.train, recipe.lora, recipe.data
+    at_least_one = {
+        "train.batch_size": t.batch_size, "train.grad_accum": t.grad_accum,
+        "train.max_length": t.max_length, "train.logging_steps": t.logging_steps,
+        "train.save_steps": t.save_steps, "train.save_total_limit": t.save_total_limit,
+        "train.eval_steps": t.eval_steps, "data.max_train": d.max_train,
+        "data.max_eval": d.max_eval, "lora.alpha": lora.alpha,
+    }  # fmt: skip
+    for key, value in at_least_one.items():
+        if value is not None and value < 1:
+            raise InputError(f"{source}: {key}: expected a positive number, got {value}")
+    positive = {"train.learning_rate": t.learning_rate, "train.max_grad_norm": t.max_grad_norm}
+    for key, value in positive.items():
+        if not value > 0:
+            raise InputError(f"{source}: {key}: expected a number > 0, got {value}")
+    if t.weight_decay < 0:
+        raise InputError(f"{source}: train.weight_decay: expected >= 0, got {t.weight_decay}")
+    if not 0 <= lora.dropout < 1:
+        raise InputError(f"{source}: lora.dropout: expected 0 <= p < 1, got {lora.dropout}")
+    if t.max_steps != -1 and t.max_steps < 1:
+        raise InputError(f"{source}: train.max_steps: expected -1 (epochs decide) or >= 1")
+    if t.max_steps == -1 and not t.epochs > 0:
+        raise InputError(f"{source}: train.epochs: expected > 0 (or set train.max_steps)")
 
 
 def _check_run(recipe: Recipe, source: str) -> None:
@@ -351,6 +379,14 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: recipe not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: a directory, not a recipe file") from None
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte {err.start}); a YAML recipe is expected"
+        ) from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark else ""

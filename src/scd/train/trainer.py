@@ -355,6 +355,12 @@ def train(
     model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
     state = PartialState()
     out = Path(recipe.output_dir)
+    ours = ("checkpoints", "data", "recipe.yaml", "train_manifest.json", "adapter_config.json")
+    if out.is_dir() and any(out.iterdir()) and not any((out / x).exists() for x in ours):
+        raise InputError(f"output_dir {out}: not empty and holds no scd training; choose a new "
+                         "output_dir")  # fmt: skip
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output_dir {out}: exists and is not a directory")
     checkpoint = _last_checkpoint(out)
     if checkpoint and not resume:
         raise InputError(f"output_dir {out}: holds checkpoints; pass --resume to continue, "

@@ -80,6 +80,12 @@ class HFEngine:
         **_: Any,
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise InputError(f"--device {self.device}: no CUDA GPU is available here")
+        if self.device == "mps" and not torch.backends.mps.is_available():
+            raise InputError("--device mps: no Apple GPU is available here")
+        if batch_size < 1:
+            raise InputError(f"--batch-size {batch_size}: expected a positive number")
         self.model = load_model(model, adapter, self.device, dtype)
         self.tokenizer = tokenizer
         self.batch_size = batch_size

@@ -110,7 +110,7 @@ def _fit(model: Any, batches: Any, steps: int, seed: int) -> list[float]:
 
 
 def _save(out: Path | str, model: Any, tokenizer: Any, info: dict[str, Any]) -> dict[str, Any]:
-    with atomic_output_dir(out) as tmp:
+    with atomic_output_dir(out, info["kind"]) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / "manifest.json", info)

@@ -1,0 +1,71 @@
+"""The README's commands, run in order from a fresh clone: every block marked
+``<!-- readme: run -->`` (offline: the toy model, small N, SmolLM2 from PyPI). What they write
+must be ignored by git."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def runnable_blocks(text: str) -> list[str]:
+    """The bash blocks that follow a ``<!-- readme: run -->`` line, in order."""
+    return re.findall(r"<!-- readme: run -->\n```bash\n(.*?)\n```", text, flags=re.S)
+
+
+def _fresh_clone(where: Path) -> Path:
+    """The files a clone would hold (tracked, plus new files not ignored), as a git repository."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")  # fmt: skip
+    for name in filter(None, files):
+        if (REPO / name).is_file():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, where / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=where, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=where, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "clone"], cwd=where, check=True)
+    return where
+
+
+def test_the_marked_blocks_are_the_offline_ones():
+    blocks = runnable_blocks((REPO / "README.md").read_text())
+    assert len(blocks) >= 8 and blocks[0].startswith("pip install -e . && scd quickstart")
+    assert not any("meta-llama" in b or "--backend vllm" in b for b in blocks)
+
+
+def test_readme_commands_run_in_order_from_a_fresh_clone(tmp_path: Path, smollm2, shared_data):
+    clone = _fresh_clone(tmp_path / "scd")
+    (tmp_path / "shared").symlink_to(shared_data.parent)  # ../shared beside the clone
+    data = Path(smollm2.cache)  # holds SmolLM2's GGUF and its conversion; HolisticBias beside
+    if not (data / "holistic_bias").exists():
+        (data / "holistic_bias").symlink_to(shared_data / "holistic_bias")
+    env = {**os.environ, "SCD_DATA_DIR": str(data), "HF_HUB_OFFLINE": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    for block in runnable_blocks((REPO / "README.md").read_text()):
+        script = re.sub(r"^pip install [^&\n]*&& ", "", block, flags=re.M)  # installed already
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=clone, env=env,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, f"{block}\n--- stderr ---\n{done.stderr[-3000:]}"
+    for path in (
+        "outputs/quickstart/report.html",
+        "outputs/table15.md",
+        "outputs/merged/quickstart/model.safetensors",
+        "outputs/eval/smollm2-60/summary.json",
+        "outputs/sds/toy-scd/summary.json",
+    ):
+        assert (clone / path).is_file(), path  # fmt: skip
+    untracked = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                               cwd=clone, capture_output=True, text=True).stdout  # fmt: skip
+    assert untracked == "", f"README commands wrote files git does not ignore:\n{untracked}"
