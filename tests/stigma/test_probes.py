@@ -104,7 +104,7 @@ def test_causal_aq27_differences_equal_full_sentence_loglik(
 
     s = evaluate_stigma("aq27", str(toy_causal), tiny_prompts, tmp_path / "a", progress=False)
     assert s["n_frames"] == 27 * 4 and set(s["dimensions"]) == set(s["dimensions"])
-    assert len(s["dimensions"]) == 9 and s["scoring"] == "causal_log_likelihood"
+    assert len(s["dimensions"]) == 9 and s["scoring"] == "causal_prior_corrected"
     recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(toy_causal)
     model = AutoModelForCausalLM.from_pretrained(toy_causal).eval()
@@ -116,7 +116,18 @@ def test_causal_aq27_differences_equal_full_sentence_loglik(
     want = _full_loglik(model, tok, text[a["prompt_id"]]) - _full_loglik(
         model, tok, text[b["prompt_id"]]
     )
-    assert a["score"] - b["score"] == pytest.approx(want, abs=1e-4)
+    assert a["score_raw"] - b["score_raw"] == pytest.approx(want, abs=1e-4)
+    # the prior: the same illness in the neutral sentence, given that sentence's prefix
+    from scd.eval.stigma.aq27 import neutral_frame
+
+    row = next(
+        r for r in read_stigma_table(tiny_prompts, "aq27") if r["prompt_id"] == a["prompt_id"]
+    )
+    sentence = neutral_frame(row).replace("<mask>", row["illness"])
+    prefix = neutral_frame(row).split(" <mask>")[0]
+    prior = _full_loglik(model, tok, sentence) - _full_loglik(model, tok, prefix)
+    assert a["score_prior"] == pytest.approx(prior, abs=1e-4)
+    assert a["score"] == pytest.approx(a["score_raw"] - a["score_prior"], abs=1e-9)
 
 
 def test_causal_sds_probability_and_resume(
@@ -193,3 +204,77 @@ def test_cli_generate_eval_report_and_errors(
     assert err.startswith("scd: error: --prompts") and "\n" not in err
     assert main(["report", "stigma", "--runs", f"base={mlm_run}", f"t={tmp_path / 'r'}"]) == 0
     assert "Change vs base" in capsys.readouterr().out
+
+
+def _length_only_model(src: Path, out: Path, plant: str | None = None) -> Path:
+    """A copy of the toy causal LM whose next-token distribution is uniform: every illness name
+    costs log(V) per token, so names of different lengths differ and nothing else does. With
+    ``plant``, the token after a mental illness's last token is ``plant`` e^2 times more often
+    (an association the items that go on after the illness can show; "." ends the neutral
+    sentence, so the prior does not share it)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from scd.data_gen.stigma_probes import load_aq27_spec
+
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src)
+    spec = load_aq27_spec()
+    last = {kind: {tok(name, add_special_tokens=False)["input_ids"][-1] for name in names}
+            for kind, names in spec.illnesses.items()}  # fmt: skip
+    assert not last["mental"] & last["physical"]
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.zero_()
+        model.lm_head.weight.zero_()
+        if plant:
+            hidden = model.config.hidden_size
+            for t in last["mental"]:
+                model.model.embed_tokens.weight[t, 0] = 1.0  # after the norm: sqrt(hidden) e0
+            target = tok.convert_tokens_to_ids(plant)
+            model.lm_head.weight[target, 0] = 2.0 / hidden**0.5  # logit 2 after mental names
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_aq27_finds_no_bias_where_only_name_lengths_differ(
+    toy_causal: Path, tiny_prompts: Path, tmp_path: Path
+) -> None:
+    model = _length_only_model(toy_causal, tmp_path / "uniform")
+    s = evaluate_stigma("aq27", str(model), tiny_prompts, tmp_path / "a", progress=False)
+    recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
+    raw = {}
+    for r in recs:
+        raw.setdefault(r["illness_type"], []).append(r["score_raw"])
+    raw_gap = sum(raw["mental"]) / len(raw["mental"]) - sum(raw["physical"]) / len(raw["physical"])
+    assert abs(raw_gap) > 0.5  # the raw log-likelihood separates the lists by name length
+    o = s["overall"]
+    assert abs(o["mean_diff"]) < 1e-4  # the corrected score does not
+    assert o["p"] is None or o["p"] > 0.05
+    assert all(
+        d["p_bonferroni"] is None or d["p_bonferroni"] > 0.05 for d in s["dimensions"].values()
+    )
+
+
+def test_aq27_finds_a_planted_association(toy_causal: Path, tiny_prompts: Path, tmp_path: Path):
+    model = _length_only_model(toy_causal, tmp_path / "planted", plant=",")
+    s = evaluate_stigma("aq27", str(model), tiny_prompts, tmp_path / "a", progress=False)
+    from scd.data_gen.stigma_probes import read_stigma_table
+
+    rest = {r["prompt_id"]: r["frame"].split("<mask>", 1)[1]
+            for r in read_stigma_table(tiny_prompts, "aq27")}  # fmt: skip
+    recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
+    after = [r for r in recs if rest[r["prompt_id"]].startswith(", ")]
+    plain = [r for r in recs if rest[r["prompt_id"]].startswith(".")]
+    assert after and plain
+
+    def gap(rows):
+        m = [r["score"] for r in rows if r["illness_type"] == "mental"]
+        p = [r["score"] for r in rows if r["illness_type"] == "physical"]
+        return sum(m) / len(m) - sum(p) / len(p)
+
+    assert gap(after) > 1.5  # found where the item goes on after the illness
+    assert abs(gap(plain)) < 1e-4  # and nowhere else
+    assert s["overall"]["mean_diff"] > 0 and s["overall"]["p"] < 0.05

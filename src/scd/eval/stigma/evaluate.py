@@ -263,7 +263,7 @@ def _summarize(probe: str, kind: str, records: list[dict], seed: int) -> dict[st
             summary["mean_rated_share"] = sum(r["rated_share"] for r in records) / n
     elif probe == "aq27":
         summary = aq27.summarize_aq27(records)
-        summary["scoring"] = "pll_word_l2r" if kind == "masked" else "causal_log_likelihood"
+        summary["scoring"] = "pll_word_l2r" if kind == "masked" else "causal_prior_corrected"
     else:
         summary = sentiment.summarize_sentiment(records, seed)
     return {"probe": probe, **summary}
