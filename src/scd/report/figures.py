@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -85,12 +84,13 @@ def _top(values: np.ndarray, floor: float = 10.0) -> float:
     return float(min(100.0, max(floor, math.ceil(finite.max() * 1.15 / 5) * 5)))
 
 
-def figure1_png(frame: pd.DataFrame) -> bytes:
+def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     """The SCD paper's Figure 1: bias % before vs after tuning, per setting and contact type.
 
     One panel per contact type present (in the order no, positive, negative contact, all),
-    settings on the x axis, a light "Before" and a dark "After" bar for each; the y axis (bias %)
-    starts at 0. A NaN value leaves its bar out.
+    settings on the x axis, a light "Before" and a dark "After" bar for each, each bar labelled
+    with its value (so a 0.2% bar is readable); the y axis (bias %) starts at 0. A NaN value
+    leaves its bar out (marked "n/a"). ``title`` goes above the panels.
 
     Args:
         frame: one row per (setting, contact) with columns ``setting`` (label such as
@@ -140,7 +140,9 @@ def figure1_png(frame: pd.DataFrame) -> bytes:
             (-width / 2, "before", BEFORE_COLOR),
             (width / 2, "after", AFTER_COLOR),
         ):
-            ax.bar(x + offset, sub[col], width, color=color)
+            bars = ax.bar(x + offset, sub[col], width, color=color)
+            labels = ["" if np.isnan(v) else f"{v:.1f}" for v in sub[col].to_numpy()]
+            ax.bar_label(bars, labels, fontsize=6.5, padding=1, rotation=90 if n > 4 else 0)
             for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
                 ax.text(
                     xi + offset,
@@ -162,18 +164,20 @@ def figure1_png(frame: pd.DataFrame) -> bytes:
         )
         pad = max(0.0, (3 - n) / 2)  # keep bars slim when there are few settings
         ax.set_xlim(-0.6 - pad, n - 0.4 + pad)
-        ax.set_ylim(0, top)
+        ax.set_ylim(0, top * 1.12)  # room for the value labels
         ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
         ax.set_axisbelow(True)
         ax.spines[["top", "right"]].set_visible(False)
     for ax in grid[:, 0]:
         ax.set_ylabel("Bias %")
+    if title:
+        fig.suptitle(title, fontsize=12)
     fig.legend(
         handles=[
             Patch(color=BEFORE_COLOR, label="Before"),
             Patch(color=AFTER_COLOR, label="After"),
         ],
-        loc="outside upper center",
+        loc="outside lower center",
         ncols=2,
         frameon=False,
     )
@@ -260,17 +264,20 @@ def figure2_png(
     return _png(fig)
 
 
-def bbq_bars_png(frame: pd.DataFrame) -> bytes:
-    """BBQ results per category: accuracy (top panel) and bias score (bottom panel).
+def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
+    """BBQ results per category in four labelled panels: accuracy on ambiguous and on
+    disambiguated contexts (0-1), and the bias scores s_AMB (ambiguous) and s_DIS
+    (disambiguated) (-1...1, a line at 0).
 
-    Categories on the x axis, one colour per model; within a model, the ambiguous-context bar is
-    hatched and the disambiguated one solid. Accuracy is drawn on 0–1, the bias score on −1…1
-    with a line at 0. NaN values leave their bar out.
+    Categories run down the y axis with one horizontal bar per model (one colour each), so the
+    figure grows in height rather than crowding with many models; every bar is labelled with its
+    value. NaN values leave their bar out.
 
     Args:
         frame: one row per (category, model) with columns ``category`` (e.g. "Age"), ``model``
             (label, e.g. "base" or "tuned"), ``accuracy_ambig``, ``accuracy_disambig``
-            (fractions 0–1) and ``bias_ambig``, ``bias_disambig`` (BBQ bias scores in [−1, 1]).
+            (fractions 0-1) and ``bias_ambig`` (s_AMB), ``bias_disambig`` (s_DIS) in [-1, 1].
+        title: a title above the panels.
 
     Returns:
         PNG bytes.
@@ -292,54 +299,39 @@ def bbq_bars_png(frame: pd.DataFrame) -> bytes:
     categories = _unique(frame["category"])
     models = _unique(frame["model"])
     palette = [f"C{i % 10}" for i in range(len(models))]
-    n_bars = 2 * len(models)
-    group = 0.8
-    width = group / n_bars
-    x = np.arange(len(categories))
-    fig = Figure(
-        figsize=(min(16.0, max(9.0, len(categories) * (0.25 * n_bars + 0.4) + 1.5)), 6.0),
-        layout="constrained",
-    )
-    ax_acc, ax_bias = fig.subplots(2, 1, sharex=True)
+    band = 0.8 / len(models)
+    y = np.arange(len(categories))
+    height = max(2.2, 0.18 * len(categories) * len(models) + 0.35 * len(categories) + 0.6)
+    fig = Figure(figsize=(10.0, 2 * height + 0.8), layout="constrained")
+    axes = fig.subplots(2, 2, sharey=True)
     panels = (
-        (ax_acc, "accuracy", "Accuracy", (0.0, 1.0)),
-        (ax_bias, "bias", "Bias score", (-1, 1)),
+        ("accuracy_ambig", "Accuracy, ambiguous contexts", (0.0, 1.0)),
+        ("accuracy_disambig", "Accuracy, disambiguated contexts", (0.0, 1.0)),
+        ("bias_ambig", "Bias score s_AMB (ambiguous contexts)", (-1.0, 1.0)),
+        ("bias_disambig", "Bias score s_DIS (disambiguated contexts)", (-1.0, 1.0)),
     )
-    for ax, prefix, ylabel, ylim in panels:
+    for ax, (col, name, xlim) in zip(axes.ravel(), panels):
         for m, (model, color) in enumerate(zip(models, palette)):
             sub = frame[frame["model"] == model].set_index("category").reindex(categories)
-            for k, (cond, hatch) in enumerate((("ambig", "///"), ("disambig", None))):
-                offset = -group / 2 + width * (2 * m + k + 0.5)
-                ax.bar(
-                    x + offset,
-                    sub[f"{prefix}_{cond}"],
-                    width,
-                    color=to_rgba(color, 0.45 if hatch else 1.0),
-                    edgecolor=color,
-                    hatch=hatch,
-                    linewidth=0.6,
-                )
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(*ylim)
-        ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
+            values = sub[col].to_numpy()
+            bars = ax.barh(y - 0.4 + band * (m + 0.5), values, band, color=color)
+            labels = ["" if np.isnan(v) else f"{v:+.2f}" if xlim[0] < 0 else f"{v:.2f}"
+                      for v in values]  # fmt: skip
+            ax.bar_label(bars, labels, fontsize=6.5, padding=2)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlim(xlim[0] - (0.15 if xlim[0] < 0 else 0), xlim[1] + 0.15)
+        if xlim[0] < 0:
+            ax.axvline(0, color="#404040", linewidth=0.8)
+        ax.grid(axis="x", color="#e0e0e0", linewidth=0.8)
         ax.set_axisbelow(True)
         ax.spines[["top", "right"]].set_visible(False)
-    ax_bias.axhline(0, color="#404040", linewidth=0.8)
-    rotate = len(categories) > 4
-    ax_bias.set_xticks(
-        x,
-        [_label(c) for c in categories],
-        rotation=35 if rotate else 0,
-        ha="right" if rotate else "center",
-        fontsize=9,
-    )
-    ax_bias.set_xlim(-0.6, len(categories) - 0.4)
+    for ax in axes[:, 0]:
+        ax.set_yticks(y, [_label(c) for c in categories], fontsize=9)
+    axes[0, 0].invert_yaxis()  # the first category on top (the y axis is shared)
     handles = [Patch(color=c, label=_label(m)) for m, c in zip(models, palette)]
-    handles += [
-        Patch(facecolor="white", edgecolor="#404040", hatch="///", label="Ambiguous"),
-        Patch(facecolor="#404040", edgecolor="#404040", label="Disambiguated"),
-    ]
     fig.legend(
-        handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False
     )
+    if title:
+        fig.suptitle(title, fontsize=12)
     return _png(fig)

@@ -152,20 +152,16 @@ def table_markdown(
     contacts = [c for c in (*CONTACTS, "all") if c in set(frame["contact"])]
     labels = {**CONTACT_LABELS, "all": "All"}
     head = ["", *(f"{labels[c]} {w}" for c in contacts for w in ("before", "after")), "n"]
-    rows = []
-    for setting, group in frame.groupby("setting", sort=False):
-        if row_key != "setting":
-            text = (descriptions or {}).get(setting, "")
-            rows.append(
-                [f"*Setting {setting}: {text}*".replace(": *", "*"), *[""] * (len(head) - 1)]
-            )
+    note = (
+        "Bias % of the same held-out prompts before and after tuning (n prompts per row; "
+        "95% Wilson intervals in the CSV/JSON)."
+    )
+
+    def rows_of(group: pd.DataFrame) -> list[list[str]]:
+        rows = []
         for key, sub in group.groupby(row_key, sort=False):
             cells = sub.set_index("contact")
-            label = (
-                f"Setting {key}"
-                if row_key == "setting"
-                else str(key).replace("_", " ").capitalize()
-            )
+            label = f"Setting {key}" if row_key == "setting" else _label(key)
             vals = [
                 _cell(cells.loc[c], w, ci) if c in cells.index else "–"
                 for c in contacts
@@ -173,8 +169,18 @@ def table_markdown(
             ]
             n = int(cells.loc["all", "after_n"]) if "all" in cells.index else 0
             rows.append([label, *vals, f"{n:,}"])
-    note = (
-        "Bias % of the same held-out prompts before and after tuning (n prompts per row; "
-        "95% Wilson intervals in the CSV/JSON)."
-    )
-    return "\n".join([f"## {title}", "", note, "", *markdown_table(head, rows)])
+        return rows
+
+    lines = [f"## {title}", "", note, ""]
+    groups = list(frame.groupby("setting", sort=False))
+    if row_key == "setting":
+        return "\n".join(lines + markdown_table(head, [r for _, g in groups for r in rows_of(g)]))
+    for setting, group in groups:  # one small table per setting (no rows of empty cells)
+        text = (descriptions or {}).get(setting, "")
+        lines += [f"**Setting {setting}**" + (f": {text}" if text else ""), ""]
+        lines += [*markdown_table(head, rows_of(group)), ""]
+    return "\n".join(lines).rstrip()
+
+
+def _label(value: object) -> str:
+    return str(value).replace("_", " ").capitalize()
