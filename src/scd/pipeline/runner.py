@@ -288,8 +288,9 @@ class _Run:
         self.stage(
             f"setting-{n}/train",
             [adapter / "train_manifest.json"],
-            lambda: train(tuned, resume=(adapter / "checkpoints").is_dir(), progress=self.progress),
-        )
+            lambda: train(tuned, resume=(adapter / "checkpoints").is_dir(), progress=self.progress,
+                          keep_wandb_run=True),
+        )  # fmt: skip
         results = {}
         if ev.bias.enabled:
             out, opts = where / "eval" / "bias", {"denominator": ev.bias.denominator}
@@ -299,7 +300,40 @@ class _Run:
             self.stage(f"setting-{n}/eval/bias", [out / "summary.json"], lambda: evaluate(out))
             results["bias"] = str(out)
         results.update(self.evaluations(str(adapter), where / "eval", f"setting-{n}/eval"))
+        _finish_training_run(results)
         return {"sft": str(sft), "adapter": str(adapter), "evals": results}
+
+
+def _finish_training_run(results: dict[str, str]) -> None:
+    """Put the tuned model's results into the summary of the W&B training run that
+    :func:`~scd.train.trainer.train` left open, and finish it. (A run resumed after training
+    finished has no open run; its results reach the report run only.)"""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    run = getattr(wandb, "run", None) if wandb else None
+    if run is None:
+        return
+    summary: dict[str, Any] = {}
+    import json
+
+    for name, where in results.items():
+        path = Path(where) / "summary.json"
+        if not path.is_file():
+            continue
+        s = json.loads(path.read_text())
+        if name == "bias":
+            summary.update(
+                {"heldout/bias_pct": s["overall"]["pct"], "heldout/n": s["overall"]["n"]}
+            )
+        elif name == "bbq":
+            o = s["overall"]
+            summary.update({"bbq/accuracy": o["accuracy"]["accuracy"], "bbq/s_dis": o["s_dis"],
+                            "bbq/s_amb": o["s_amb"]})  # fmt: skip
+        elif "gap" in s:
+            summary[f"{name}/gap"] = s["gap"]["gap"]
+    run.summary.update(summary)
+    run.finish()
 
 
 def ensure_toy_model(

@@ -36,6 +36,7 @@ def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
         entity=recipe.wandb.entity,
         config={"recipe": recipe_to_dict(recipe), "run_id": run_dir.name},
         directory=run_dir / "wandb",
+        job_type="report",
     )
     logged: dict[str, Any] = {
         "tables": [],
@@ -61,5 +62,10 @@ def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
             artifact.add_file(str(adapter / name))
         run.log_artifact(artifact)
         logged["artifacts"].append(artifact.name)
+    table10 = run_dir / "tables" / "table10.csv"
+    if table10.is_file():
+        for row in pd.read_csv(table10).query("contact == 'all'").to_dict("records"):
+            for when in ("before", "after"):
+                run.summary[f"setting-{row['setting']}/heldout_bias_{when}"] = row[f"{when}_pct"]
     run.finish()
     return logged

@@ -68,13 +68,14 @@ def start_run(
     entity: str | None,
     config: dict[str, Any],
     directory: Path,
+    job_type: str | None = None,
 ) -> Any:
-    """Start (or join) a W&B run with the given config; returns the run."""
+    """Start a W&B run with the given config, writing into ``directory`` (passed to this run:
+    ``WANDB_DIR`` would stick to the first run of the process); returns the run."""
     mode = choose_mode()
     os.environ["WANDB_MODE"] = mode  # also for the transformers callback
-    os.environ.setdefault("WANDB_DIR", str(directory))
     os.environ.setdefault("WANDB_SILENT", "true")
-    Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     import wandb
 
     return wandb.init(
@@ -82,8 +83,9 @@ def start_run(
         name=name,
         group=group,
         entity=entity,
+        job_type=job_type,
         config=redact(config),
-        dir=os.environ["WANDB_DIR"],
+        dir=str(directory),
         mode=mode,
         reinit="finish_previous",
     )

@@ -121,6 +121,7 @@ def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: 
         eval_strategy="steps" if t.eval_steps else "no",
         eval_steps=t.eval_steps,
         report_to=report_to,
+        project=recipe.wandb.project,  # transformers' own default is "huggingface"
         run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
@@ -335,8 +336,12 @@ def train(
     use_wandb: bool = True,
     progress: bool = True,
     verbose: bool = False,
+    keep_wandb_run: bool = False,
 ) -> dict[str, Any]:
     """Run one recipe; return the training manifest (also written to the output dir).
+
+    ``keep_wandb_run``: leave the W&B run open (``wandb.run``), so that the caller can add the
+    tuned model's evaluation to its summary before finishing it (``scd run`` does).
 
     ``progress=False`` drops the progress bar and its log lines (W&B still gets them);
     ``verbose=True`` shows the libraries' own output (see :func:`build_trainer`).
@@ -377,7 +382,7 @@ def train(
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
                         group=recipe.wandb.group, entity=recipe.wandb.entity,
                         config={"recipe": resolved, "data_manifest": manifest},
-                        directory=out / "wandb")  # fmt: skip
+                        directory=out / "wandb", job_type="train")  # fmt: skip
     trainer, checked = build_trainer(
         recipe, model_path, sft_dir, out, cuda=cuda, report_to="wandb" if enabled else "none",
         progress=progress, verbose=verbose,
@@ -417,6 +422,7 @@ def train(
                 for name in ("adapter_model.safetensors", "adapter_config.json"):
                     artifact.add_file(str(out / name))
                 run.log_artifact(artifact)
-            run.finish()
+            if not keep_wandb_run:
+                run.finish()
     state.wait_for_everyone()
     return info
