@@ -65,6 +65,22 @@ def test_quickstart_shows_the_planted_bias_and_its_reduction(quickstart: str, ro
     assert "Table 10" in html and html.count("data:image/png;base64,") == 3
 
 
+def test_the_report_says_what_a_reader_needs(quickstart: str, root: Path) -> None:
+    report = (root / "report.md").read_text()
+    for needle in ("| Report built |", "| scd |", "| Model | `toy`", "fingerprint",
+                   "| Planted bias (toy model) | religion, nationality",
+                   "| Adapter, setting 1 |", "sha256", "| Training | LoRA r=8",
+                   "3,456 prompts in 1,152 sets over 32 descriptors", "## The settings",
+                   "fine-tuned on mixed examples from all categories"):  # fmt: skip
+        assert needle in report, needle
+    # each figure has a caption right under it, and Table 10 comes before its figures
+    for name, caption in (("figure1", "*Figure 1."), ("figure2_heldout", "*Figure 2b."),
+                          ("figure2", "*Figure 2.")):  # fmt: skip
+        at = report.index(f"![{name}](figures/{name}.png)")
+        assert report[at:].split("\n\n", 2)[1].startswith(caption), name
+    assert report.index("Table 10") < report.index("![figure1]") < report.index("![figure2_")
+
+
 def _snapshot(run_dir: Path) -> dict[str, float]:
     return {str(p): p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
 
@@ -123,12 +139,16 @@ def test_killed_run_resumes_to_the_same_tables(
     )
 
     # BBQ (Table 15 + bars), stigma probes and W&B (offline, one group) came along
-    assert (run_dir / "tables" / "table15.csv").is_file()
+    table15 = pd.read_csv(run_dir / "tables" / "table15.csv")
+    assert {"n", "accuracy_ci_low", "accuracy_ci_high"} <= set(table15.columns)
     assert (run_dir / "figures" / "bbq.png").is_file()
     report = (run_dir / "report.md").read_text()
     assert "Table 15" in report and "## Stigma probes" in report
+    assert "Categories: 2 of BBQ's 11" in report and "*Figure 3." in report
+    assert "| BBQ | 40 items (limit 40, stratified) of 2 categories" in report
     for probe in ("sds", "aq27"):
         assert (run_dir / "tables" / f"stigma-{probe}.md").is_file()
+        assert len(pd.read_csv(run_dir / "tables" / f"stigma-{probe}.csv")) >= 2
         assert (run_dir / "setting-1" / "eval" / f"stigma-{probe}" / "summary.json").is_file()
     offline = list(run_dir.rglob("offline-run-*"))
     assert len(offline) >= 2, offline  # the training run and the report run
