@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from pathlib import Path
 
 import pytest
 
 from scd.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "scd"):
@@ -61,3 +64,147 @@ def test_quickstart_help_says_what_where_and_how_long():
     text = dict(_parsers(build_parser()))["scd quickstart"].format_help()
     for words in ("toy", "planted", "report", "--out", "outputs/quickstart", "minutes"):
         assert words in text
+
+
+# ---- bad input: one line, exit 2, nothing written (issue 16's cases)
+
+
+def _fails(argv: list[str], *needles: str) -> str:
+    code, err = _run(argv)
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture()
+def prompts(tmp_path):
+    from scd.data_gen.contact import write_prompts
+    from scd.data_gen.descriptors import resolve_descriptors
+
+    write_prompts(tmp_path / "p", resolve_descriptors("toy"))
+    return tmp_path / "p"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [("--batch-size", "0", "expected a positive integer, got 0"),
+     ("--chunk-size", "-3", "expected a positive integer"),
+     ("--limit", "0", "expected a positive integer"),
+     ("--max-new-tokens", "x", "expected a positive integer, got 'x'"),
+     ("--device", "tpu7", "expected cpu, cuda, cuda:N or mps, got 'tpu7'")],
+)  # fmt: skip
+def test_bad_numbers_and_devices_are_refused_where_parsed(tmp_path, prompts, flag, value, needle):
+    out = tmp_path / "out"
+    _fails(["eval", "bias", "--model", str(tmp_path), "--prompts", str(prompts), "--out",
+            str(out), flag, value], flag, needle)  # fmt: skip
+    assert not out.exists()
+
+
+def test_cuda_without_a_gpu_is_one_line(toy_model, prompts, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "out"
+    _fails(["eval", "bias", "--model", str(toy_model), "--prompts", str(prompts), "--out",
+            str(out), "--device", "cuda"], "--device cuda: no CUDA GPU")  # fmt: skip
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [("train.batch_size=-1", "train.batch_size: expected a positive number, got -1"),
+     ("train.learning_rate=-1e-4", "train.learning_rate: expected a number > 0"),
+     ("train.epochs=0", "train.epochs: expected > 0"),
+     ("train.max_steps=0", "train.max_steps"),
+     ("lora.dropout=1.5", "lora.dropout"),
+     ("data.max_train=0", "data.max_train")],
+)  # fmt: skip
+def test_recipe_numbers_that_would_hang_training_are_refused(tmp_path, override, needle):
+    recipe = REPO / "recipes" / "quickstart.yaml"
+    for command in ("train", "run"):
+        _fails([command, str(recipe), "--set", override, "--outputs", str(tmp_path)],
+               "quickstart.yaml", needle)  # fmt: skip
+    assert not any(tmp_path.iterdir())
+
+
+def test_unreadable_recipes_are_one_line(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("model: caf\xe9\n".encode("latin-1"))
+    _fails(["train", str(latin)], "latin.yaml: not UTF-8 text")
+    _fails(["run", str(tmp_path)], "a directory, not a recipe file")
+
+
+def test_toy_model_under_a_file_fails_before_training(tmp_path):
+    import time
+
+    (tmp_path / "file").write_text("x")
+    start = time.perf_counter()
+    _fails(["toy-model", "--out", str(tmp_path / "file" / "model")], "is a file, not a directory")
+    assert time.perf_counter() - start < 10
+
+
+def test_an_eval_out_dir_with_unrelated_files_is_refused(toy_model, prompts, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes")
+    _fails(["eval", "bias", "--model", str(toy_model), "--prompts", str(prompts), "--out",
+            str(out), "--limit", "3"], "holds no scd evaluation")  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_an_out_dir_holding_another_kind_of_output_is_refused(toy_model, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(toy_model, model)
+    before = sorted(p.name for p in model.iterdir())
+    _fails(["generate", "contact", "--descriptors", "toy", "--out", str(model)],
+           "holds a toy_model output, not contact_prompts")  # fmt: skip
+    assert sorted(p.name for p in model.iterdir()) == before
+
+
+def test_a_bbq_row_of_an_unknown_category_names_file_and_line(shared_data, tmp_path):
+    import json
+
+    rows = (shared_data / "bbq" / "data" / "Age.jsonl").read_text().splitlines()[:3]
+    bad = json.loads(rows[1])
+    bad["category"] = "Hair_colour"
+    path = tmp_path / "Age.jsonl"
+    path.write_text("\n".join([rows[0], json.dumps(bad), rows[2]]) + "\n")
+    _fails(["eval", "bbq", "--model", str(tmp_path), "--data", str(path), "--out",
+            str(tmp_path / "o")], f"{path}:2: category 'Hair_colour'")  # fmt: skip
+
+
+def test_setting_8_over_a_list_without_some_axes_says_what_it_used(prompts, tmp_path, capsys):
+    import json
+
+    assert main(["generate", "sft", "--prompts", str(prompts), "--setting", "8", "--out",
+                 str(tmp_path / "s8")]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "warning: setting 8: trains on 4 of the 6 axis values" in err
+    manifest = json.loads((tmp_path / "s8" / "manifest.json").read_text())
+    assert manifest["used"]["eval"]["axis"] == [
+        "nationality", "political_ideologies", "religion", "socioeconomic_class"
+    ]  # fmt: skip
+    assert (
+        "these prompts have no nonce, race_ethnicity, sexual_orientation"
+        in (manifest["description"])
+    )
+
+
+def test_scd_train_takes_the_quickstart_recipe_as_scd_run_does(toy_model, tmp_path):
+    import shutil
+
+    from scd.pipeline.state import cache_key
+
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)  # as scd run caches it
+    recipe = REPO / "recipes" / "quickstart.yaml"
+    code, err = _run(["train", str(recipe), "--outputs", str(tmp_path), "--set",
+                      "train.max_steps=2", "--set", "data.max_train=8", "--no-wandb"])  # fmt: skip
+    assert code == 0, err
+    adapter = tmp_path / "train" / "quickstart"
+    assert (adapter / "adapter_model.safetensors").is_file()
