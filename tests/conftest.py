@@ -169,6 +169,12 @@ def build_tiny_model(tokenizer_dir: Path, out: Path, chat_template: bool = True)
 
 
 @pytest.fixture(scope="session")
+def tiny_model_builder():
+    """:func:`build_tiny_model`, for tests that need a variant (e.g. without a template)."""
+    return build_tiny_model
+
+
+@pytest.fixture(scope="session")
 def real_tokenizers(shared_data: Path) -> Path:
     """``../shared/data/tokenizers`` (Llama-2-chat, Llama-3.1-Instruct, Qwen3)."""
     return _require(shared_data / "tokenizers")

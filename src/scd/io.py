@@ -36,7 +36,9 @@ def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise InputError(f"--out {out}: {parent} is a file, not a directory")
+                raise InputError(
+                    f"--out {out}: cannot write there ({parent} is a file, not a directory)"
+                )
             break
     if out.is_dir() and any(out.iterdir()):
         marker = out / MARKER

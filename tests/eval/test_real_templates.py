@@ -40,10 +40,9 @@ OPTIONS = (["Yes", "No"], ["Likely", "Unlikely"], ["Mostly", "Rarely"])
 
 
 @pytest.fixture(scope="module")
-def models(request, tiny_chat_models, real_tokenizers, tmp_path_factory) -> dict:
+def models(request, tiny_chat_models, real_tokenizers, tmp_path_factory, tiny_model_builder):
     """Lazily: name -> model directory (SmolLM2 is fetched only when a test asks for it)."""
-    from conftest import build_tiny_model
-
+    build_tiny_model = tiny_model_builder
     cache: dict[str, Path] = dict(tiny_chat_models)
 
     def get(name: str) -> Path:

@@ -33,7 +33,7 @@ def root(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Path:
     """An outputs root whose cache already holds the toy model (its build is tested elsewhere)."""
     root = tmp_path_factory.mktemp("e2e") / "qs"
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
-    shutil.copytree(toy_model, root / "cache" / "toy-model" / key)
+    shutil.copytree(toy_model, root.parent / "cache" / "toy-model" / key)  # outputs/cache
     return root
 
 
@@ -70,7 +70,8 @@ def test_the_report_says_what_a_reader_needs(quickstart: str, root: Path) -> Non
     for needle in ("| Report built |", "| scd |", "| Model | `toy`", "fingerprint",
                    "| Planted bias (toy model) | religion, nationality",
                    "| Adapter, setting 1 |", "sha256", "| Training | LoRA r=8",
-                   "3,456 prompts in 1,152 sets over 32 descriptors", "## The settings",
+                   "17,280 prompts in 5,760 sets over 32 descriptors",
+                   "the base model answered 17,280", "## The settings",
                    "fine-tuned on mixed examples from all categories"):  # fmt: skip
         assert needle in report, needle
     # each figure has a caption right under it, and Table 10 comes before its figures
@@ -100,9 +101,10 @@ def test_killed_run_resumes_to_the_same_tables(
         "eval.stigma.limit_conditions=2",
     ]
     recipe = str(REPO / "recipes" / "quickstart.yaml")
-    cmd = [sys.executable, "-m", "scd", "run", recipe, "--outputs", str(root), "--run-id", "killed"]
+    cmd = [sys.executable, "-m", "scd", "run", recipe, "--outputs", str(root.parent), "--run-id",
+           "killed"]  # fmt: skip
     cmd += [arg for item in overrides for arg in ("--set", item)]
-    run_dir = root / "killed"
+    run_dir = root.parent / "killed"
     records = run_dir / "setting-1" / "eval" / "bias" / "records.jsonl"
     log = root.parent / "killed.log"
     with open(log, "w") as fh:
@@ -125,7 +127,7 @@ def test_killed_run_resumes_to_the_same_tables(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "toy model (planted" not in done.stdout  # cached, not rebuilt
     assert "base/bias" not in done.stdout  # finished in this run directory: not even looked at
-    assert len(list((root / "cache" / "base").glob("bias-*"))) == 1  # shared with the quickstart
+    assert len(list((root.parent / "cache" / "base").glob("bias-*"))) == 1  # the quickstart's
 
     resumed = pd.read_csv(run_dir / "tables" / "table10.csv")
     uninterrupted = pd.read_csv(root / "tables" / "table10.csv")
@@ -171,3 +173,23 @@ def test_changed_recipe_is_refused_with_the_keys_that_differ(root: Path, quickst
     with contextlib.redirect_stderr(err):
         assert main([*args, "--set", "train.learning_rate=1e-3"]) == 2
     assert "train.learning_rate" in err.getvalue() and err.getvalue().count("\n") == 1
+
+
+def test_a_finished_run_reads_its_results_where_they_were_cached(
+    quickstart: str, root: Path, toy_model: Path, tmp_path: Path
+) -> None:
+    """Resumed with another cache directory, a finished run still finds (and reports) the base
+    evaluation where its first invocation cached it."""
+    from scd.pipeline.runner import run_recipe
+    from scd.quickstart import QUICKSTART_RECIPE
+    from scd.train.recipe import recipe_from_dict
+
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    other = tmp_path / "other-cache"
+    shutil.copytree(toy_model, other / "toy-model" / key)
+    said: list[str] = []
+    run_recipe(recipe_from_dict(QUICKSTART_RECIPE), root, other, progress=False, say=said.append)
+    assert "nothing to do" in said[-1]
+    layout = json.loads((root / "layout.json").read_text())
+    assert Path(layout["base"]["bias"]).parent == root.parent / "cache" / "base"
+    assert not (other / "base").exists()

@@ -76,4 +76,4 @@ def test_transfer_tables_group_by_the_held_out_dimension() -> None:
     assert row["before_pct"] == pytest.approx(expected)
     assert transfer_frame("axis", pairs, settings) is None
     md = table_markdown(table, "Table 11", row_key="value", descriptions={3: "certainty"})
-    assert "*Setting 3: certainty*" in md and "| Frequency |" in md
+    assert "**Setting 3**: certainty" in md and "| Frequency |" in md

@@ -78,7 +78,7 @@ def test_secrets_never_reach_outputs_or_logs(trained: Path) -> None:
 
 
 def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
-    runs = list((trained.parent / "wandb").rglob("offline-run-*"))
+    runs = list((trained / "wandb").rglob("offline-run-*"))  # each run in its own directory
     assert runs, "no offline W&B run directory"
     logged = b"".join(p.read_bytes() for p in runs[0].rglob("*.wandb"))
     assert b"train/loss" in logged

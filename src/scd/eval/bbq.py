@@ -302,7 +302,8 @@ def evaluate_bbq(
 def _run(engine: Any, fmt: Formatter, work: list[dict], log: RecordLog, progress: bool) -> None:
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(work), initial=log.done, unit="item", disable=not progress,
+    off = None if progress else True  # None: off when stderr is not a terminal
+    bar = tqdm(total=len(work), initial=log.done, unit="item", disable=off,
                desc="scd eval bbq", dynamic_ncols=True)  # fmt: skip
     for lo, hi in log.chunks():
         rows = work[lo:hi]

@@ -215,7 +215,7 @@ def _run(
         total=len(work),
         initial=log.done,
         unit="prompt",
-        disable=not progress,
+        disable=None if progress else True,  # None: off when not a terminal
         desc="scd eval bias",
         dynamic_ncols=True,
     )

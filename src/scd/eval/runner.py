@@ -41,7 +41,7 @@ def start_run(
     from scd.models import resolve_model
 
     model = resolve_model(model)
-    if progress:
+    if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
         extra = f" + adapter {adapter}" if adapter else ""
         print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
     tokenizer = load_tokenizer(model, adapter)

@@ -130,7 +130,8 @@ def _train(
     from tqdm.auto import tqdm
 
     ids, pos, pair = data
-    bar = tqdm(total=max_steps, desc="toy model", unit="step", disable=not progress, leave=False)
+    off = None if progress else True  # None: off when stderr is not a terminal
+    bar = tqdm(total=max_steps, desc="toy model", unit="step", disable=off, leave=False)
     try:
         return _steps(model, ids, pos, pair, seed, max_steps, bar)
     finally:

@@ -77,6 +77,11 @@ class _Run:
         self.state.finish(name, outputs, started, **info)
         self.say(f"  {name}: done in {_duration(time.perf_counter() - started)}")
 
+    def _where(self, name: str, default: Path) -> Path:
+        """Where a cached stage's results are: where an earlier invocation put them when it
+        finished (its cache may have been elsewhere), else ``default``."""
+        return self.state.output(name).parent if self.state.done(name) else default
+
     # -- inputs --------------------------------------------------------------------------------
     def build_model(self) -> None:
         """Resolve the model to a loadable name: a GGUF file is converted once (cached by its
@@ -147,7 +152,7 @@ class _Run:
                 prompts=sha256_file(prompts / "prompts.parquet"),
                 **opts,
             )
-            out = self.cache / "base" / f"{name}-{key}"
+            out = self._where(f"base/{name}", self.cache / "base" / f"{name}-{key}")
             self.stage(
                 f"base/{name}",
                 [out / "summary.json"],
@@ -180,7 +185,7 @@ class _Run:
                     system_prompt=ev.system_prompt,
                     **opts,
                 )
-                out = self.cache / "base" / f"{name}-{key}"
+                out = self._where(f"{prefix}/{name}", self.cache / "base" / f"{name}-{key}")
             else:
                 out = where / name
             self.stage(f"{prefix}/{name}", [out / "summary.json"], lambda r=run, o=out: r(o),

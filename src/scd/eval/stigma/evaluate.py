@@ -226,7 +226,7 @@ def _loop(score, rows, log, probe, progress, *, words, negative_label) -> None:
         total=len(rows),
         initial=log.done,
         unit="prompt",
-        disable=not progress,
+        disable=None if progress else True,  # None: off when not a terminal
         desc=f"scd eval stigma {probe}",
         dynamic_ncols=True,
     )
