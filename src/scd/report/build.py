@@ -335,7 +335,7 @@ def _header(recipe: dict[str, Any], layout: dict[str, Any]) -> list[str]:
     if ev["system_prompt"]:
         engine += f', system prompt "{ev["system_prompt"]}"'
     rows.append(("Engine", engine))
-    return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    return ["| About this run | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
 
 
 def _flat_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
