@@ -38,7 +38,7 @@ from scd.eval.bbq_data import (
     prompt_text,
     stratified_subset,
 )
-from scd.eval.engines import ChoiceRequest
+from scd.eval.engines import ChoiceRequest, SharedEngine
 from scd.eval.formatting import Formatter
 from scd.eval.records import RecordLog, check_run_config
 from scd.eval.runner import require_adapter, start_run, write_results
@@ -246,6 +246,7 @@ def evaluate_bbq(
     system_prompt: str | None = None,
     chunk_size: int = 512,
     progress: bool = True,
+    engine: SharedEngine | None = None,
     **engine_options: Any,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) a model on BBQ; write records, summary, tables; return the
@@ -281,6 +282,7 @@ def evaluate_bbq(
             system_prompt=system_prompt,
             engine_options=engine_options,
             progress=progress,
+            engine=engine,
         )
         _run(engine, fmt, work, log, progress)
     records = log.read()

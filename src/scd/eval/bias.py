@@ -21,7 +21,7 @@ import pyarrow as pa
 from scd import __version__
 from scd.data_gen.contact import read_baseline, read_prompts
 from scd.errors import InputError
-from scd.eval.engines import ChoiceRequest
+from scd.eval.engines import ChoiceRequest, SharedEngine
 from scd.eval.formatting import Formatter, parse_answer
 from scd.eval.records import RecordLog, check_run_config
 from scd.eval.runner import require_adapter, start_run, write_results
@@ -137,6 +137,7 @@ def evaluate_bias(
     denominator: str = "all",
     chunk_size: int = 512,
     progress: bool = True,
+    engine: SharedEngine | None = None,
     **engine_options: Any,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) a model on a prompt directory; return the summary.
@@ -186,6 +187,7 @@ def evaluate_bias(
             system_prompt=system_prompt,
             engine_options=engine_options,
             progress=progress,
+            engine=engine,
         )
         _run(engine, fmt, work, log, mode, max_new_tokens, progress)
     summary = summarize(log.read(), denominator=denominator)

@@ -9,17 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.eval.engines import make_engine
+from scd.eval.engines import SharedEngine, make_engine, require_adapter
 from scd.eval.formatting import Formatter, load_tokenizer
 from scd.eval.records import check_run_config
 
 __all__ = ["require_adapter", "start_run", "write_results"]
-
-
-def require_adapter(adapter: str | Path | None) -> None:
-    """Refuse an ``--adapter`` that is not a PEFT adapter directory."""
-    if adapter and not (Path(adapter) / "adapter_config.json").is_file():
-        raise InputError(f"--adapter {adapter}: no adapter_config.json (a PEFT adapter dir)")
 
 
 def start_run(
@@ -32,11 +26,14 @@ def start_run(
     system_prompt: str | None,
     engine_options: dict[str, Any],
     progress: bool = True,
+    engine: SharedEngine | None = None,
 ) -> tuple[Any, Formatter]:
     """Load tokenizer and engine, then create ``out`` and pin ``run.json``.
 
     ``model`` may be a directory, a Hub id or a GGUF file (converted once, see
-    :mod:`scd.models`). Only a run whose model loaded leaves files behind.
+    :mod:`scd.models`). ``engine``: an engine shared by several evaluations of the same model
+    (built on first use, switched to ``adapter``); without it the engine is made here. Only a run
+    whose model loaded leaves files behind.
     """
     from scd.models import resolve_model
 
@@ -46,13 +43,23 @@ def start_run(
         print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
     tokenizer = load_tokenizer(model, adapter)
     fmt = Formatter(tokenizer, system_prompt)
-    engine = make_engine(backend, model, adapter=adapter, tokenizer=tokenizer, **engine_options)
+    if engine is not None:
+        if (engine.backend, engine.model) != (backend, model):
+            raise ValueError(f"a shared engine of {engine.model} ({engine.backend}) cannot "
+                             f"evaluate {model} ({backend})")  # fmt: skip
+        running = engine.get(tokenizer, adapter)
+    else:
+        adapters = [adapter] if adapter else []
+        running = make_engine(
+            backend, model, tokenizer=tokenizer, adapters=adapters, **engine_options
+        )
+        running.use_adapter(adapter)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
     check_run_config(out, config)
-    return engine, fmt
+    return running, fmt
 
 
 def write_results(out: Path, files: dict[str, str]) -> None:

@@ -6,17 +6,22 @@ options' log-probabilities at the last position; otherwise (real tokenizers spli
 KV cache shared by its options, and each option's token log-probabilities are summed. Batches
 are formed from length-sorted requests; positions are computed from the attention mask, so the
 padding side does not change a result (tests compare every path with a one-sequence forward).
+
+Adapters: the base model is loaded once; :meth:`HFEngine.use_adapter` loads a PEFT adapter onto
+it (unmerged) and switches between adapters, or runs the base with the adapter layers disabled.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from scd.errors import InputError
-from scd.eval.engines import ChoiceRequest
+from scd.eval.engines import ChoiceRequest, require_adapter
 
 __all__ = ["HFEngine", "load_model"]
 
@@ -28,8 +33,8 @@ def _first_line(err: BaseException) -> str:
     return (telling or lines or [type(err).__name__])[0]
 
 
-def load_model(model: str, adapter: str | None, device: str, dtype: str) -> Any:
-    """Load a causal LM (and a PEFT adapter, unmerged) through ``from_pretrained``."""
+def load_model(model: str, device: str, dtype: str) -> Any:
+    """Load a causal LM through ``from_pretrained`` (no remote code), in eval mode."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -50,17 +55,6 @@ def load_model(model: str, adapter: str | None, device: str, dtype: str) -> Any:
             f"--model {model}: cannot load a causal LM (a local model directory or a Hub id is "
             f"expected): {_first_line(err)}"
         ) from None
-    if adapter:
-        from peft import PeftModel
-
-        if not (Path(adapter) / "adapter_config.json").is_file():
-            raise InputError(f"--adapter {adapter}: no adapter_config.json (a PEFT adapter dir)")
-        try:
-            lm = PeftModel.from_pretrained(lm, adapter)
-        except (RuntimeError, ValueError, KeyError) as err:
-            raise InputError(
-                f"--adapter {adapter}: does not fit the model {model} ({_first_line(err)[:200]})"
-            ) from None
     return lm.to(device).eval()
 
 
@@ -71,13 +65,12 @@ class HFEngine:
         self,
         model: str,
         *,
-        adapter: str | None = None,
         tokenizer: Any = None,
+        adapters: Sequence[str] = (),
         device: str | None = None,
         dtype: str = "auto",
         batch_size: int = 32,
         padding_side: str = "left",
-        **_: Any,
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -86,7 +79,13 @@ class HFEngine:
             raise InputError("--device mps: no Apple GPU is available here")
         if batch_size < 1:
             raise InputError(f"--batch-size {batch_size}: expected a positive number")
-        self.model = load_model(model, adapter, self.device, dtype)
+        for path in adapters:
+            require_adapter(path)
+        self.model_name = model
+        self.model = load_model(model, self.device, dtype)
+        self.adapters: dict[str, str] = {}  # adapter path -> PEFT adapter name
+        self.active: str | None = None
+        self._loaded = 0
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.padding_side = padding_side
@@ -94,6 +93,50 @@ class HFEngine:
         if pad is None:
             pad = getattr(tokenizer, "eos_token_id", None)
         self.pad_id = pad if pad is not None else 0
+
+    def use_adapter(self, adapter: str | None) -> None:
+        """Run the next calls through ``adapter`` (loaded once, unmerged), or the base model.
+
+        Only the adapter in use is kept in memory: switching drops the others.
+        """
+        key = str(Path(adapter).resolve()) if adapter else None
+        if key is not None and key not in self.adapters:
+            from peft import PeftModel
+
+            require_adapter(adapter)
+            self._loaded += 1
+            name = f"scd{self._loaded}"  # PEFT adapter names must not hold dots
+            try:
+                if isinstance(self.model, PeftModel):
+                    self.model.load_adapter(adapter, adapter_name=name)
+                else:
+                    self.model = PeftModel.from_pretrained(self.model, adapter, adapter_name=name)
+            except (RuntimeError, ValueError, KeyError) as err:
+                raise InputError(
+                    f"--adapter {adapter}: does not fit the model {self.model_name} "
+                    f"({_first_line(err)[:200]})"
+                ) from None
+            self.model.to(self.device).eval()
+            self.adapters[key] = name
+        if key is not None:
+            self.model.set_adapter(self.adapters[key])
+            for other, name in list(self.adapters.items()):
+                if other != key:
+                    self.model.delete_adapter(name)
+                    del self.adapters[other]
+        self.active = key
+
+    def _active_model(self) -> contextlib.AbstractContextManager:
+        """The base model when no adapter is in use: PEFT's layers switched off."""
+        if self.active is None and self.adapters:
+            return self.model.disable_adapter()
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
+        """Drop the model and free accelerator memory."""
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def _pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         width = max(len(s) for s in seqs)
@@ -128,6 +171,11 @@ class HFEngine:
         """Summed option log-probabilities per request (see the module docstring)."""
         order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
         scores: list[Any] = [None] * len(requests)
+        with self._active_model():
+            self._score_batches(requests, order, scores)
+        return scores
+
+    def _score_batches(self, requests: list[ChoiceRequest], order: list[int], scores: list) -> None:
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             reqs = [requests[i] for i in batch]
@@ -139,7 +187,6 @@ class HFEngine:
                 values = self._score_full(reqs)
             for i, v in zip(batch, values):
                 scores[i] = v
-        return scores
 
     @torch.inference_mode()
     def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
@@ -225,15 +272,19 @@ class HFEngine:
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 ids, mask, _ = self._pad([list(prompt_ids[i]) for i in batch])
-                new = self.model.generate(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=self.pad_id,
-                )[:, ids.shape[1] :]
+                with self._active_model():
+                    new = self._generate(ids, mask, max_new_tokens)
                 for i, row in zip(batch, new.tolist()):
                     texts[i] = self.tokenizer.decode(row, skip_special_tokens=True).strip()
         finally:
             self.padding_side = side
         return texts
+
+    def _generate(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> Any:
+        return self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=self.pad_id,
+        )[:, ids.shape[1] :]

@@ -88,9 +88,10 @@ def evaluate_stigma(
     negative_label: str | None = None,
     mlm_run: Path | str | None = None,
     system_prompt: str | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     device: str | None = None,
     dtype: str = "auto",
+    engine: Any = None,
     **engine_options: Any,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) one stigma probe; return the summary.
@@ -110,7 +111,8 @@ def evaluate_stigma(
         negative_label: ``sentiment``: the classifier's negative label (default: found by name).
         mlm_run: ``sentiment``: a finished ``mlm`` run; adds Pearson r per condition.
         system_prompt: ``sds``: a system message before every prompt.
-        batch_size, device, dtype: Inference options (hf).
+        batch_size, device, dtype: Inference options (hf; batch size default 32).
+        engine: A :class:`~scd.eval.engines.SharedEngine` of ``model`` (causal probes).
         **engine_options: Further engine options (e.g. ``tensor_parallel_size`` for vLLM).
 
     Returns:
@@ -160,9 +162,8 @@ def evaluate_stigma(
         options = {"batch_size": batch_size, "dtype": dtype, **engine_options}
         if device:
             options["device"] = device
-        score = _scorer(
-            probe, kind, loadable, adapter, backend, system_prompt, out, config, options, progress
-        )
+        score = _scorer(probe, kind, loadable, adapter, backend, system_prompt, out, config,
+                        options, progress, engine)  # fmt: skip
         _loop(score, rows, log, probe, progress, words=words, negative_label=negative_label)
     records = log.read()
     summary = _summarize(probe, kind, records, seed)
@@ -177,12 +178,12 @@ def _lexicon_sha(lexicon: Path | str | None) -> str:
     return sha256_file(Path(lexicon) if lexicon else mlm._default_lexicon())
 
 
-def _scorer(
-    probe, kind, model, adapter, backend, system_prompt, out, config, options, progress=True
+def _scorer(  # fmt: skip
+    probe, kind, model, adapter, backend, system_prompt, out, config, options, progress, engine
 ) -> Any:
     """Load the model; return ``(kind of scorer, objects)`` once ``out`` is pinned."""
     if kind == "causal":
-        engine, fmt = start_run(
+        running, fmt = start_run(
             out,
             config,
             model=model,
@@ -191,8 +192,9 @@ def _scorer(
             system_prompt=system_prompt,
             engine_options=options,
             progress=progress,
+            engine=engine,
         )
-        return ("causal", engine, fmt)
+        return ("causal", running, fmt)
     import torch
     from transformers import pipeline
 
@@ -213,7 +215,7 @@ def _scorer(
     except OSError as err:
         raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
     check_run_config(out, config)
-    return (*obj, options.get("batch_size", 32))
+    return (*obj, options.get("batch_size") or 32)
 
 
 def _loop(score, rows, log, probe, progress, *, words, negative_label) -> None:
