@@ -50,6 +50,17 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected 0 < f <= 1, got {value}")
+    return value
+
+
 def _device(text: str) -> str:
     """argparse type: a device torch knows by name and this machine has."""
     import re
@@ -221,16 +232,33 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--mlm-run", help="sentiment: a finished mlm run dir; adds Pearson r")
     st.add_argument("--seed", type=int, default=0, help="seed of the bootstrap CIs")
     st.add_argument("--system-prompt", help="sds: system message put before every prompt")
-    st.add_argument("--batch-size", type=_positive, default=32, help="hf: prompts per forward")
-    st.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
-    st.add_argument(
-        "--device", type=_device, help="hf: cpu, cuda, cuda:1 (default: cuda if available)"
-    )
-    st.add_argument(
-        "--tensor-parallel-size", type=_positive, default=1, help="vllm: GPUs per model"
-    )
+    _add_engine_args(st)
     st.add_argument("--chunk-size", type=_positive, default=256, help="prompts per resumable chunk")
     st.add_argument("--out", required=True, help="output directory (re-run to resume)")
+
+
+def _add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """Engine options; each belongs to one backend (given to the other: a one-line error)."""
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
+    parser.add_argument(
+        "--batch-size", type=_positive, help="hf: prompts per forward (default: 32)"
+    )
+    parser.add_argument(
+        "--device", type=_device, help="hf: cpu, cuda, cuda:1 (default: cuda if available)"
+    )
+    parser.add_argument(
+        "--tensor-parallel-size", type=_positive, help="vllm: GPUs per model (default: 1)"
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=_positive,
+        help="vllm: context to reserve KV cache for (default: the model's, at most 4096)",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=_share,
+        help="vllm: share of GPU memory vLLM may take (default: 0.9)",
+    )
 
 
 def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = "") -> None:
@@ -242,14 +270,7 @@ def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = ""
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     parser.add_argument("--system-prompt", help="system message put before every prompt")
-    parser.add_argument("--batch-size", type=_positive, default=32, help="hf: prompts per forward")
-    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
-    parser.add_argument(
-        "--device", type=_device, help="hf: cpu, cuda, cuda:1 (default: cuda if available)"
-    )
-    parser.add_argument(
-        "--tensor-parallel-size", type=_positive, default=1, help="vllm: GPUs per model"
-    )
+    _add_engine_args(parser)
     parser.add_argument(
         "--chunk-size", type=_positive, default=512, help=f"{unit} per resumable chunk"
     )

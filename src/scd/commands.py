@@ -7,8 +7,12 @@ The parser lives in :mod:`scd.cli`; heavy modules are imported inside each handl
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from scd.errors import InputError
+
+if TYPE_CHECKING:
+    from scd.train.recipe import Recipe
 
 
 def _generate_contact(args: argparse.Namespace) -> None:
@@ -102,12 +106,11 @@ def _eval_bias(args: argparse.Namespace) -> None:
 
 
 def _engine_options(args: argparse.Namespace) -> dict:
-    options = {"batch_size": args.batch_size, "dtype": args.dtype}
-    if args.device:
-        options["device"] = args.device
-    if args.backend == "vllm":
-        options["tensor_parallel_size"] = args.tensor_parallel_size
-    return options
+    """The engine flags as given (None: the engine's default; a flag of the other backend is
+    refused by :func:`scd.eval.engines.make_engine`)."""
+    names = ("dtype", "batch_size", "device", "tensor_parallel_size", "max_model_len",
+             "gpu_memory_utilization")  # fmt: skip
+    return {name: getattr(args, name) for name in names}
 
 
 def _eval_bbq(args: argparse.Namespace) -> None:
@@ -202,6 +205,17 @@ def _report(args: argparse.Namespace) -> None:
     print(f"report -> {md}, {html}")
 
 
+def _warn_recipe(recipe: Recipe) -> None:
+    import os
+    import sys
+
+    from scd.train.recipe import recipe_warnings
+
+    if os.environ.get("RANK", "0") == "0":  # once under torchrun / accelerate
+        for warning in recipe_warnings(recipe):
+            print(f"scd: warning: {warning}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -209,6 +223,7 @@ def _run(args: argparse.Namespace) -> None:
     from scd.train.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, args.set)
+    _warn_recipe(recipe)
     run_id = args.run_id or recipe.run.name or Path(args.recipe).stem
     if not run_id or "/" in run_id or run_id in (".", "..", "cache"):
         raise InputError(f"--run-id {run_id!r}: expected a plain directory name other than cache")
@@ -235,6 +250,7 @@ def _train(args: argparse.Namespace) -> None:
     from scd.train.trainer import train
 
     recipe = load_recipe(args.recipe, args.set)
+    _warn_recipe(recipe)
     changes = {}
     if recipe.output_dir is None:  # as scd run names its runs
         name = recipe.run.name or Path(args.recipe).stem

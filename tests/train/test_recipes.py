@@ -9,7 +9,7 @@ import yaml
 
 from scd.cli import main
 from scd.errors import InputError
-from scd.train.recipe import VLLM_LORA_RANKS, load_recipe
+from scd.train.recipe import VLLM_LORA_RANKS, load_recipe, recipe_warnings
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
@@ -37,7 +37,10 @@ def test_every_recipe_validates_and_opens_with_its_command(path: Path) -> None:
         # the paper's public code
         t = recipe.train
         assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.dropout) == (64, 16, 0.1)
-        assert (t.learning_rate, t.lr_scheduler, t.warmup_ratio) == (3e-4, "constant", 0.03)
+        # constant, as the paper ran it: its 3% warmup had no effect under transformers'
+        # constant schedule, so the recipe states 0 (and loading it warns about nothing)
+        assert (t.learning_rate, t.lr_scheduler, t.warmup_ratio) == (3e-4, "constant", 0.0)
+        assert recipe_warnings(recipe) == []
         assert (t.batch_size, t.grad_accum, t.max_grad_norm, t.epochs) == (6, 2, 0.3, 1.0)
         assert (t.optim, t.bf16, t.seed, t.gradient_checkpointing) == (
             "paged_adamw_32bit",
@@ -89,3 +92,31 @@ def test_bad_recipe_on_the_command_line_is_one_line(tmp_path: Path, capsys) -> N
     assert main(["train", str(_recipe(tmp_path, "colour: blue\n"))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown key 'colour'" in err and "recipe.yaml" in err
+
+
+def test_constant_schedule_with_warmup_warns(tmp_path: Path) -> None:
+    from scd.train.recipe import recipe_from_dict
+
+    base = {"model": "toy", "data": {"descriptors": "toy"}}
+    recipe = recipe_from_dict({**base, "train": {"warmup_ratio": 0.03}})
+    (warning,) = recipe_warnings(recipe)
+    assert "ignores train.warmup_ratio 0.03" in warning and "constant_with_warmup" in warning
+    both = {"warmup_ratio": 0.03, "lr_scheduler": "constant_with_warmup"}
+    assert recipe_warnings(recipe_from_dict({**base, "train": both})) == []
+
+
+def test_engine_keys_belong_to_their_backend() -> None:
+    from scd.errors import InputError
+    from scd.train.recipe import engine_options, recipe_from_dict
+
+    base = {"model": "toy", "data": {"descriptors": "toy"}}
+    with pytest.raises(InputError, match="eval.batch_size: an option of the hf backend"):
+        recipe_from_dict({**base, "eval": {"backend": "vllm", "batch_size": 32}})
+    with pytest.raises(InputError, match="eval.tensor_parallel_size: an option of the vllm"):
+        recipe_from_dict({**base, "eval": {"tensor_parallel_size": 2}})
+    with pytest.raises(InputError, match="eval.gpu_memory_utilization: expected 0 < f <= 1"):
+        recipe_from_dict({**base, "eval": {"backend": "vllm", "gpu_memory_utilization": 1.5}})
+    vllm = {"backend": "vllm", "tensor_parallel_size": 2, "max_model_len": 2048}
+    options = engine_options(recipe_from_dict({**base, "eval": vllm}))
+    assert options["tensor_parallel_size"] == 2 and options["max_model_len"] == 2048
+    assert options["batch_size"] is None

@@ -183,6 +183,7 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
 
 @pytest.mark.slow
 def test_two_cpu_ranks_under_torchrun(toy_model: Path, tmp_path) -> None:
+    """Two real CPU ranks: one data generation, one W&B run, one adapter, both ranks trained."""
     out = tmp_path / "ddp"
     cmd = [
         sys.executable,
@@ -196,7 +197,6 @@ def test_two_cpu_ranks_under_torchrun(toy_model: Path, tmp_path) -> None:
         "scd",
         "train",
         str(QUICKSTART),
-        "--no-wandb",
         "--set",
         f"model={toy_model}",
         "--set",
@@ -205,12 +205,48 @@ def test_two_cpu_ranks_under_torchrun(toy_model: Path, tmp_path) -> None:
         "train.max_steps=6",
         "--set",
         "train.save_steps=100",
+        "--set",
+        "wandb.enabled=true",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "train_manifest.json").read_text())
     assert info["world_size"] == 2 and info["global_step"] == 6
+    assert proc.stdout.count("SFT data generated") == 1  # the main process alone
+    assert len(list((out / "wandb").glob("wandb/offline-run-*"))) == 1
+    assert (out / "adapter_model.safetensors").stat().st_size > 0
+
+
+def test_a_save_that_writes_no_adapter_fails_loudly(tmp_path: Path) -> None:
+    """FSDP: the save switches a sharded state dict to a full one first (transformers saves
+    nothing under FSDP otherwise); a save that writes no adapter fails the run. Recorded on a
+    stand-in trainer: FSDP does not run on CPU."""
+    from types import SimpleNamespace
+
+    from scd.train.trainer import _save_adapter
+
+    calls = []
+    plugin = SimpleNamespace(set_state_dict_type=lambda kind: calls.append(("state", kind)))
+
+    def save_model(out: str) -> None:
+        calls.append(("save", out))
+        if calls[0] == ("state", "FULL_STATE_DICT"):  # what transformers does under FSDP
+            (Path(out) / "adapter_model.safetensors").write_bytes(b"x")
+
+    def trainer(fsdp: bool) -> SimpleNamespace:
+        accelerator = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin),
+                                      wait_for_everyone=lambda: None)  # fmt: skip
+        return SimpleNamespace(is_fsdp_enabled=fsdp, accelerator=accelerator, save_model=save_model)
+
+    _save_adapter(trainer(True), tmp_path, main=True)
+    assert calls == [("state", "FULL_STATE_DICT"), ("save", str(tmp_path))]
+    calls.clear()
+    (tmp_path / "adapter_model.safetensors").unlink()
+    with pytest.raises(RuntimeError, match="no adapter was written"):
+        _save_adapter(trainer(False), tmp_path, main=True)
+    _save_adapter(trainer(False), tmp_path, main=False)  # other ranks do not check
 
 
 def test_qlora_prepares_and_takes_a_step_on_cpu(toy_model: Path, tmp_path) -> None:

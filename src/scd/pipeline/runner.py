@@ -1,5 +1,10 @@
-"""``scd run RECIPE.yaml``: generate -> evaluate the base model -> train -> evaluate the tuned
-model -> tables -> report, for one setting or a sweep of settings.
+"""``scd run RECIPE.yaml``: generate -> train every setting -> evaluate the base model and each
+tuned model with one engine -> tables -> report, for one setting or a sweep of settings.
+
+The model is loaded for evaluation once per run (:class:`~scd.eval.engines.SharedEngine`): vLLM
+serves every adapter as a ``LoRARequest`` on one ``LLM``, transformers switches PEFT adapters on
+one base model. Training comes first so that the evaluation engine (vLLM reserves most of the GPU
+memory) never shares a GPU with a training run.
 
 Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file's name)::
 
@@ -26,9 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scd.data_gen.settings import load_settings
 from scd.errors import InputError
+from scd.eval.engines import SharedEngine
 from scd.pipeline.state import RunState, cache_key, model_fingerprint
-from scd.train.recipe import Recipe, recipe_to_dict
+from scd.train.recipe import Recipe, engine_options, recipe_to_dict
 
 __all__ = ["ensure_toy_model", "run_recipe", "settings_of", "validate_inputs"]
 
@@ -50,8 +57,8 @@ class _Run:
         self.started = time.time()
         self.state = RunState(run_dir, recipe_to_dict(recipe))
         self.model = recipe.model
-        ev = recipe.eval
-        self.engine = {"batch_size": ev.batch_size, "dtype": ev.dtype}
+        self.engine = engine_options(recipe)
+        self.shared: SharedEngine | None = None  # one engine for every evaluation of the run
 
     def stage(
         self,
@@ -110,7 +117,8 @@ class _Run:
                 ),
             )
         self.eval_prompts = None
-        if 2 in settings_of(self.recipe):
+        table = load_settings()
+        if any(table[n].split == "source" for n in settings_of(self.recipe)):
             self.eval_prompts = Path(d.eval_prompts or self.dir / "data" / "eval_prompts")
             if not d.eval_prompts:
                 self.stage(
@@ -205,6 +213,7 @@ class _Run:
             backend=ev.backend,
             system_prompt=ev.system_prompt,
             progress=self.progress,
+            engine=self.shared,
             **opts,
             **self.engine,
         )
@@ -224,6 +233,7 @@ class _Run:
             seed=opts["seed"],
             system_prompt=ev.system_prompt,
             progress=self.progress,
+            engine=self.shared,
             **self.engine,
         )
 
@@ -239,6 +249,7 @@ class _Run:
             adapter=adapter,
             backend=ev.backend,
             progress=self.progress,
+            engine=self.shared,
             **self.engine,
         )
 
@@ -251,7 +262,6 @@ class _Run:
         """The prompt sets of the base model's ``eval.bias.limit`` subset that setting ``n``'s
         held-out prompts come from, so that a tuned model is scored on the same prompts."""
         from scd.data_gen.contact import read_prompts
-        from scd.data_gen.settings import load_settings
         from scd.eval.bias import stratified_sets
 
         source = load_settings()[n].split == "source" and self.eval_prompts is not None
@@ -259,13 +269,15 @@ class _Run:
         return stratified_sets(table, self.recipe.eval.bias.limit, self.recipe.eval.seed)
 
     # -- one setting ---------------------------------------------------------------------------
-    def train_setting(self, n: int) -> dict[str, Any]:
+    def train_setting(self, n: int) -> dict[str, str]:
+        """Setting ``n``'s SFT data and LoRA adapter: ``{"sft": dir, "adapter": dir}``."""
         from scd.data_gen.sft import write_sft
         from scd.train.trainer import train
 
-        r, d, ev = self.recipe, self.recipe.data, self.recipe.eval
+        r, d = self.recipe, self.recipe.data
         where = self.dir / f"setting-{n}"
         sft, adapter = where / "sft", where / "adapter"
+        source = load_settings()[n].split == "source"
         self.stage(
             f"setting-{n}/sft",
             [sft / "manifest.json"],
@@ -273,7 +285,7 @@ class _Run:
                 self.prompts,
                 n,
                 sft,
-                eval_prompts=self.eval_prompts if n == 2 else None,
+                eval_prompts=self.eval_prompts if source else None,
                 style=d.style,
                 max_train=d.max_train,
                 max_eval=d.max_eval,
@@ -293,52 +305,43 @@ class _Run:
         self.stage(
             f"setting-{n}/train",
             [adapter / "train_manifest.json"],
-            lambda: train(tuned, resume=(adapter / "checkpoints").is_dir(), progress=self.progress,
-                          keep_wandb_run=True),
-        )  # fmt: skip
+            lambda: train(tuned, resume=(adapter / "checkpoints").is_dir(), progress=self.progress),
+        )
+        return {"sft": str(sft), "adapter": str(adapter)}
+
+    def evaluate_setting(self, n: int, trained: dict[str, str]) -> dict[str, str]:
+        """The tuned model of setting ``n`` on its held-out prompts (+ BBQ, stigma probes)."""
+        ev, where = self.recipe.eval, self.dir / f"setting-{n}"
+        sft, adapter = Path(trained["sft"]), trained["adapter"]
         results = {}
         if ev.bias.enabled:
             out, opts = where / "eval" / "bias", {"denominator": ev.bias.denominator}
             if ev.bias.limit is not None:  # the held-out part of the base model's subset
                 opts["sets"] = self._base_subset(n)
-            evaluate = self._bias(sft / "heldout", str(adapter), opts)
+            evaluate = self._bias(sft / "heldout", adapter, opts)
             self.stage(f"setting-{n}/eval/bias", [out / "summary.json"], lambda: evaluate(out))
             results["bias"] = str(out)
-        results.update(self.evaluations(str(adapter), where / "eval", f"setting-{n}/eval"))
-        _finish_training_run(results)
-        return {"sft": str(sft), "adapter": str(adapter), "evals": results}
+        results.update(self.evaluations(adapter, where / "eval", f"setting-{n}/eval"))
+        return results
 
+    def share_engine(self, adapters: list[str]) -> None:
+        """Evaluate the base model and every adapter with one engine, loaded on first use."""
+        import gc
+        import sys
 
-def _finish_training_run(results: dict[str, str]) -> None:
-    """Put the tuned model's results into the summary of the W&B training run that
-    :func:`~scd.train.trainer.train` left open, and finish it. (A run resumed after training
-    finished has no open run; its results reach the report run only.)"""
-    import sys
+        from scd.models import resolve_model
 
-    wandb = sys.modules.get("wandb")
-    run = getattr(wandb, "run", None) if wandb else None
-    if run is None:
-        return
-    summary: dict[str, Any] = {}
-    import json
+        gc.collect()  # the trainers' models
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        self.shared = SharedEngine(
+            self.recipe.eval.backend, resolve_model(self.model), adapters=adapters, **self.engine
+        )
 
-    for name, where in results.items():
-        path = Path(where) / "summary.json"
-        if not path.is_file():
-            continue
-        s = json.loads(path.read_text())
-        if name == "bias":
-            summary.update(
-                {"heldout/bias_pct": s["overall"]["pct"], "heldout/n": s["overall"]["n"]}
-            )
-        elif name == "bbq":
-            o = s["overall"]
-            summary.update({"bbq/accuracy": o["accuracy"]["accuracy"], "bbq/s_dis": o["s_dis"],
-                            "bbq/s_amb": o["s_amb"]})  # fmt: skip
-        elif "gap" in s:
-            summary[f"{name}/gap"] = s["gap"]["gap"]
-    run.summary.update(summary)
-    run.finish()
+    def close_engine(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
 
 
 def ensure_toy_model(
@@ -403,8 +406,13 @@ def run_recipe(
     *,
     progress: bool = True,
     say: Callable[[str], None] = print,
+    share_engine: bool = True,
 ) -> Path:
     """Run (or resume) every stage of ``recipe`` in ``run_dir``; return the report's path.
+
+    Every setting is trained first; then one engine (``share_engine``) loads the base model once
+    and evaluates the base and each adapter on it (``share_engine=False``: a fresh engine per
+    evaluation stage, as before; benchmarks compare the two).
 
     Raises:
         InputError: a recipe the pipeline cannot run (checked before any work), a run directory
@@ -419,8 +427,14 @@ def run_recipe(
     say(f"scd run -> {run_dir} (settings {', '.join(map(str, settings))})")
     run.build_model()
     run.generate()
-    base = {**run.base_bias(), **run.evaluations(None, cache_dir / "base", "base")}
-    tuned = {n: run.train_setting(n) for n in settings}
+    trained = {n: run.train_setting(n) for n in settings}
+    if share_engine:  # trained first: the evaluation engine never shares a GPU with training
+        run.share_engine([info["adapter"] for info in trained.values()])
+    try:
+        base = {**run.base_bias(), **run.evaluations(None, cache_dir / "base", "base")}
+        tuned = {n: {**info, "evals": run.evaluate_setting(n, info)} for n, info in trained.items()}
+    finally:
+        run.close_engine()
 
     from scd.report.build import build_report
 

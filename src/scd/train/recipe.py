@@ -1,8 +1,9 @@
 """Training recipes: a validated schema, read from YAML, overridden from the command line.
 
 A recipe is data (``recipes/**/*.yaml``); its defaults reproduce the SCD paper's public code:
-LoRA r=64, alpha=16, dropout=0.1; 1 epoch; batch 6 x grad-accum 2; lr 3e-4 constant with 3%
-warmup; max_grad_norm 0.3; gradient checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42;
+LoRA r=64, alpha=16, dropout=0.1; 1 epoch; batch 6 x grad-accum 2; lr 3e-4 constant (the paper
+set 3% warmup, which transformers' ``constant`` schedule ignores: the default here is 0 so that the
+recipe says what runs; ``constant_with_warmup`` warms up); max_grad_norm 0.3; gradient checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42;
 10k train / 5k eval rows per contact type; 10% general-instruction mix.
 
 Unknown keys and wrong types fail with one line naming the key and the file.
@@ -21,6 +22,7 @@ from typing import Any
 import yaml
 
 from scd.errors import InputError
+from scd.eval.engines.vllm import LORA_RANKS
 
 __all__ = [
     "VLLM_LORA_RANKS",
@@ -36,13 +38,14 @@ __all__ = [
     "TrainSpec",
     "WandbSpec",
     "apply_overrides",
+    "engine_options",
     "load_recipe",
     "recipe_from_dict",
     "recipe_to_dict",
+    "recipe_warnings",
 ]
 
-# ranks vLLM can serve (its max_lora_rank choices)
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+VLLM_LORA_RANKS = LORA_RANKS  # ranks vLLM can serve (its max_lora_rank choices)
 
 
 @dataclass
@@ -84,7 +87,7 @@ class TrainSpec:
     grad_accum: int = 2
     learning_rate: float = 3e-4
     lr_scheduler: str = "constant"
-    warmup_ratio: float = 0.03
+    warmup_ratio: float = 0.0  # the paper's 0.03 had no effect under its constant schedule
     max_grad_norm: float = 0.3
     weight_decay: float = 0.0
     gradient_checkpointing: bool = True
@@ -154,8 +157,12 @@ class EvalSpec:
     """What ``scd run`` evaluates, and with which engine."""
 
     backend: str = "hf"  # hf | vllm
-    batch_size: int = 32
     dtype: str = "auto"
+    batch_size: int | None = None  # hf: prompts per forward (default 32)
+    device: str | None = None  # hf: cpu, cuda, cuda:1 (default: cuda if available)
+    tensor_parallel_size: int | None = None  # vllm: GPUs per model (default 1)
+    max_model_len: int | None = None  # vllm: default the model's context, at most 4096
+    gpu_memory_utilization: float | None = None  # vllm: default 0.9
     system_prompt: str | None = None
     seed: int = 0
     bias: BiasEvalSpec = field(default_factory=BiasEvalSpec)
@@ -321,10 +328,26 @@ def _check_run(recipe: Recipe, source: str) -> None:
         raise InputError(f"{source}: eval.dtype: expected auto, float32, bfloat16 or float16")
     if ev.bias.denominator not in ("all", "parsed"):
         raise InputError(f"{source}: eval.bias.denominator: expected all or parsed")
+    backend_of = {"batch_size": "hf", "device": "hf", "tensor_parallel_size": "vllm",
+                  "max_model_len": "vllm", "gpu_memory_utilization": "vllm"}  # fmt: skip
+    for key, backend in backend_of.items():
+        if getattr(ev, key) is not None and ev.backend != backend:
+            raise InputError(
+                f"{source}: eval.{key}: an option of the {backend} backend (eval.backend is "
+                f"{ev.backend}); remove it or set eval.backend: {backend}"
+            )
+    share = ev.gpu_memory_utilization
+    if share is not None and not 0 < share <= 1:
+        raise InputError(f"{source}: eval.gpu_memory_utilization: expected 0 < f <= 1, got {share}")
+    if ev.device is not None and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", ev.device):
+        raise InputError(f"{source}: eval.device: expected cpu, mps, cuda or cuda:N, got "
+                         f"{ev.device!r}")  # fmt: skip
     positive = {
         "eval.bias.limit": ev.bias.limit,
         "eval.bbq.limit": ev.bbq.limit,
         "eval.batch_size": ev.batch_size,
+        "eval.tensor_parallel_size": ev.tensor_parallel_size,
+        "eval.max_model_len": ev.max_model_len,
         "eval.stigma.limit_conditions": ev.stigma.limit_conditions,
     }
     for key, value in positive.items():
@@ -398,6 +421,26 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
 def recipe_from_dict(data: dict[str, Any], source: str = "recipe") -> Recipe:
     """Validate a recipe given as a mapping (``source`` names it in errors)."""
     return _check(_build(Recipe, data, "", source), source)
+
+
+def recipe_warnings(recipe: Recipe) -> list[str]:
+    """What a valid recipe does that its reader may not expect (printed, not refused)."""
+    t, warnings = recipe.train, []
+    if t.lr_scheduler == "constant" and t.warmup_ratio > 0:
+        warnings.append(
+            f"train.lr_scheduler constant ignores train.warmup_ratio {t.warmup_ratio} "
+            "(transformers' constant schedule has no warmup; the SCD paper's code ran it so); "
+            "use constant_with_warmup to warm up"
+        )
+    return warnings
+
+
+def engine_options(recipe: Recipe) -> dict[str, Any]:
+    """The recipe's engine options for :func:`scd.eval.engines.make_engine` (None: default)."""
+    ev = recipe.eval
+    names = ("dtype", "batch_size", "device", "tensor_parallel_size", "max_model_len",
+             "gpu_memory_utilization")  # fmt: skip
+    return {name: getattr(ev, name) for name in names}
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:

@@ -274,8 +274,12 @@ def build_trainer(
     report_to: str = "none",
     progress: bool = True,
     verbose: bool = False,
+    args: Any = None,
 ) -> tuple[Any, int]:
     """TRL's SFTTrainer for a recipe, its SFT data and a loadable model; nothing trained yet.
+
+    ``args``: the run's ``SFTConfig`` (default: :func:`sft_config`). It exists before the model
+    is loaded, so that a DeepSpeed ZeRO-3 config reaches ``from_pretrained``.
 
     The rows go to TRL as the evaluator formats them (:func:`_training_rows`), and TRL's
     tokenized dataset is checked against the evaluator's tokens (:func:`check_trained_tokens`).
@@ -291,6 +295,8 @@ def build_trainer(
 
     from scd.eval.formatting import Formatter
 
+    if args is None:
+        args = sft_config(recipe, out, cuda, report_to, progress)
     if not verbose:
         import datasets
         from transformers.utils import logging as hf_logging
@@ -310,7 +316,7 @@ def build_trainer(
     data = _training_rows(data.select_columns(["prompt", "completion"]), formatter)
     trainer = SFTTrainer(
         model=_load_model(recipe, model_path, cuda),
-        args=sft_config(recipe, out, cuda, report_to, progress),
+        args=args,
         train_dataset=data["train"],
         eval_dataset=data["eval"] if recipe.train.eval_steps else None,
         processing_class=tokenizer,
@@ -336,15 +342,17 @@ def train(
     use_wandb: bool = True,
     progress: bool = True,
     verbose: bool = False,
-    keep_wandb_run: bool = False,
 ) -> dict[str, Any]:
     """Run one recipe; return the training manifest (also written to the output dir).
 
-    ``keep_wandb_run``: leave the W&B run open (``wandb.run``), so that the caller can add the
-    tuned model's evaluation to its summary before finishing it (``scd run`` does).
-
+    Under ``accelerate launch`` / ``torchrun`` the main process alone generates the SFT data
+    (the others wait for it), starts the W&B run and writes the manifests; every rank trains.
     ``progress=False`` drops the progress bar and its log lines (W&B still gets them);
     ``verbose=True`` shows the libraries' own output (see :func:`build_trainer`).
+
+    Raises:
+        InputError: a recipe or output directory that cannot be trained.
+        RuntimeError: training finished but the adapter was not written.
     """
     from accelerate import PartialState
 
@@ -358,7 +366,6 @@ def train(
             "`scd toy-model --out DIR` and set model: DIR"
         )
     model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
-    state = PartialState()
     out = Path(recipe.output_dir)
     ours = ("checkpoints", "data", "recipe.yaml", "train_manifest.json", "adapter_config.json")
     if out.is_dir() and any(out.iterdir()) and not any((out / x).exists() for x in ours):
@@ -371,12 +378,21 @@ def train(
         raise InputError(f"output_dir {out}: holds checkpoints; pass --resume to continue, "
                          "or choose a new output_dir")  # fmt: skip
     cuda = _is_cuda(recipe)
+    enabled = use_wandb and recipe.wandb.enabled
+    # The SFTConfig first: it sets up the distributed state (a PartialState made before it sees
+    # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
+    args = sft_config(recipe, out, cuda, "wandb" if enabled else "none", progress)
+    _ = args.device
+    state = PartialState()
     with state.main_process_first():
-        sft_dir = prepare_data(recipe, out) if state.is_main_process else None
+        sft_dir = None
+        if state.is_main_process:
+            sft_dir = prepare_data(recipe, out)
+            if not recipe.data.sft and progress:
+                print(f"SFT data generated -> {sft_dir}", flush=True)
     sft_dir = sft_dir or (Path(recipe.data.sft) if recipe.data.sft else out / "data" / "sft")
     manifest = json.loads((sft_dir / "manifest.json").read_text())
     resolved = redact(recipe_to_dict(recipe))
-    enabled = use_wandb and recipe.wandb.enabled
     run = None
     if enabled and state.is_main_process:
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
@@ -384,14 +400,13 @@ def train(
                         config={"recipe": resolved, "data_manifest": manifest},
                         directory=out / "wandb", job_type="train")  # fmt: skip
     trainer, checked = build_trainer(
-        recipe, model_path, sft_dir, out, cuda=cuda, report_to="wandb" if enabled else "none",
-        progress=progress, verbose=verbose,
-    )  # fmt: skip
+        recipe, model_path, sft_dir, out, cuda=cuda, progress=progress, verbose=verbose, args=args
+    )
     tokenizer = trainer.processing_class
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint if resume else None)
     seconds = time.perf_counter() - start
-    trainer.save_model(str(out))
+    _save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
         tokenizer.save_pretrained(str(out))
@@ -422,7 +437,27 @@ def train(
                 for name in ("adapter_model.safetensors", "adapter_config.json"):
                     artifact.add_file(str(out / name))
                 run.log_artifact(artifact)
-            if not keep_wandb_run:
-                run.finish()
+            run.finish()
     state.wait_for_everyone()
     return info
+
+
+def _save_adapter(trainer: Any, out: Path, main: bool) -> None:
+    """Save the adapter (every rank takes part: FSDP and ZeRO-3 gather the weights) and check
+    that it was written.
+
+    Under FSDP, ``Trainer.save_model`` writes nothing unless the state dict type is FULL, so a
+    sharded set-up (good for checkpoints) is switched to a full state dict for this save.
+
+    Raises:
+        RuntimeError: no ``adapter_model.safetensors`` after the save.
+    """
+    if getattr(trainer, "is_fsdp_enabled", False):
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(out))
+    trainer.accelerator.wait_for_everyone()
+    if main and not (out / "adapter_model.safetensors").is_file():
+        raise RuntimeError(
+            f"training finished but no adapter was written to {out}/adapter_model.safetensors "
+            "(the checkpoints under checkpoints/ hold the trained weights)"
+        )
