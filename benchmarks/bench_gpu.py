@@ -1,0 +1,141 @@
+"""GPU benchmark: a 7B Llama-2 architecture with random bf16 weights -- hf-engine scoring over the
+full HolisticBias v1.0 prompt set (prompts/s, share of the GPU's bf16 peak) and LoRA SFT
+tokens/s, padded (the paper's configuration) vs packed (TRL's BFD, padding-free), with the
+default SDPA attention.
+
+    python benchmarks/bench_gpu.py --tokenizer ../shared/data/tokenizers/llama-2-chat \\
+        --descriptors ../shared/data/holistic_bias/v1.0/descriptors.json [--out /tmp/bench-gpu]
+    python benchmarks/bench_gpu.py ... --tiny      # the same steps on a tiny model (CPU check)
+
+Random weights change no cost: the FLOPs of a forward pass depend on shapes only. A part that
+cannot run (e.g. no trl/datasets on the machine) is reported, not hidden. The device image lacks
+trl, datasets and wandb: carry their wheels (see the device README) or pass --skip-training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+# dense bf16 tensor-core peak, TFLOP/s (NVIDIA data sheets, SXM parts)
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def build_model(tokenizer: Path, out: Path, tiny: bool) -> Path:
+    """Llama-2-7B shapes (or tiny ones) with random bf16 weights, saved with the tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    if (out / "config.json").is_file():
+        return out
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    shape = (dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4)
+             if tiny else dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                               num_attention_heads=32))  # fmt: skip
+    config = LlamaConfig(vocab_size=len(tok), max_position_embeddings=4096,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.eos_token_id, **shape)  # fmt: skip
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: int | None) -> dict:
+    import torch
+
+    from scd.data_gen.contact import write_prompts
+    from scd.data_gen.descriptors import load_holistic_bias
+    from scd.eval.bias import load_work
+    from scd.eval.engines import ChoiceRequest
+    from scd.eval.engines.hf import HFEngine
+    from scd.eval.formatting import Formatter, load_tokenizer
+
+    prompts = out / "prompts"
+    if not (prompts / "manifest.json").is_file():
+        write_prompts(prompts, load_holistic_bias(descriptors))
+    work = load_work(prompts, limit, 0)
+    tok = load_tokenizer(str(model))
+    fmt = Formatter(tok)
+    ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
+    reqs = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
+    engine = HFEngine(str(model), tokenizer=tok, dtype="bfloat16", batch_size=batch)
+    engine.score(reqs[: batch * 2])  # warm-up
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    engine.score(reqs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    params = sum(p.numel() for p in engine.model.parameters())
+    tokens = sum(len(r.prompt_ids) for r in reqs) + sum(
+        len(o) for r in reqs for o in r.option_ids if len(o) > 1
+    )
+    tflops = 2 * params * tokens / seconds / 1e12
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    return {"device": name, "prompts": len(reqs), "seconds": round(seconds, 1),
+            "prompts_per_s": round(len(reqs) / seconds, 1), "tokens": tokens,
+            "achieved_tflops": round(tflops, 1),
+            "share_of_bf16_peak": round(tflops / peak, 3) if peak else None}  # fmt: skip
+
+
+def bench_training(model: Path, descriptors: Path, out: Path, steps: int) -> dict:
+    from scd.train.recipe import recipe_from_dict
+    from scd.train.trainer import train
+
+    shutil.copy(descriptors, out / "descriptors.json")
+    results = {}
+    # TRL's BFD packing collates padding-free (position ids, no pad tokens); padding_free
+    # without packing needs max_length=None, which recipes do not offer
+    variants = {"padded": {}, "packed (bfd, padding-free)": {"packing": True}}
+    for name, extra in variants.items():
+        recipe = recipe_from_dict({
+            "model": str(model), "output_dir": str(out / "train" / name.split()[0]),
+            "data": {"descriptors": str(out / "descriptors.json"), "setting": 1,
+                     "max_train": 2000, "max_eval": 50},
+            "train": {"max_steps": steps, "save_steps": 100000, "logging_steps": 10, **extra},
+            "wandb": {"enabled": False},
+        }, "bench_gpu")  # fmt: skip
+        try:
+            info = train(recipe, use_wandb=False, progress=False)
+            results[name] = {k: info[k] for k in ("tokens_per_second", "train_seconds",
+                                                  "tokens_seen")}  # fmt: skip
+        except Exception as err:  # noqa: BLE001 -- report what could not run
+            results[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", required=True, help="Llama-2 tokenizer directory")
+    parser.add_argument("--descriptors", required=True, help="HolisticBias descriptors.json")
+    parser.add_argument("--out", default="/tmp/bench-gpu")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--limit", type=int, help="score ~N prompts, not all 280,800")
+    parser.add_argument("--steps", type=int, default=30, help="training steps per variant")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU check)")
+    parser.add_argument("--skip-training", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = build_model(Path(args.tokenizer), out / ("tiny" if args.tiny else "llama-2-7b-random"),
+                        args.tiny)  # fmt: skip
+    report = {"scoring": bench_scoring(model, Path(args.descriptors), out, args.batch_size,
+                                       args.limit)}  # fmt: skip
+    print(json.dumps(report, indent=1), flush=True)
+    if not args.skip_training:
+        report["training"] = bench_training(model, Path(args.descriptors), out, args.steps)
+        print(json.dumps(report["training"], indent=1))
+    (out / "bench_gpu.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
