@@ -354,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs recipes/quickstart.yaml through `scd run`, on CPU with no network and "
         "no account: builds a tiny Llama-architecture model with a bias planted on religion and "
         "nationality, generates the contact prompts over a packaged toy descriptor list, "
-        "evaluates the base model, LoRA-tunes it on setting 1 (TRL + PEFT), evaluates the tuned "
-        "model on the held-out prompts, writes tables, figures and an HTML report into --out, "
+        "LoRA-tunes it on setting 1 (TRL + PEFT), evaluates the base model and the tuned model "
+        "on the held-out prompts, writes tables, figures and an HTML report into --out, "
         "and prints Table 10. About 1.5 minutes on 2 CPU cores; a second run is a no-op and a "
         "killed run resumes.",
     )

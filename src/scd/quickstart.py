@@ -2,8 +2,8 @@
 
 Runs the embedded copy of ``recipes/quickstart.yaml`` through the pipeline (``scd run``): builds
 the planted-bias toy model, generates the contact prompts over the packaged toy descriptors,
-evaluates the base model, LoRA-tunes it on setting 1, evaluates the tuned model on the held-out
-prompts, writes the tables and the report, and prints Table 10.
+LoRA-tunes it on setting 1, evaluates the base model on every prompt and the tuned model on the
+held-out prompts (one engine), writes the tables and the report, and prints Table 10.
 """
 
 from __future__ import annotations

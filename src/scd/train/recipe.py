@@ -1,10 +1,11 @@
 """Training recipes: a validated schema, read from YAML, overridden from the command line.
 
 A recipe is data (``recipes/**/*.yaml``); its defaults reproduce the SCD paper's public code:
-LoRA r=64, alpha=16, dropout=0.1; 1 epoch; batch 6 x grad-accum 2; lr 3e-4 constant (the paper
-set 3% warmup, which transformers' ``constant`` schedule ignores: the default here is 0 so that the
-recipe says what runs; ``constant_with_warmup`` warms up); max_grad_norm 0.3; gradient checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42;
-10k train / 5k eval rows per contact type; 10% general-instruction mix.
+LoRA r=64, alpha=16, dropout=0.1; 1 epoch; batch 6 x grad-accum 2; lr 3e-4 constant;
+max_grad_norm 0.3; gradient checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42; 10k train /
+5k eval rows per contact type; 10% general-instruction mix. The paper also set 3% warmup, which
+transformers' ``constant`` schedule ignores: the default here is 0, so that a recipe says what
+runs (``constant_with_warmup`` warms up).
 
 Unknown keys and wrong types fail with one line naming the key and the file.
 """
