@@ -154,6 +154,13 @@ def test_killed_run_resumes_to_the_same_tables(
         assert (run_dir / "setting-1" / "eval" / f"stigma-{probe}" / "summary.json").is_file()
     offline = list(run_dir.rglob("offline-run-*"))
     assert len(offline) >= 2, offline  # the training run and the report run
+    # the training run got the tuned model's results: continued by id after the evaluations
+    adapter = run_dir / "setting-1" / "adapter"
+    run_id = json.loads((adapter / "train_manifest.json").read_text())["wandb_run_id"]
+    segments = sorted(adapter.glob(f"wandb/wandb/offline-run-*-{run_id}"))
+    assert len(segments) == 2, segments
+    last = (segments[-1] / f"run-{run_id}.wandb").read_bytes()
+    assert b"heldout/bias_pct" in last and b"stigma-sds/gap" in last and b"bbq/s_dis" in last
     # no secret was written anywhere
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html", ".csv"):

@@ -313,7 +313,7 @@ class _Run:
         """The tuned model of setting ``n`` on its held-out prompts (+ BBQ, stigma probes)."""
         ev, where = self.recipe.eval, self.dir / f"setting-{n}"
         sft, adapter = Path(trained["sft"]), trained["adapter"]
-        results = {}
+        ran, results = self.ran, {}
         if ev.bias.enabled:
             out, opts = where / "eval" / "bias", {"denominator": ev.bias.denominator}
             if ev.bias.limit is not None:  # the held-out part of the base model's subset
@@ -322,6 +322,13 @@ class _Run:
             self.stage(f"setting-{n}/eval/bias", [out / "summary.json"], lambda: evaluate(out))
             results["bias"] = str(out)
         results.update(self.evaluations(adapter, where / "eval", f"setting-{n}/eval"))
+        if self.recipe.wandb.enabled and self.ran > ran:  # into the setting's training run
+            from scd.report.wandb_log import log_tuned_results
+
+            group = self.recipe.wandb.group or self.dir.name
+            wandb = dataclasses.replace(self.recipe.wandb, group=group,
+                                        run_name=f"{group}/setting-{n}")  # fmt: skip
+            log_tuned_results(dataclasses.replace(self.recipe, wandb=wandb), adapter, results)
         return results
 
     def share_engine(self, adapters: list[str]) -> None:

@@ -18,9 +18,48 @@ import pandas as pd
 from scd.train.recipe import Recipe, recipe_to_dict
 from scd.train.tracking import start_run
 
-__all__ = ["log_run"]
+__all__ = ["log_run", "log_tuned_results"]
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+def _tuned_summary(results: dict[str, str]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for name, where in results.items():
+        path = Path(where) / "summary.json"
+        if not path.is_file():
+            continue
+        s = json.loads(path.read_text())
+        if name == "bias":
+            summary.update({"heldout/bias_pct": s["overall"]["pct"],
+                            "heldout/n": s["overall"]["n"]})  # fmt: skip
+        elif name == "bbq":
+            o = s["overall"]
+            summary.update({"bbq/accuracy": o["accuracy"]["accuracy"], "bbq/s_dis": o["s_dis"],
+                            "bbq/s_amb": o["s_amb"]})  # fmt: skip
+        elif "gap" in s:
+            summary[f"{name}/gap"] = s["gap"]["gap"]
+    return summary
+
+
+def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, str]) -> bool:
+    """Add a tuned model's results (held-out bias, BBQ, stigma gaps) to the summary of the W&B
+    run that trained it (its id is in ``train_manifest.json``); return whether a run took them.
+
+    ``scd run`` trains every setting before evaluating, so the training run has finished by
+    then: it is continued by id (offline: a second segment that ``wandb sync`` joins to it).
+    """
+    manifest = json.loads((Path(adapter) / "train_manifest.json").read_text())
+    summary = _tuned_summary(results)
+    if not manifest.get("wandb_run_id") or not summary:
+        return False
+    run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,
+                    group=recipe.wandb.group, entity=recipe.wandb.entity, config={},
+                    directory=Path(adapter) / "wandb", job_type="train",
+                    run_id=manifest["wandb_run_id"])  # fmt: skip
+    run.summary.update(summary)
+    run.finish()
+    return True
 
 
 def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:

@@ -69,9 +69,13 @@ def start_run(
     config: dict[str, Any],
     directory: Path,
     job_type: str | None = None,
+    run_id: str | None = None,
 ) -> Any:
     """Start a W&B run with the given config, writing into ``directory`` (passed to this run:
-    ``WANDB_DIR`` would stick to the first run of the process); returns the run."""
+    ``WANDB_DIR`` would stick to the first run of the process); returns the run.
+
+    ``run_id``: continue that run (``resume="allow"``). Offline, this writes a second segment
+    of the same run id, which ``wandb sync`` uploads after the first, as one run."""
     mode = choose_mode()
     os.environ["WANDB_MODE"] = mode  # also for the transformers callback
     os.environ.setdefault("WANDB_SILENT", "true")
@@ -88,4 +92,6 @@ def start_run(
         dir=str(directory),
         mode=mode,
         reinit="finish_previous",
+        id=run_id,
+        resume="allow" if run_id else None,
     )

@@ -424,6 +424,7 @@ def train(
             "resumed_from": Path(checkpoint).name if checkpoint and resume else None,
             "world_size": state.num_processes,
             "token_check_rows": checked,
+            "wandb_run_id": run.id if run is not None else None,
         }
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
         write_json(out / "data_manifest.json", manifest)
