@@ -188,6 +188,9 @@ def test_changed_options_into_the_same_out_are_refused(toy_model, toy_prompts, t
         "another configuration",
         "limit",
     )
+    args = ["eval", "bias", "--model", str(toy_model), "--prompts", str(toy_prompts),
+            "--limit", "30", "--out", str(tmp_path / "o")]  # fmt: skip
+    _fails(capsys, [*args, "--dtype", "bfloat16"], "another configuration", "dtype")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")

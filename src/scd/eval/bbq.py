@@ -265,6 +265,7 @@ def evaluate_bbq(
         digest.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n")
     config = {
         "kind": "bbq_eval", "model": model, "adapter": adapter, "backend": backend,
+        "dtype": engine_options.get("dtype") or "auto",
         "data": str(data) if isinstance(data, (str, Path)) else [str(d) for d in data],
         "categories": list(categories) if categories else None, "limit": limit, "seed": seed,
         "system_prompt": system_prompt, "chunk_size": chunk_size, "n_items": len(work),

@@ -163,6 +163,7 @@ def evaluate_bias(
         "model": model,
         "adapter": adapter,
         "backend": backend,
+        "dtype": engine_options.get("dtype") or "auto",
         "mode": mode,
         "limit": limit,
         "seed": seed,

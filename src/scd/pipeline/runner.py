@@ -156,6 +156,7 @@ class _Run:
                 kind=name,
                 model=model_fingerprint(self.model),
                 backend=ev.backend,
+                dtype=ev.dtype,
                 system_prompt=ev.system_prompt,
                 prompts=sha256_file(prompts / "prompts.parquet"),
                 **opts,
@@ -190,6 +191,7 @@ class _Run:
                     kind=name,
                     model=model_fingerprint(self.model),
                     backend=ev.backend,
+                    dtype=ev.dtype,
                     system_prompt=ev.system_prompt,
                     **opts,
                 )

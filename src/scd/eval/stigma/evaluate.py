@@ -146,6 +146,7 @@ def evaluate_stigma(
         "model_kind": kind,
         "adapter": adapter,
         "backend": backend,
+        "dtype": dtype,
         "seed": seed,
         "chunk_size": chunk_size,
         "n_items": len(rows),
