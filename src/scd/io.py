@@ -1,4 +1,4 @@
-"""Small file helpers shared by every stage: atomic output directories, hashes, JSON."""
+"""Small file helpers shared by every stage: atomic output files and directories, hashes, JSON."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from typing import Any
 from scd.errors import InputError
 
 __all__ = [
-    "atomic_output_dir", "check_output_dir", "data_dir", "json_text", "sha256_file", "write_json",
+    "atomic_file", "atomic_output_dir", "check_output_dir", "data_dir", "json_text",
+    "sha256_file", "write_json",
 ]  # fmt: skip
 
 MARKER = "manifest.json"
@@ -112,9 +113,24 @@ def json_text(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_json(path: Path | str, data: Any) -> None:
-    """Write ``data`` as :func:`json_text`, atomically (a temporary file, then a rename)."""
+@contextlib.contextmanager
+def atomic_file(path: Path | str) -> Iterator[Path]:
+    """Yield an empty temporary file beside ``path`` (directory created if missing) for the body
+    to write; it replaces ``path`` (``os.replace``) if the body returns, and is removed if not."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json_text(data), encoding="utf-8")
-    os.replace(tmp, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are ordinary files
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path | str, data: Any) -> None:
+    """Write ``data`` as :func:`json_text`, atomically (see :func:`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(json_text(data), encoding="utf-8")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.io import data_dir
+from scd.io import atomic_file, data_dir
 
 __all__ = [
     "Descriptor",
@@ -195,7 +194,7 @@ def load_holistic_bias(
 
 
 def load_stigma_descriptors() -> DescriptorSet:
-    """The 93 stigmatized and 29 non-stigmatized conditions of seed 002, sub-conditions expanded.
+    """The 93 stigmatized and 29 non-stigmatized conditions (Mei et al. 2023), forms expanded.
 
     Axis = the paper's category, bucket = the condition ("Latina/Latino"), text = the phrase after
     the noun ("who are Latinas", "who have depression").
@@ -241,10 +240,8 @@ def _fetch(version: str, file: str) -> Path:
         json.loads(payload)
     except json.JSONDecodeError:
         raise InputError(f"holistic_bias {version}: {url} did not return valid JSON") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".part{os.getpid()}")
-    tmp.write_bytes(payload)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(payload)
     return path
 
 

