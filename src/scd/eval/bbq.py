@@ -23,12 +23,12 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scd import __version__
 from scd.errors import InputError
 from scd.eval.bbq_data import (
     CATEGORIES,
@@ -39,14 +39,11 @@ from scd.eval.bbq_data import (
     stratified_subset,
 )
 from scd.eval.engines import ChoiceRequest, SharedEngine
-from scd.eval.formatting import Formatter
-from scd.eval.records import RecordLog, check_run_config
-from scd.eval.runner import require_adapter, start_run, write_results
-from scd.io import json_text
+from scd.eval.runner import CausalModel, require_adapter, run_task
 
 __all__ = [
-    "AGGREGATION_NOTE", "CATEGORIES", "DISPLAY", "bbq_metrics", "bias_labels", "evaluate_bbq",
-    "load_bbq", "prompt_text", "stratified_subset", "table15", "table15_data",
+    "AGGREGATION_NOTE", "BBQTask", "CATEGORIES", "DISPLAY", "bbq_metrics", "bias_labels",
+    "evaluate_bbq", "load_bbq", "prompt_text", "stratified_subset", "table15", "table15_data",
 ]  # fmt: skip
 
 DISPLAY = dict(
@@ -257,9 +254,6 @@ def evaluate_bbq(
     work = load_bbq(data, categories)
     if limit is not None:
         work = stratified_subset(work, limit, seed)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
     digest = hashlib.sha256()
     for r in work:
         digest.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n")
@@ -271,49 +265,37 @@ def evaluate_bbq(
         "system_prompt": system_prompt, "chunk_size": chunk_size, "n_items": len(work),
         "items_sha256": digest.hexdigest(),
     }  # fmt: skip
-    check_run_config(out, config, write=False)  # a different earlier run: refuse before loading
-    log = RecordLog(out / "records.jsonl", chunk_size, len(work))
-    if log.done < len(work):
-        engine, fmt = start_run(
-            out,
-            config,
-            model=model,
-            adapter=adapter,
-            backend=backend,
-            system_prompt=system_prompt,
-            engine_options=engine_options,
-            progress=progress,
-            engine=engine,
-        )
-        _run(engine, fmt, work, log, progress)
-    records = log.read()
-    summary = bbq_metrics(records)
-    summary["counts"] = {
-        c: sum(r["category"] == c for r in records) for c in summary["by_category"]
-    }
-    summary["run"] = {**config, "scd_version": __version__}
-    write_results(
-        out,
-        {
-            "summary.json": json_text(summary),
-            "tables.md": _markdown(_table_data({model: summary})),
-        },
-    )
-    return summary
+    causal = CausalModel(model, adapter, backend, system_prompt, engine_options, engine)
+    return run_task(BBQTask(config, work, chunk_size, causal), out, progress=progress)
 
 
-def _run(engine: Any, fmt: Formatter, work: list[dict], log: RecordLog, progress: bool) -> None:
-    from tqdm.auto import tqdm
+@dataclass
+class BBQTask:
+    """BBQ items put to a causal LM: the answer text with the highest summed log-probability."""
 
-    off = None if progress else True  # None: off when stderr is not a terminal
-    bar = tqdm(total=len(work), initial=log.done, unit="item", disable=off,
-               desc="scd eval bbq", dynamic_ncols=True)  # fmt: skip
-    for lo, hi in log.chunks():
-        rows = work[lo:hi]
-        ids = fmt.encode([prompt_text(r) for r in rows])
+    config: dict[str, Any]
+    work: list[dict[str, Any]]
+    chunk_size: int
+    model: CausalModel
+    name: str = "scd eval bbq"
+    unit: str = "item"
+
+    def load(self, progress: bool) -> None:
+        self.engine, self.fmt = self.model.load(progress)
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ids = self.fmt.encode([prompt_text(r) for r in rows])
         # one option text at a time: answers like "Can't be determined" recur, so the cache hits
-        opts = [tuple(fmt.option_ids((r[f"ans{k}"],))[0] for k in range(3)) for r in rows]
-        scores = engine.score([ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts)])
-        log.append(_record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores, opts))
-        bar.update(len(rows))
-    bar.close()
+        opts = [tuple(self.fmt.option_ids((r[f"ans{k}"],))[0] for k in range(3)) for r in rows]
+        scores = self.engine.score([ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts)])
+        return [_record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores, opts)]
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        summary = bbq_metrics(records)
+        summary["counts"] = {
+            c: sum(r["category"] == c for r in records) for c in summary["by_category"]
+        }
+        return summary
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        return {"tables.md": _markdown(_table_data({summary["run"]["model"]: summary}))}

@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from scd import __version__
 from scd.data_gen.contact import read_baseline, read_prompts
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, SharedEngine
-from scd.eval.formatting import Formatter, parse_answer
-from scd.eval.records import RecordLog, check_run_config
-from scd.eval.runner import require_adapter, start_run, write_results
+from scd.eval.formatting import parse_answer
+from scd.eval.runner import CausalModel, require_adapter, run_task
 from scd.eval.sampling import stratified_sample
-from scd.io import json_text, sha256_file
+from scd.io import sha256_file
 
-__all__ = ["MODES", "evaluate_bias", "stratified_sets", "load_work"]
+__all__ = ["MODES", "BiasTask", "evaluate_bias", "stratified_sets", "load_work"]
 
 MODES = ("choice", "generate")
 ROW_KEYS = (
@@ -147,17 +145,12 @@ def evaluate_bias(
     tuned model on the held-out part of the base model's subset). Baselines come on top of
     both, see :func:`load_work`.
     """
-    from scd.eval.metrics import summarize, tables_markdown
-
     if mode not in MODES:
         raise InputError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     if denominator not in ("all", "parsed"):
         raise InputError(f"--denominator {denominator}: expected all or parsed")
     require_adapter(adapter)
     work = load_work(prompts, limit, seed, sets)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
     config = {
         "kind": "bias_eval",
         "model": model,
@@ -176,72 +169,48 @@ def evaluate_bias(
     if sets is not None:
         joined = "\n".join(sorted(sets)).encode()
         config["sets"] = {"n": len(set(sets)), "sha256": hashlib.sha256(joined).hexdigest()}
-    check_run_config(out, config, write=False)  # a different earlier run: refuse before loading
-    log = RecordLog(out / "records.jsonl", chunk_size, len(work))
-    if log.done < len(work):
-        engine, fmt = start_run(
-            out,
-            config,
-            model=model,
-            adapter=adapter,
-            backend=backend,
-            system_prompt=system_prompt,
-            engine_options=engine_options,
-            progress=progress,
-            engine=engine,
-        )
-        _run(engine, fmt, work, log, mode, max_new_tokens, progress)
-    summary = summarize(log.read(), denominator=denominator)
-    summary["run"] = {**config, "scd_version": __version__}
-    write_results(
-        out,
-        {
-            "summary.json": json_text(summary),
-            "tables.md": tables_markdown(summary, title=f"Bias: {model}"),
-        },
-    )
-    return summary
+    causal = CausalModel(model, adapter, backend, system_prompt, engine_options, engine)
+    task = BiasTask(config, work, chunk_size, causal, mode, max_new_tokens, denominator)
+    return run_task(task, out, progress=progress)
 
 
-def _run(
-    engine: Any,
-    fmt: Formatter,
-    work: list[dict[str, Any]],
-    log: RecordLog,
-    mode: str,
-    max_new_tokens: int,
-    progress: bool,
-) -> None:
-    from tqdm.auto import tqdm
+@dataclass
+class BiasTask:
+    """Contact prompts put to a causal LM: the option it prefers (choice) or answers (generate)."""
 
-    bar = tqdm(
-        total=len(work),
-        initial=log.done,
-        unit="prompt",
-        disable=None if progress else True,  # None: off when not a terminal
-        desc="scd eval bias",
-        dynamic_ncols=True,
-    )
-    start, done_before = time.perf_counter(), log.done
-    for lo, hi in log.chunks():
-        rows = work[lo:hi]
-        ids = fmt.encode([f"{r['prompt']} {r['instruction']}" for r in rows])
-        if mode == "choice":
-            requests = [
-                ChoiceRequest(tuple(p), fmt.option_ids(r["options"])) for p, r in zip(ids, rows)
-            ]
-            scores = engine.score(requests)
-            records = [
-                _record(r, r["options"][int(np.argmax(s))], [float(x) for x in s], None)
-                for r, s in zip(rows, scores)
-            ]
-        else:
-            texts = engine.generate(ids, max_new_tokens)
-            records = [
-                _record(r, parse_answer(t, r["options"]), None, t) for r, t in zip(rows, texts)
-            ]
-        log.append(records)
-        bar.update(len(rows))
-        rate = (log.done - done_before) / max(time.perf_counter() - start, 1e-9)
-        bar.set_postfix_str(f"{rate:,.0f} prompts/s")
-    bar.close()
+    config: dict[str, Any]
+    work: list[dict[str, Any]]
+    chunk_size: int
+    model: CausalModel
+    mode: str = "choice"
+    max_new_tokens: int = 8
+    denominator: str = "all"
+    name: str = "scd eval bias"
+    unit: str = "prompt"
+
+    def load(self, progress: bool) -> None:
+        self.engine, self.fmt = self.model.load(progress)
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ids = self.fmt.encode([f"{r['prompt']} {r['instruction']}" for r in rows])
+        if self.mode == "generate":
+            texts = self.engine.generate(ids, self.max_new_tokens)
+            return [_record(r, parse_answer(t, r["options"]), None, t) for r, t in zip(rows, texts)]
+        requests = [
+            ChoiceRequest(tuple(p), self.fmt.option_ids(r["options"])) for p, r in zip(ids, rows)
+        ]
+        scores = self.engine.score(requests)
+        return [
+            _record(r, r["options"][int(np.argmax(s))], [float(x) for x in s], None)
+            for r, s in zip(rows, scores)
+        ]
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from scd.eval.metrics import summarize
+
+        return summarize(records, denominator=self.denominator)
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        from scd.eval.metrics import tables_markdown
+
+        return {"tables.md": tables_markdown(summary, title=f"Bias: {summary['run']['model']}")}

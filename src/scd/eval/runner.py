@@ -1,70 +1,143 @@
-"""What every resumable evaluation does around its loop: start the engine, pin the run, write
-the result files atomically."""
+"""One runner for every resumable evaluation: a benchmark is a small task object, and
+:func:`run_task` owns what they all share -- the pinned ``run.json``, the record log, loading the
+model only when work remains, the chunk loop with its progress bar, and the atomic result files.
+
+Adding a benchmark is one class that fits :class:`EvalTask`.
+"""
 
 from __future__ import annotations
 
-import os
 import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from scd import __version__
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine, make_engine, require_adapter
 from scd.eval.formatting import Formatter, load_tokenizer
-from scd.eval.records import check_run_config
+from scd.eval.records import RecordLog, check_run_config
+from scd.io import atomic_file, json_text
 
-__all__ = ["require_adapter", "start_run", "write_results"]
+__all__ = ["CausalModel", "EvalTask", "require_adapter", "run_task", "write_results"]
 
 
-def start_run(
-    out: Path,
-    config: dict[str, Any],
-    *,
-    model: str,
-    adapter: str | None,
-    backend: str,
-    system_prompt: str | None,
-    engine_options: dict[str, Any],
-    progress: bool = True,
-    engine: SharedEngine | None = None,
-) -> tuple[Any, Formatter]:
-    """Load tokenizer and engine, then create ``out`` and pin ``run.json``.
+class EvalTask(Protocol):
+    """A benchmark as :func:`run_task` runs it.
 
-    ``model`` may be a directory, a Hub id or a GGUF file (converted once, see
-    :mod:`scd.models`). ``engine``: an engine shared by several evaluations of the same model
-    (built on first use, switched to ``adapter``); without it the engine is made here. Only a run
-    whose model loaded leaves files behind.
+    ``config`` is pinned in ``run.json`` (a re-run with another config is refused); ``work`` is
+    the deterministic item list, scored ``chunk_size`` items at a time.
     """
-    from scd.models import resolve_model
 
-    model = resolve_model(model)
-    if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
-        extra = f" + adapter {adapter}" if adapter else ""
-        print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
-    tokenizer = load_tokenizer(model, adapter)
-    fmt = Formatter(tokenizer, system_prompt)
-    if engine is not None:
-        if (engine.backend, engine.model) != (backend, model):
-            raise ValueError(f"a shared engine of {engine.model} ({engine.backend}) cannot "
-                             f"evaluate {model} ({backend})")  # fmt: skip
-        running = engine.get(tokenizer, adapter)
-    else:
-        adapters = [adapter] if adapter else []
+    name: str  # the progress bar's label
+    unit: str  # what one work item is called ("prompt", "item")
+    config: dict[str, Any]
+    work: Sequence[dict[str, Any]]
+    chunk_size: int
+
+    def load(self, progress: bool) -> None:
+        """Load the model; called only when work remains, before ``run.json`` is written."""
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One record per row, in order."""
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The summary of all records (``run`` is added by the runner)."""
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        """Result files besides ``summary.json``: name -> text."""
+
+
+def run_task(task: EvalTask, out: Path | str, *, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) ``task`` into ``out``; write ``summary.json`` and the task's files.
+
+    A different earlier run in ``out`` is refused before the model loads, and nothing is
+    written before it has loaded. Killed at any point, a re-run resumes without losing or
+    duplicating a record (:class:`~scd.eval.records.RecordLog`).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    check_run_config(out, task.config, write=False)
+    log = RecordLog(out / "records.jsonl", task.chunk_size, len(task.work))
+    if log.done < len(task.work):
+        task.load(progress)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
+        check_run_config(out, task.config)
+        _score_all(task, log, progress)
+    summary = task.summarize(log.read())
+    summary["run"] = {**task.config, "scd_version": __version__}
+    write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
+    return summary
+
+
+def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=len(task.work),
+        initial=log.done,
+        unit=task.unit,
+        disable=None if progress else True,  # None: off when not a terminal
+        desc=task.name,
+        dynamic_ncols=True,
+    )
+    start, before = time.perf_counter(), log.done
+    for lo, hi in log.chunks():
+        rows = list(task.work[lo:hi])
+        log.append(task.score(rows))
+        bar.update(len(rows))
+        rate = (log.done - before) / max(time.perf_counter() - start, 1e-9)
+        bar.set_postfix_str(f"{rate:,.1f} {task.unit}s/s")
+    bar.close()
+
+
+@dataclass
+class CausalModel:
+    """A causal LM to load for an evaluation: where it is, how to run it, and an optional
+    engine shared by several evaluations of the same model (built on first use, switched to
+    ``adapter``); without one the engine is made here.
+
+    ``model`` may be a directory, a Hub id or a GGUF file (converted once, see :mod:`scd.models`).
+    """
+
+    model: str
+    adapter: str | None = None
+    backend: str = "hf"
+    system_prompt: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    shared: SharedEngine | None = None
+
+    def load(self, progress: bool) -> tuple[Any, Formatter]:
+        """The running engine (on ``adapter``) and the prompt formatter."""
+        from scd.models import resolve_model
+
+        model = resolve_model(self.model)
+        if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
+            extra = f" + adapter {self.adapter}" if self.adapter else ""
+            print(f"loading {model}{extra} ({self.backend}) ...", file=sys.stderr, flush=True)
+        tokenizer = load_tokenizer(model, self.adapter)
+        fmt = Formatter(tokenizer, self.system_prompt)
+        if self.shared is not None:
+            if (self.shared.backend, self.shared.model) != (self.backend, model):
+                raise ValueError(f"a shared engine of {self.shared.model} ({self.shared.backend}) "
+                                 f"cannot evaluate {model} ({self.backend})")  # fmt: skip
+            return self.shared.get(tokenizer, self.adapter), fmt
+        adapters = [self.adapter] if self.adapter else []
         running = make_engine(
-            backend, model, tokenizer=tokenizer, adapters=adapters, **engine_options
+            self.backend, model, tokenizer=tokenizer, adapters=adapters, **self.options
         )
-        running.use_adapter(adapter)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
-    check_run_config(out, config)
-    return running, fmt
+        running.use_adapter(self.adapter)
+        return running, fmt
 
 
 def write_results(out: Path, files: dict[str, str]) -> None:
     """Write each ``name -> text`` into ``out`` through a temporary file and a rename."""
     for name, text in files.items():
-        tmp = out / f".{name}.{os.getpid()}"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out / name)
+        with atomic_file(out / name) as tmp:
+            tmp.write_text(text, encoding="utf-8")

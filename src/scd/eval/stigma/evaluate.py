@@ -16,19 +16,17 @@ options are refused), ``OUT/summary.json`` and ``OUT/tables.md``.
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scd import __version__
 from scd.data_gen.stigma_probes import read_stigma_table
 from scd.errors import InputError
-from scd.eval.records import RecordLog, check_run_config
-from scd.eval.runner import require_adapter, start_run, write_results
+from scd.eval.runner import CausalModel, require_adapter, run_task
 from scd.eval.stigma import aq27, mlm, sds, sentiment
-from scd.io import json_text, sha256_file
+from scd.io import sha256_file
 
-__all__ = ["PROBES", "evaluate_stigma", "model_kind"]
+__all__ = ["PROBES", "StigmaTask", "evaluate_stigma", "model_kind"]
 
 PROBES = ("sds", "aq27", "sentiment", "mlm")
 TABLE = {"sds": "sds", "mlm": "sds", "aq27": "aq27", "sentiment": "sentiment"}
@@ -106,7 +104,7 @@ def evaluate_stigma(
         progress: Show a progress bar.
         seed: Seed of the bootstrap CIs.
         chunk_size: Prompts per resumable chunk.
-        top_k: ``mlm``: predictions per prompt (seed 002: 50).
+        top_k: ``mlm``: predictions per prompt (Mei et al. 2023: 50).
         lexicon: ``mlm``: a ``word,attitude`` CSV (default: the packaged likely/unlikely one).
         negative_label: ``sentiment``: the classifier's negative label (default: found by name).
         mlm_run: ``sentiment``: a finished ``mlm`` run; adds Pearson r per condition.
@@ -136,9 +134,6 @@ def evaluate_stigma(
     loadable = resolve_model(model)  # a GGUF file is converted once (cached)
     kind = model_kind(loadable)
     _check(probe, kind, backend, model)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
     config = {
         "kind": "stigma_eval",
         "probe": probe,
@@ -157,104 +152,78 @@ def evaluate_stigma(
         "lexicon_sha256": _lexicon_sha(lexicon) if probe == "mlm" else None,
         "negative_label": negative_label if probe == "sentiment" else None,
     }
-    check_run_config(out, config, write=False)
-    log = RecordLog(out / "records.jsonl", chunk_size, len(rows))
-    if log.done < len(rows):
-        options = {"batch_size": batch_size, "dtype": dtype, **engine_options}
-        if device:
-            options["device"] = device
-        score = _scorer(probe, kind, loadable, adapter, backend, system_prompt, out, config,
-                        options, progress, engine)  # fmt: skip
-        _loop(score, rows, log, probe, progress, words=words, negative_label=negative_label)
-    records = log.read()
-    summary = _summarize(probe, kind, records, seed)
-    if mlm_summary is not None:
-        summary["correlation"] = sentiment.correlate(mlm_summary, summary)
-    summary["run"] = {**config, "scd_version": __version__}
-    write_results(out, {"summary.json": json_text(summary), "tables.md": _markdown(summary)})
-    return summary
+    options = {"batch_size": batch_size, "dtype": dtype, **engine_options}
+    if device:
+        options["device"] = device
+    causal = CausalModel(loadable, adapter, backend, system_prompt, options, engine)
+    task = StigmaTask(config, rows, chunk_size, causal, probe, kind, words, negative_label,
+                      mlm_summary)  # fmt: skip
+    return run_task(task, out, progress=progress)
 
 
 def _lexicon_sha(lexicon: Path | str | None) -> str:
     return sha256_file(Path(lexicon) if lexicon else mlm._default_lexicon())
 
 
-def _scorer(  # fmt: skip
-    probe, kind, model, adapter, backend, system_prompt, out, config, options, progress, engine
-) -> Any:
-    """Load the model; return ``(kind of scorer, objects)`` once ``out`` is pinned."""
-    if kind == "causal":
-        running, fmt = start_run(
-            out,
-            config,
-            model=model,
-            adapter=adapter,
-            backend=backend,
-            system_prompt=system_prompt,
-            engine_options=options,
-            progress=progress,
-            engine=engine,
-        )
-        return ("causal", running, fmt)
-    import torch
-    from transformers import pipeline
+@dataclass
+class StigmaTask:
+    """One stigma probe on a causal LM (through an engine), a masked LM or a classifier."""
 
-    device = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "masked":
-        lm, tokenizer = mlm.load_masked_lm(model, adapter, device)
-        pipe = None
-        if probe == "mlm":
-            top_k = config["top_k"]
-            pipe = pipeline("fill-mask", model=lm, tokenizer=tokenizer, top_k=top_k, device=device)
-        obj: tuple = ("masked", lm, tokenizer, pipe)
-    else:
-        clf, tokenizer = sentiment.load_classifier(model, adapter, device)
-        pipe = pipeline("text-classification", model=clf, tokenizer=tokenizer, device=device)
-        obj = ("classifier", pipe)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
-    check_run_config(out, config)
-    return (*obj, options.get("batch_size") or 32)
+    config: dict[str, Any]
+    work: list[dict[str, Any]]
+    chunk_size: int
+    model: CausalModel  # for masked LMs and classifiers: where the model is and its options
+    probe: str
+    kind: str
+    words: Any = None  # mlm: the lexicon
+    negative_label: str | None = None  # sentiment
+    mlm_summary: dict[str, Any] | None = None  # sentiment: adds Pearson r per condition
+    unit: str = "prompt"
 
+    @property
+    def name(self) -> str:
+        return f"scd eval stigma {self.probe}"
 
-def _loop(score, rows, log, probe, progress, *, words, negative_label) -> None:
-    from tqdm.auto import tqdm
-
-    if score[0] == "classifier":
-        id2label = score[1].model.config.id2label
-        negative = sentiment.negative_label_of(id2label, negative_label)
-    bar = tqdm(
-        total=len(rows),
-        initial=log.done,
-        unit="prompt",
-        disable=None if progress else True,  # None: off when not a terminal
-        desc=f"scd eval stigma {probe}",
-        dynamic_ncols=True,
-    )
-    start, before = time.perf_counter(), log.done
-    for lo, hi in log.chunks():
-        chunk = rows[lo:hi]
-        if score[0] == "causal":
-            _, engine, fmt = score
-            if probe == "sds":
-                records = sds.score_chunk(engine, fmt, chunk)
+    def load(self, progress: bool) -> None:
+        """Set ``self._score`` (rows -> records) for the probe and the model's kind."""
+        if self.kind == "causal":
+            engine, fmt = self.model.load(progress)
+            if self.probe == "sds":
+                self._score = lambda rows: sds.score_chunk(engine, fmt, rows)
             else:
-                records = aq27.score_chunk(engine, fmt.tokenizer, chunk)
-        elif score[0] == "masked":
-            _, lm, tokenizer, pipe, batch = score
-            if probe == "mlm":
-                records = mlm.fill_mask_chunk(pipe, chunk, words, batch)
-            else:
-                records = mlm.pll_chunk(lm, tokenizer, chunk, batch * 8)
+                self._score = lambda rows: aq27.score_chunk(engine, fmt.tokenizer, rows)
+            return
+        import torch
+        from transformers import pipeline
+
+        m, options = self.model, self.model.options
+        device = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        batch = options.get("batch_size") or 32
+        if self.kind == "classifier":
+            clf, tokenizer = sentiment.load_classifier(m.model, m.adapter, device)
+            pipe = pipeline("text-classification", model=clf, tokenizer=tokenizer, device=device)
+            negative = sentiment.negative_label_of(clf.config.id2label, self.negative_label)
+            self._score = lambda rows: sentiment.classify_chunk(pipe, rows, negative, batch)
+            return
+        lm, tokenizer = mlm.load_masked_lm(m.model, m.adapter, device)
+        if self.probe == "mlm":
+            pipe = pipeline("fill-mask", model=lm, tokenizer=tokenizer,
+                            top_k=self.config["top_k"], device=device)  # fmt: skip
+            self._score = lambda rows: mlm.fill_mask_chunk(pipe, rows, self.words, batch)
         else:
-            records = sentiment.classify_chunk(score[1], chunk, negative, score[2])
-        log.append(records)
-        bar.update(len(chunk))
-        rate = (log.done - before) / max(time.perf_counter() - start, 1e-9)
-        bar.set_postfix_str(f"{rate:,.1f} prompts/s")
-    bar.close()
+            self._score = lambda rows: mlm.pll_chunk(lm, tokenizer, rows, batch * 8)
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self._score(rows)
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        summary = _summarize(self.probe, self.kind, records, self.config["seed"])
+        if self.mlm_summary is not None:
+            summary["correlation"] = sentiment.correlate(self.mlm_summary, summary)
+        return summary
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        return {"tables.md": _markdown(summary)}
 
 
 def _summarize(probe: str, kind: str, records: list[dict], seed: int) -> dict[str, Any]:
