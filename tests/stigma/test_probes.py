@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -278,3 +280,13 @@ def test_aq27_finds_a_planted_association(toy_causal: Path, tiny_prompts: Path, 
     assert gap(after) > 1.5  # found where the item goes on after the illness
     assert abs(gap(plain)) < 1e-4  # and nowhere else
     assert s["overall"]["mean_diff"] > 0 and s["overall"]["p"] < 0.05
+
+
+def test_reporting_stigma_does_not_import_torch() -> None:
+    """``scd report stigma`` reads summaries only: the stigma package loads torch lazily."""
+    code = (
+        "import sys, scd.cli, scd.eval.stigma, scd.eval.stigma.evaluate, scd.eval.stigma.report\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

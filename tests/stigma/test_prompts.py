@@ -14,7 +14,7 @@ from scd.data_gen.stigma_probes import generate_stigma, load_aq27_spec, read_sti
 from scd.errors import InputError
 
 STIGMA_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stigma"
-# AQ-27 item -> dimension (Corrigan et al. 2003; seed 003 Table 3)
+# AQ-27 item -> dimension (Corrigan et al. 2003; Mina et al. 2024, Table 3)
 AQ27_MAP = {
     1: "anger",
     2: "dangerousness",

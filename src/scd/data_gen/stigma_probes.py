@@ -1,4 +1,4 @@
-"""Stigma probe prompts: Social Distance Scale (seed 002) and AQ-27 (seed 003) tables.
+"""Stigma probe prompts: Social Distance Scale (Mei et al. 2023) and AQ-27 (Mina et al. 2024).
 
 ``scd generate stigma --out DIR`` writes three tables and a manifest:
 
@@ -236,7 +236,7 @@ def sentiment_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dic
 
 
 def _frame(text: str, noun: str, kind: str) -> str:
-    """Put a noun phrase into an item; names take a non-defining clause (seed 003, Table 3)."""
+    """Put a noun phrase in an item; names get a non-defining clause (Mina et al. 2024, Tab. 3)."""
     if kind.startswith("name"):
         rest = text.split(f"who has {MASK}", 1)
         if len(rest) == 2 and rest[1].strip() not in ("", "."):

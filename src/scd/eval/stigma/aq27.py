@@ -1,4 +1,4 @@
-"""AQ-27 probe (seed 003): how likely a model finds each illness in each stigma item.
+"""AQ-27 probe (Mina et al. 2024): how likely a model finds each illness in each stigma item.
 
 Seed 003 "reverses" Lin et al.'s paradigm: the noun phrase is filled in and the model scores the
 illnesses in the masked slot (PLL-word-l2r on masked LMs, :mod:`scd.eval.stigma.mlm`). On a
@@ -25,7 +25,7 @@ Statistics (:func:`scd.eval.stigma.stats.mental_vs_physical`): per frame the mea
 mental and of the physical illnesses, Wilcoxon signed-rank over frames, overall and per
 dimension (Bonferroni over the 9 dimensions), and Cronbach's alpha per dimension over the
 mental illnesses. Reverse-scored items (avoidance, help: willingness) are not flipped, as in
-seed 003; read a positive difference there as *less* stigma.
+Mina et al. 2024; read a positive difference there as *less* stigma.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def _stars(p: float | None) -> str:
 
 
 def aq27_markdown(summary: dict[str, Any], title: str) -> str:
-    """The AQ-27 summary in the layout of seed 003's Table 2, plus the mean differences."""
+    """The AQ-27 summary in the layout of Table 2 of Mina et al. 2024, plus the mean differences."""
     o = summary["overall"]
     lines = [
         f"# {title}",

@@ -1,18 +1,19 @@
-"""Masked-LM probes: fill-mask with an attitude lexicon (seed 002) and PLL scoring (seed 003).
+"""Masked-LM probes: fill-mask with an attitude lexicon (Mei et al. 2023) and PLL scoring
+(Mina et al. 2024).
 
-Fill-mask (seed 002, section 4.3): the ``top_k`` (default 50) predictions of the ``fill-mask``
-pipeline for each SDS statement are looked up in an attitude lexicon (a CSV ``word,attitude``
-with attitudes positive / negative / neutral / irrelevant; case-insensitive, surrounding space
-ignored). ``p_negative = neg / (pos + neg + neu)`` of summed probabilities; irrelevant and
-unrated words are dropped. Each record also keeps ``topk_mass`` (probability of the k
-predictions) and ``rated_share`` (the share of that mass the lexicon rates, irrelevant words
+Fill-mask (Mei et al. 2023, section 4.3): the ``top_k`` (default 50) predictions of the
+``fill-mask`` pipeline for each SDS statement are looked up in an attitude lexicon (a CSV
+``word,attitude`` with attitudes positive / negative / neutral / irrelevant; case-insensitive,
+surrounding space ignored). ``p_negative = neg / (pos + neg + neu)`` of summed probabilities;
+irrelevant and unrated words are dropped. Each record also keeps ``topk_mass`` (probability of the
+k predictions) and ``rated_share`` (the share of that mass the lexicon rates, irrelevant words
 included): a low share means the lexicon does not fit the model's vocabulary.
 
-PLL (seed 003, section 3.1): the PLL-word-l2r score of Kauf & Ivanova (2023), the metric seed
-003 used through minicons. Every token is predicted with itself and the tokens to its right
-*within the same word* masked; the sentence score is the sum of these log-probabilities. Words
-come from the fast tokenizer's ``word_ids``. It is implemented here (a dozen lines, tested
-against a naive computation) rather than taken from minicons, to keep the dependency set small.
+PLL (Mina et al. 2024, section 3.1): the PLL-word-l2r score of Kauf & Ivanova (2023), the metric
+Mina et al. used through minicons. Every token is predicted with itself and the tokens to its right
+*within the same word* masked; the sentence score is the sum of these log-probabilities. Words come
+from the fast tokenizer's ``word_ids``. It is implemented here (a dozen lines, tested against a
+naive computation) rather than taken from minicons, to keep the dependency set small.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from scd.errors import InputError
 from scd.eval.stigma.sds import RECORD_KEYS
@@ -137,7 +136,6 @@ def _variants(word_ids: Sequence[int | None]) -> list[tuple[int, list[int]]]:
     return [(i, [j for j in targets if j >= i and word_ids[j] == word_ids[i]]) for i in targets]
 
 
-@torch.inference_mode()
 def pll_scores(
     model: Any,
     input_ids: Sequence[Sequence[int]],
@@ -152,26 +150,29 @@ def pll_scores(
     masked; a sentence's score is the sum of ``log p(token_i)`` at position i. The masked
     variants of all sentences are padded and run in batches of ``batch_size``.
     """
-    jobs = [(n, i, m) for n, w in enumerate(word_ids) for i, m in _variants(w)]
-    scores = [0.0] * len(input_ids)
-    device = next(model.parameters()).device
-    for lo in range(0, len(jobs), batch_size):
-        part = jobs[lo : lo + batch_size]
-        width = max(len(input_ids[n]) for n, _, _ in part)
-        ids = torch.full((len(part), width), pad_id, dtype=torch.long)
-        attn = torch.zeros((len(part), width), dtype=torch.long)
-        for row, (n, _, masked) in enumerate(part):
-            ids[row, : len(input_ids[n])] = torch.tensor(list(input_ids[n]))
-            attn[row, : len(input_ids[n])] = 1
-            ids[row, masked] = mask_id
-        logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits
-        rows = torch.arange(len(part))
-        pos = torch.tensor([i for _, i, _ in part])
-        gold = torch.tensor([input_ids[n][i] for n, i, _ in part])
-        lp = torch.log_softmax(logits[rows, pos].float(), dim=-1)[rows, gold.to(device)]
-        for (n, _, _), v in zip(part, lp.tolist()):
-            scores[n] += v
-    return scores
+    import torch
+
+    with torch.inference_mode():
+        jobs = [(n, i, m) for n, w in enumerate(word_ids) for i, m in _variants(w)]
+        scores = [0.0] * len(input_ids)
+        device = next(model.parameters()).device
+        for lo in range(0, len(jobs), batch_size):
+            part = jobs[lo : lo + batch_size]
+            width = max(len(input_ids[n]) for n, _, _ in part)
+            ids = torch.full((len(part), width), pad_id, dtype=torch.long)
+            attn = torch.zeros((len(part), width), dtype=torch.long)
+            for row, (n, _, masked) in enumerate(part):
+                ids[row, : len(input_ids[n])] = torch.tensor(list(input_ids[n]))
+                attn[row, : len(input_ids[n])] = 1
+                ids[row, masked] = mask_id
+            logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits
+            rows = torch.arange(len(part))
+            pos = torch.tensor([i for _, i, _ in part])
+            gold = torch.tensor([input_ids[n][i] for n, i, _ in part])
+            lp = torch.log_softmax(logits[rows, pos].float(), dim=-1)[rows, gold.to(device)]
+            for (n, _, _), v in zip(part, lp.tolist()):
+                scores[n] += v
+        return scores
 
 
 def pll_word_l2r(model: Any, tokenizer: Any, text: str) -> float:

@@ -124,7 +124,8 @@ def stigma_table(result_dirs: dict[str, Path | str]) -> str:
     for t, cells in data["baseline"].items():
         lines.append(_row([f"Baseline, template {t}", *(_f(cells[n]) for n in names)]))
     note = (
-        f"Gap = mean {what} of stigmatized − non-stigmatized conditions (seed 002 aggregation); "
+        f"Gap = mean {what} of stigmatized − non-stigmatized conditions (aggregated as in "
+        "Mei et al. 2023); "
         "95% BCa bootstrap CI over conditions."
     )
     return "\n".join([*lines, "", note, ""])

@@ -1,4 +1,4 @@
-"""Social Distance Scale probe (seed 002): P(negative attitude) per condition, and the gap.
+"""Social Distance Scale probe (Mei et al. 2023): P(negative attitude) per condition, and the gap.
 
 On a causal LLM each statement becomes a likely/unlikely choice. The statement's ``<mask>`` is
 shown as a blank and the model answers in one word::
@@ -11,9 +11,9 @@ The options are scored as in ``scd eval bias`` (chat template, summed option log
 normalised probability of "Unlikely": ``p(U) / (p(L) + p(U))``. On a masked LM the same per-prompt
 quantity comes from the fill-mask lexicon formula (:mod:`scd.eval.stigma.mlm`).
 
-Aggregation follows seed 002, section 4.3: per template and form (sub-condition) the mean over
-the 7 items; per template and condition the mean over its forms; per condition the mean over the
-4 templates. Prompts without a rated prediction (masked LMs only) are left out of their means.
+Aggregation follows Mei et al. 2023, section 4.3: per template and form (sub-condition) the mean
+over the 7 items; per template and condition the mean over its forms; per condition the mean over
+the 4 templates. Prompts without a rated prediction (masked LMs only) are left out of their means.
 The group comparison is :func:`scd.eval.stigma.stats.gap` over conditions.
 """
 
@@ -86,7 +86,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def condition_means(records: Iterable[dict[str, Any]], key: str = "p_negative") -> dict:
     """Per condition: ``{condition: {category, stigmatized, templates {t: mean}, mean}}``.
 
-    The seed 002 aggregation (module docstring); baseline records are skipped.
+    The aggregation of Mei et al. 2023 (module docstring); baseline records are skipped.
     """
     cells: dict[tuple, list] = defaultdict(list)
     meta: dict[str, tuple] = {}
@@ -169,7 +169,8 @@ def gap_cell(g: dict[str, Any]) -> str:
 def sds_markdown(summary: dict[str, Any], title: str, what: str = "P(negative attitude)") -> str:
     """The SDS (or sentiment) summary as Markdown."""
     g = summary["gap"]
-    lines = [f"# {title}", "", f"Measure: {what} per condition (seed 002 aggregation).", ""]
+    measure = f"Measure: {what} per condition (aggregated as in Mei et al. 2023)."
+    lines = [f"# {title}", "", measure, ""]
     lines += ["| Group | Mean | Conditions |", "|---|---|---|"]
     lines += [f"| Stigmatized | {_f(g['mean_x'])} | {g['n_x']} |"]
     lines += [f"| Non-stigmatized | {_f(g['mean_y'])} | {g['n_y']} |", ""]

@@ -1,15 +1,15 @@
-"""Sentiment probe (seed 002, sections 4.3 and 5.2-5.3): proportion negative per condition.
+"""Sentiment probe (Mei et al. 2023, sections 4.3 and 5.2-5.3): proportion negative per condition.
 
 Any Hugging Face sequence-classification model classifies the sentiment prompts ("They are
 people who have depression.") through the ``text-classification`` pipeline; the predicted label
 is the most probable one. The negative label is the one whose name contains "neg" (NEGATIVE,
 negative, LABEL_NEG, ...) unless ``negative_label`` names it. Per condition the proportion of
-negative predictions pools all its prompts (both templates, every sub-condition), as seed 002
+negative predictions pools all its prompts (both templates, every sub-condition), as Mei et al. 2023
 does. The gap stigmatized - non-stigmatized uses :func:`scd.eval.stigma.stats.gap`.
 
 :func:`correlate` gives Pearson's r between the masked-LM bias (per-condition P(negative
 attitude) of an ``mlm`` run) and the sentiment bias (proportion negative) over the conditions
-both runs have (seed 002, section 5.3: r = 0.79 over 122 conditions).
+both runs have (Mei et al. 2023, section 5.3: r = 0.79 over 122 conditions).
 """
 
 from __future__ import annotations

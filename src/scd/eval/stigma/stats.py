@@ -2,26 +2,26 @@
 
 Choices, and why:
 
-- **Gap stigmatized - non-stigmatized** (seed 002, section 5.1): the difference of the mean
+- **Gap stigmatized - non-stigmatized** (Mei et al. 2023, section 5.1): the difference of the mean
   per-condition scores of the two groups. Its 95% CI is a BCa bootstrap over *conditions*
   (``scipy.stats.bootstrap``, two independent samples resampled separately, 9,999 resamples,
   fixed seed): conditions are the units of the comparison (93 vs 29, unequal sizes, bounded
   and often skewed probabilities), and resampling prompts instead would treat the 28 prompts of
   one condition as independent evidence. The Welch t-test p-value (no equal-variance
   assumption) is reported beside it for readers who expect a parametric test.
-- **Mental vs physical** (seed 003, section 3.1 and Table 2): Wilcoxon signed-rank test
+- **Mental vs physical** (Mina et al. 2024, section 3.1 and Table 2): Wilcoxon signed-rank test
   (``scipy.stats.wilcoxon``, two-sided) on pairs matched by sentence frame (item x noun phrase):
   the mean score of the mental illnesses vs the mean of the physical ones in the same frame.
   The per-dimension p-values get a Bonferroni correction over the 9 dimensions
   (``statsmodels`` ``multipletests``); the overall test is not corrected (as in Table 2).
-- **Cronbach's alpha** per dimension (seed 003, section 3.1, mental illnesses only): the
+- **Cronbach's alpha** per dimension (Mina et al. 2024, section 3.1, mental illnesses only): the
   dimension's items are the columns, each (noun phrase, mental illness) an observation;
   ``alpha = k/(k-1) * (1 - sum(item variances) / variance(row sums))`` (sample variances).
-- **Pearson r** (seed 002, section 5.3) between two per-condition bias measures
+- **Pearson r** (Mei et al. 2023, section 5.3) between two per-condition bias measures
   (``scipy.stats.pearsonr``).
-- **P(negative attitude)** of a fill-mask prediction (seed 002, section 4.3): summed probability
-  of negative words over that of positive, negative and neutral words; irrelevant and unrated
-  words are dropped.
+- **P(negative attitude)** of a fill-mask prediction (Mei et al. 2023, section 4.3): summed
+  probability of negative words over that of positive, negative and neutral words; irrelevant
+  and unrated words are dropped.
 """
 
 from __future__ import annotations
