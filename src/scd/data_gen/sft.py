@@ -9,14 +9,17 @@
   no/positive/negative-contact prompts, capped per contact type (the paper: 10k train / 5k eval).
 - ``OUT/heldout/``: the setting's whole eval part as prompt rows, for ``scd eval bias``.
 - ``OUT/manifest.json``: setting, sources and their hashes, counts, options.
+
+:func:`prepare_sft` is the one data-preparation path of ``scd train`` and ``scd run``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,13 +28,17 @@ import pyarrow.parquet as pq
 import yaml
 
 from scd import __version__
-from scd.data_gen.contact import read_baseline, read_prompts
+from scd.data_gen.contact import read_baseline, read_prompts, write_prompts
+from scd.data_gen.descriptors import resolve_descriptors
 from scd.data_gen.settings import load_settings, split_masks
 from scd.data_gen.templates import CONTACTS
 from scd.errors import InputError
 from scd.io import atomic_output_dir, sha256_file, write_json
 
-__all__ = ["STYLES", "load_general", "sft_rows", "write_sft"]
+if TYPE_CHECKING:
+    from scd.train.recipe import DataSpec
+
+__all__ = ["STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
 
 STYLES = ("short", "explained")
 
@@ -249,3 +256,53 @@ def write_sft(
         write_json(tmp / "heldout" / "manifest.json", {"kind": "heldout_prompts", **info})
         write_json(tmp / "manifest.json", info)
     return info
+
+
+def prepare_sft(
+    data: DataSpec,
+    root: Path,
+    settings: Sequence[int],
+    sft: Path | None = None,
+    *,
+    step: Callable[[str, Path, Callable[[], Any]], Any] | None = None,
+) -> tuple[Path, Path | None]:
+    """A recipe's ``data`` section -> its prompts -> a second prompt set when one of ``settings``
+    splits by source (the settings of ``data.settings_file``, else the packaged ones) -> with
+    ``sft`` (and one setting ``N``), the setting's SFT data in ``sft``.
+
+    Each step goes to ``step(name, the file it writes last, work)``, which runs each at once by
+    default (``scd train``) and as a resumable stage under ``scd run``: ``prompts`` (into
+    ``root/prompts``, with ``data.descriptors``), ``eval_prompts`` (into ``root/eval_prompts``
+    from ``data.eval_descriptors``, unless ``data.eval_prompts`` names them), ``setting-<N>/sft``.
+
+    Returns:
+        The prompt directory, and the second prompt set (None when no setting splits by source).
+    """
+    d, table = data, load_settings(data.settings_file)
+    step = step or (lambda name, output, work: work())
+    prompts = Path(d.prompts) if d.prompts else root / "prompts"
+    if d.descriptors:
+        step(
+            "prompts",
+            prompts / "manifest.json",
+            lambda: write_prompts(
+                prompts, resolve_descriptors(d.descriptors, version=d.hb_version)
+            ),
+        )
+    source = any(table[n].split == "source" for n in settings)
+    eval_prompts = Path(d.eval_prompts or root / "eval_prompts") if source else None
+    if source and not d.eval_prompts:
+        step(
+            "eval_prompts",
+            eval_prompts / "manifest.json",
+            lambda: write_prompts(
+                eval_prompts, resolve_descriptors(d.eval_descriptors or "stigma")
+            ),
+        )
+    if sft is not None:
+        (n,) = settings
+        step(f"setting-{n}/sft", sft / "manifest.json", lambda: write_sft(
+            prompts, n, sft, eval_prompts=eval_prompts, settings_file=d.settings_file,
+            style=d.style, max_train=d.max_train, max_eval=d.max_eval, general=d.general,
+            general_fraction=d.general_fraction, seed=d.seed))  # fmt: skip
+    return prompts, eval_prompts

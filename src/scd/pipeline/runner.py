@@ -9,7 +9,7 @@ memory) never shares a GPU with a training run.
 Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file's name)::
 
     run.json  state.json                   the pinned recipe; the finished stages
-    data/prompts/  data/eval_prompts/      contact prompts (eval_prompts: setting 2's second set)
+    data/prompts/  data/eval_prompts/      contact prompts (eval_prompts: a source split's)
     data/stigma/                           stigma probe prompts (when the recipe asks for probes)
     setting-<N>/sft/                       SFT data + the setting's held-out prompts
     setting-<N>/adapter/                   the LoRA adapter (checkpoints/ while training)
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.data_gen.settings import load_settings
+from scd.data_gen.sft import prepare_sft
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine
 from scd.pipeline.state import RunState, cache_key, model_fingerprint
@@ -59,6 +60,7 @@ class _Run:
         self.model = recipe.model
         self.engine = engine_options(recipe)
         self.shared: SharedEngine | None = None  # one engine for every evaluation of the run
+        self.settings = load_settings(recipe.data.settings_file)
 
     def stage(
         self,
@@ -102,32 +104,14 @@ class _Run:
         self.ran += path.stat().st_mtime > self.started  # built by this invocation
         self.model = str(path)
 
-    def generate(self) -> None:
-        from scd.data_gen.contact import write_prompts
-        from scd.data_gen.descriptors import resolve_descriptors
+    def _step(self, name: str, output: Path, work: Callable[[], Any]) -> None:
+        """A step of :func:`~scd.data_gen.sft.prepare_sft` as a stage of the run."""
+        self.stage(name, [output], lambda: self._warn(work()))
 
-        d = self.recipe.data
-        self.prompts = Path(d.prompts) if d.prompts else self.dir / "data" / "prompts"
-        if d.descriptors:
-            self.stage(
-                "prompts",
-                [self.prompts / "manifest.json"],
-                lambda: write_prompts(
-                    self.prompts, resolve_descriptors(d.descriptors, version=d.hb_version)
-                ),
-            )
-        self.eval_prompts = None
-        table = load_settings()
-        if any(table[n].split == "source" for n in settings_of(self.recipe)):
-            self.eval_prompts = Path(d.eval_prompts or self.dir / "data" / "eval_prompts")
-            if not d.eval_prompts:
-                self.stage(
-                    "eval_prompts",
-                    [self.eval_prompts / "manifest.json"],
-                    lambda: write_prompts(
-                        self.eval_prompts, resolve_descriptors(d.eval_descriptors or "stigma")
-                    ),
-                )
+    def generate(self) -> None:
+        self.prompts, self.eval_prompts = prepare_sft(
+            self.recipe.data, self.dir / "data", settings_of(self.recipe), step=self._step
+        )
         self.stigma = self.dir / "data" / "stigma"
         if self.recipe.eval.stigma.probes:
             from scd.data_gen.stigma_probes import generate_stigma
@@ -266,36 +250,19 @@ class _Run:
         from scd.data_gen.contact import read_prompts
         from scd.eval.bias import stratified_sets
 
-        source = load_settings()[n].split == "source" and self.eval_prompts is not None
+        source = self.settings[n].split == "source" and self.eval_prompts is not None
         table = read_prompts(self.eval_prompts if source else self.prompts)
         return stratified_sets(table, self.recipe.eval.bias.limit, self.recipe.eval.seed)
 
     # -- one setting ---------------------------------------------------------------------------
     def train_setting(self, n: int) -> dict[str, str]:
         """Setting ``n``'s SFT data and LoRA adapter: ``{"sft": dir, "adapter": dir}``."""
-        from scd.data_gen.sft import write_sft
         from scd.train.trainer import train
 
         r, d = self.recipe, self.recipe.data
         where = self.dir / f"setting-{n}"
         sft, adapter = where / "sft", where / "adapter"
-        source = load_settings()[n].split == "source"
-        self.stage(
-            f"setting-{n}/sft",
-            [sft / "manifest.json"],
-            lambda: self._warn(write_sft(
-                self.prompts,
-                n,
-                sft,
-                eval_prompts=self.eval_prompts if source else None,
-                style=d.style,
-                max_train=d.max_train,
-                max_eval=d.max_eval,
-                general=d.general,
-                general_fraction=d.general_fraction,
-                seed=d.seed,
-            )),
-        )  # fmt: skip
+        prepare_sft(d, self.dir / "data", [n], sft, step=self._step)
         group = r.wandb.group or self.dir.name
         tuned = dataclasses.replace(
             r,

@@ -67,7 +67,7 @@ def _grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return 100 * grid
 
 
-def _pairs(layout: dict, base: dict[str, pd.DataFrame]) -> dict[int, tuple]:
+def _pairs(layout: dict, base: dict[str, pd.DataFrame], settings: dict) -> dict[int, tuple]:
     pairs = {}
     for key, info in layout["settings"].items():
         if "bias" not in info["evals"]:
@@ -76,23 +76,23 @@ def _pairs(layout: dict, base: dict[str, pd.DataFrame]) -> dict[int, tuple]:
         ids = pq.read_table(
             Path(info["sft"]) / "heldout" / "prompts.parquet", columns=["prompt_id"]
         )
-        source = base["bias_eval_prompts" if n == 2 else "bias"]
+        source = base["bias_eval_prompts" if settings[n].split == "source" else "bias"]
         pairs[n] = before_after(
             source, bias_frame(info["evals"]["bias"]), ids["prompt_id"].to_pylist()
         )
     return pairs
 
 
-def _bias_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> list[str]:
+def _bias_sections(layout: dict, recipe: dict, tables: Path, figures: dict) -> list[str]:
     from scd.report.figures import figure1_png, figure2_png
 
-    settings = load_settings()
+    settings = load_settings(recipe["data"].get("settings_file"))  # the run's settings table
     base = {
         k: bias_frame(layout["base"][k])
         for k in ("bias", "bias_eval_prompts")
         if k in layout["base"]
     }
-    pairs = _pairs(layout, base)
+    pairs = _pairs(layout, base, settings)
     lines: list[str] = []
     descriptions = {n: s.description for n, s in settings.items()}
     for n, info in layout["settings"].items():  # what the setting really used, if less
@@ -378,7 +378,7 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         "",
     ]
     if any(k.startswith("bias") for k in layout["base"]):
-        lines += _bias_sections(layout, tables, figures)
+        lines += _bias_sections(layout, recipe, tables, figures)
     if "bbq" in layout["base"]:
         lines += ["## BBQ", "", *_bbq_sections(layout, tables, figures)]
     if any(k.startswith("stigma-") for k in layout["base"]):

@@ -57,9 +57,10 @@ class DataSpec:
     prompts: str | None = None  # a directory from `scd generate contact`
     descriptors: str | None = None  # generate prompts: holistic_bias | stigma | toy | PATH
     hb_version: str = "v1.0"
-    eval_prompts: str | None = None  # setting 2: the stigma prompt dir
-    eval_descriptors: str | None = "stigma"  # setting 2 when generating on the fly
+    eval_prompts: str | None = None  # a source-split setting (2): the stigma prompt dir
+    eval_descriptors: str | None = "stigma"  # a source-split setting when generating on the fly
     setting: int = 1
+    settings_file: str | None = None  # settings YAML (default: the packaged Table 9)
     style: str = "short"
     max_train: int = 10000
     max_eval: int = 5000
@@ -322,7 +323,13 @@ def _check_run(recipe: Recipe, source: str) -> None:
     """The keys only ``scd run`` reads: validated up front so that a run never fails late."""
     from scd.data_gen.settings import load_settings
 
-    ev, known = recipe.eval, sorted(load_settings())
+    ev, path = recipe.eval, recipe.data.settings_file
+    if path is not None and not Path(path).is_file():
+        raise InputError(f"{source}: data.settings_file: {path} is not a file")
+    try:
+        known = sorted(load_settings(path))
+    except InputError as err:
+        raise InputError(f"{source}: data.settings_file: {err}") from None
     if ev.backend not in ("hf", "vllm"):
         raise InputError(f"{source}: eval.backend: expected hf or vllm, got {ev.backend!r}")
     if ev.dtype not in ("auto", "float32", "bfloat16", "float16"):

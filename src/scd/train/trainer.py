@@ -46,28 +46,17 @@ def _is_cuda(recipe: Recipe) -> bool:
 
 
 def prepare_data(recipe: Recipe, out: Path) -> Path:
-    """Return the SFT data directory of the run, generating it when the recipe asks for it."""
-    from scd.data_gen.contact import write_prompts
-    from scd.data_gen.descriptors import resolve_descriptors
-    from scd.data_gen.sft import write_sft
+    """Return the SFT data directory of the run, generating it (:func:`scd.data_gen.sft.
+    prepare_sft`, into ``out/data``) when the recipe asks for it."""
+    from scd.data_gen.sft import prepare_sft
 
     d = recipe.data
     if d.sft:
         if not (Path(d.sft) / "train.parquet").is_file():
             raise InputError(f"data.sft {d.sft}: no train.parquet (run `scd generate sft`)")
         return Path(d.sft)
-    prompts, eval_prompts = d.prompts, d.eval_prompts
-    if d.descriptors:
-        prompts = out / "data" / "prompts"
-        write_prompts(prompts, resolve_descriptors(d.descriptors, version=d.hb_version))
-        if d.setting == 2 and not eval_prompts:
-            eval_prompts = out / "data" / "eval_prompts"
-            write_prompts(eval_prompts, resolve_descriptors(d.eval_descriptors or "stigma"))
-    sft = out / "data" / "sft"
-    write_sft(prompts, d.setting, sft, eval_prompts=eval_prompts, style=d.style,
-              max_train=d.max_train, max_eval=d.max_eval, general=d.general,
-              general_fraction=d.general_fraction, seed=d.seed)  # fmt: skip
-    return sft
+    prepare_sft(d, out / "data", [d.setting], out / "data" / "sft")
+    return out / "data" / "sft"
 
 
 def lora_config(recipe: Recipe) -> Any:
