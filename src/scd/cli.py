@@ -14,6 +14,7 @@ the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -156,7 +157,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     sft.add_argument("--prompts", required=True, help="directory from `scd generate contact`")
     sft.add_argument("--setting", required=True, type=int, help="transfer setting 1-8")
     sft.add_argument(
-        "--eval-prompts", help="second prompt directory, evaluated on in setting 2 (stigma)"
+        "--eval-prompts", help="second prompt directory, evaluated on in a source split (2: stigma)"
     )
     sft.add_argument("--settings-file", help="settings YAML (default: packaged Table 9)")
     sft.add_argument(
@@ -365,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``scd`` command; returns the exit code."""
+    # bitsandbytes warns at import, on CPUs with AVX512-BF16, that an optional CPU 4-bit kernel
+    # package is missing: noise for every command (and it would break one-line errors)
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {

@@ -9,6 +9,7 @@ vllm/sampling_params.py), as vLLM does.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from dataclasses import dataclass
@@ -155,6 +156,8 @@ class FakeLLM:
 
 def install(monkeypatch: Any) -> type[FakeLLM]:
     """Put the fake ``vllm`` package in ``sys.modules`` and pretend a CUDA GPU exists."""
+    with contextlib.suppress(ImportError):  # TRL probes for vllm when imported: not the fake
+        import trl  # noqa: F401
     vllm = types.ModuleType("vllm")
     vllm.LLM = FakeLLM
     vllm.SamplingParams = SamplingParams
