@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from scd.eval.bbq_data import (
     stratified_subset,
 )
 from scd.eval.engines import ChoiceRequest, SharedEngine
-from scd.eval.runner import CausalModel, require_adapter, run_task
+from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 
 __all__ = [
     "AGGREGATION_NOTE", "BBQTask", "CATEGORIES", "DISPLAY", "bbq_metrics", "bias_labels",
@@ -269,19 +268,11 @@ def evaluate_bbq(
     return run_task(BBQTask(config, work, chunk_size, causal), out, progress=progress)
 
 
-@dataclass
-class BBQTask:
+class BBQTask(CausalTask):
     """BBQ items put to a causal LM: the answer text with the highest summed log-probability."""
 
-    config: dict[str, Any]
-    work: list[dict[str, Any]]
-    chunk_size: int
-    model: CausalModel
-    name: str = "scd eval bbq"
-    unit: str = "item"
-
-    def load(self, progress: bool) -> None:
-        self.engine, self.fmt = self.model.load(progress)
+    name = "scd eval bbq"
+    unit = "item"
 
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ids = self.fmt.encode([prompt_text(r) for r in rows])

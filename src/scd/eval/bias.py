@@ -22,7 +22,7 @@ from scd.data_gen.contact import read_baseline, read_prompts
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, SharedEngine
 from scd.eval.formatting import parse_answer
-from scd.eval.runner import CausalModel, require_adapter, run_task
+from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.sampling import stratified_sample
 from scd.io import sha256_file
 
@@ -175,21 +175,14 @@ def evaluate_bias(
 
 
 @dataclass
-class BiasTask:
+class BiasTask(CausalTask):
     """Contact prompts put to a causal LM: the option it prefers (choice) or answers (generate)."""
 
-    config: dict[str, Any]
-    work: list[dict[str, Any]]
-    chunk_size: int
-    model: CausalModel
     mode: str = "choice"
     max_new_tokens: int = 8
     denominator: str = "all"
-    name: str = "scd eval bias"
-    unit: str = "prompt"
-
-    def load(self, progress: bool) -> None:
-        self.engine, self.fmt = self.model.load(progress)
+    name = "scd eval bias"
+    unit = "prompt"
 
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ids = self.fmt.encode([f"{r['prompt']} {r['instruction']}" for r in rows])

@@ -21,7 +21,7 @@ from scd.eval.formatting import Formatter, load_tokenizer
 from scd.eval.records import RecordLog, check_run_config
 from scd.io import atomic_file, json_text
 
-__all__ = ["CausalModel", "EvalTask", "require_adapter", "run_task", "write_results"]
+__all__ = ["CausalModel", "CausalTask", "EvalTask", "require_adapter", "run_task", "write_results"]
 
 
 class EvalTask(Protocol):
@@ -74,6 +74,20 @@ def run_task(task: EvalTask, out: Path | str, *, progress: bool = True) -> dict[
     summary["run"] = {**task.config, "scd_version": __version__}
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
+
+
+@dataclass
+class CausalTask:
+    """The fields every task has, and the load of a causal LM that most tasks score with
+    (``self.engine``, ``self.fmt``); subclasses add ``name``, ``unit`` and the scoring."""
+
+    config: dict[str, Any]
+    work: list[dict[str, Any]]
+    chunk_size: int
+    model: CausalModel
+
+    def load(self, progress: bool) -> None:
+        self.engine, self.fmt = self.model.load(progress)
 
 
 def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from scd.data_gen.stigma_probes import read_stigma_table
 from scd.errors import InputError
-from scd.eval.runner import CausalModel, require_adapter, run_task
+from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.stigma import aq27, mlm, sds, sentiment
 from scd.io import sha256_file
 
@@ -166,19 +166,16 @@ def _lexicon_sha(lexicon: Path | str | None) -> str:
 
 
 @dataclass
-class StigmaTask:
-    """One stigma probe on a causal LM (through an engine), a masked LM or a classifier."""
+class StigmaTask(CausalTask):
+    """One stigma probe on a causal LM (through an engine), a masked LM or a classifier (whose
+    location and options ``model`` holds too)."""
 
-    config: dict[str, Any]
-    work: list[dict[str, Any]]
-    chunk_size: int
-    model: CausalModel  # for masked LMs and classifiers: where the model is and its options
-    probe: str
-    kind: str
+    probe: str = "sds"
+    kind: str = "causal"
     words: Any = None  # mlm: the lexicon
     negative_label: str | None = None  # sentiment
     mlm_summary: dict[str, Any] | None = None  # sentiment: adds Pearson r per condition
-    unit: str = "prompt"
+    unit = "prompt"
 
     @property
     def name(self) -> str:
