@@ -20,12 +20,12 @@ from collections.abc import Sequence
 
 from scd import commands
 from scd.errors import InputError
+from scd.options import BACKENDS, DENOMINATORS, DTYPES, MODES, SEED
 
 __all__ = ["main", "build_parser"]
 
 MODEL_HELP = "model directory, Hub id, or .gguf file (converted once and cached)"
 BACKEND_HELP = "hf: transformers (CPU or GPU); vllm: vLLM (CUDA GPUs)"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 DTYPE_HELP = "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU"
 
 
@@ -179,7 +179,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         default=0.0,
         help="share of train rows (paper: 0.1)",
     )
-    sft.add_argument("--seed", type=int, default=42, help="seed of the split and the sampling")
+    sft.add_argument("--seed", type=int, default=SEED, help="seed of the split and the sampling")
     sft.add_argument("--out", required=True, help="output directory")
 
 
@@ -191,14 +191,14 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     bias.add_argument("--prompts", required=True, help="directory with prompts.parquet")
     bias.add_argument(
         "--mode",
-        choices=("choice", "generate"),
+        choices=MODES,
         default="choice",
         help="choice: the most probable option; generate: greedy text parsed to an option",
     )
     bias.add_argument("--max-new-tokens", type=_positive, default=8, help="generate mode")
     bias.add_argument(
         "--denominator",
-        choices=("all", "parsed"),
+        choices=DENOMINATORS,
         default="all",
         help="all: unparsed answers count in the total (the paper); parsed: they don't",
     )
@@ -226,7 +226,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--model", required=True, help=MODEL_HELP)
     st.add_argument("--prompts", required=True, help="directory from `scd generate stigma`")
     st.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    st.add_argument("--backend", choices=("hf", "vllm"), default="hf", help=BACKEND_HELP)
+    st.add_argument("--backend", choices=BACKENDS, default="hf", help=BACKEND_HELP)
     st.add_argument("--top-k", type=_positive, default=50, help="mlm: predictions per prompt")
     st.add_argument("--lexicon", help="mlm: word,attitude CSV (default: packaged likely/unlikely)")
     st.add_argument("--negative-label", help="sentiment: the classifier's negative label")
@@ -265,7 +265,7 @@ def _add_engine_args(parser: argparse.ArgumentParser) -> None:
 def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = "") -> None:
     """The options every evaluation shares: adapter, engine, subset, batching, output."""
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf", help=BACKEND_HELP)
+    parser.add_argument("--backend", choices=BACKENDS, default="hf", help=BACKEND_HELP)
     parser.add_argument(
         "--limit", type=_positive, help=f"a stratified, seeded subset of ~N {subset or unit}"
     )

@@ -18,6 +18,7 @@ import yaml
 
 from scd.data_gen.templates import PRINCIPLES, SCALES, SCENARIOS
 from scd.errors import InputError
+from scd.options import SEED
 
 __all__ = ["FILTER_KEYS", "Setting", "load_settings", "settings_path", "split_masks"]
 
@@ -133,7 +134,9 @@ def _match(table: pa.Table, spec: dict[str, tuple[str, ...]]) -> np.ndarray:
     return mask
 
 
-def split_masks(table: pa.Table, setting: Setting, seed: int = 42) -> tuple[np.ndarray, np.ndarray]:
+def split_masks(
+    table: pa.Table, setting: Setting, seed: int = SEED
+) -> tuple[np.ndarray, np.ndarray]:
     """Return boolean (train, eval) row masks of a prompt table for a filter or random setting.
 
     Raises:

@@ -34,6 +34,7 @@ from scd.data_gen.settings import load_settings, split_masks
 from scd.data_gen.templates import CONTACTS
 from scd.errors import InputError
 from scd.io import atomic_output_dir, sha256_file, write_json
+from scd.options import SEED
 
 if TYPE_CHECKING:
     from scd.train.recipe import DataSpec
@@ -171,7 +172,7 @@ def write_sft(
     max_eval: int = 5000,
     general: str | None = None,
     general_fraction: float = 0.0,
-    seed: int = 42,
+    seed: int = SEED,
 ) -> dict[str, Any]:
     """Build and atomically write the SFT data of one setting (see the module docstring).
 

@@ -25,10 +25,10 @@ from scd.eval.formatting import parse_answer
 from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.sampling import stratified_sample
 from scd.io import sha256_file
+from scd.options import DENOMINATORS, MODES, one_of
 
 __all__ = ["MODES", "BiasTask", "evaluate_bias", "stratified_sets", "load_work"]
 
-MODES = ("choice", "generate")
 ROW_KEYS = (
     "prompt_id",
     "set_id",
@@ -147,8 +147,8 @@ def evaluate_bias(
     """
     if mode not in MODES:
         raise InputError(f"--mode {mode}: expected one of {', '.join(MODES)}")
-    if denominator not in ("all", "parsed"):
-        raise InputError(f"--denominator {denominator}: expected all or parsed")
+    if denominator not in DENOMINATORS:
+        raise InputError(f"--denominator {denominator}: expected {one_of(DENOMINATORS)}")
     require_adapter(adapter)
     work = load_work(prompts, limit, seed, sets)
     config = {

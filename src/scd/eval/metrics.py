@@ -15,6 +15,7 @@ import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
 from scd.errors import InputError
+from scd.options import DENOMINATORS
 
 __all__ = [
     "bias_rate",
@@ -34,7 +35,6 @@ CONTACTS = ("none", "positive", "negative")
 SCENARIOS = ("community", "education", "healthcare", "sports", "workplace")
 _P = "equal_status common_goals intergroup_cooperation support_of_authorities extended_contact"
 PRINCIPLES = (*_P.split(), "virtual_contact")
-DENOMINATORS = ("all", "parsed")
 CONTACT_LABELS = dict(zip(CONTACTS, ("No contact", "Positive contact", "Negative contact")))
 TOP_DESCRIPTORS = 20
 _NOTES = {

@@ -24,6 +24,7 @@ import yaml
 
 from scd.errors import InputError
 from scd.eval.engines.vllm import LORA_RANKS
+from scd.options import BACKENDS, DENOMINATORS, DTYPES, SEED, one_of
 
 __all__ = [
     "VLLM_LORA_RANKS",
@@ -66,7 +67,7 @@ class DataSpec:
     max_eval: int = 5000
     general: str | None = None  # e.g. yahma/alpaca-cleaned (the paper mixed 10%)
     general_fraction: float = 0.0
-    seed: int = 42
+    seed: int = SEED
 
 
 @dataclass
@@ -95,7 +96,7 @@ class TrainSpec:
     gradient_checkpointing: bool = True
     optim: str = "paged_adamw_32bit"  # on CUDA; CPU runs use adamw_torch
     bf16: bool = True  # on CUDA; CPU runs train in float32
-    seed: int = 42
+    seed: int = SEED
     max_length: int = 512
     packing: bool = False
     padding_free: bool = False
@@ -330,12 +331,12 @@ def _check_run(recipe: Recipe, source: str) -> None:
         known = sorted(load_settings(path))
     except InputError as err:
         raise InputError(f"{source}: data.settings_file: {err}") from None
-    if ev.backend not in ("hf", "vllm"):
-        raise InputError(f"{source}: eval.backend: expected hf or vllm, got {ev.backend!r}")
-    if ev.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise InputError(f"{source}: eval.dtype: expected auto, float32, bfloat16 or float16")
-    if ev.bias.denominator not in ("all", "parsed"):
-        raise InputError(f"{source}: eval.bias.denominator: expected all or parsed")
+    if ev.backend not in BACKENDS:
+        raise InputError(f"{source}: eval.backend: expected {one_of(BACKENDS)}, got {ev.backend!r}")
+    if ev.dtype not in DTYPES:
+        raise InputError(f"{source}: eval.dtype: expected {one_of(DTYPES)}")
+    if ev.bias.denominator not in DENOMINATORS:
+        raise InputError(f"{source}: eval.bias.denominator: expected {one_of(DENOMINATORS)}")
     backend_of = {"batch_size": "hf", "device": "hf", "tensor_parallel_size": "vllm",
                   "max_model_len": "vllm", "gpu_memory_utilization": "vllm"}  # fmt: skip
     for key, backend in backend_of.items():

@@ -22,6 +22,7 @@ import torch
 
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.options import EVAL_BATCH_SIZE
 
 __all__ = ["HFEngine", "load_model"]
 
@@ -69,7 +70,7 @@ class HFEngine:
         adapters: Sequence[str] = (),
         device: str | None = None,
         dtype: str = "auto",
-        batch_size: int = 32,
+        batch_size: int = EVAL_BATCH_SIZE,
         padding_side: str = "left",
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,6 +25,7 @@ from scd.errors import InputError
 from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.stigma import aq27, mlm, sds, sentiment
 from scd.io import sha256_file
+from scd.options import BACKENDS, EVAL_BATCH_SIZE
 
 __all__ = ["PROBES", "StigmaTask", "evaluate_stigma", "model_kind"]
 
@@ -61,8 +62,8 @@ def model_kind(model: str) -> str:
 def _check(probe: str, kind: str, backend: str, model: str) -> None:
     if probe not in PROBES:
         raise InputError(f"--probe {probe}: expected one of {', '.join(PROBES)}")
-    if backend not in ("hf", "vllm"):
-        raise InputError(f"--backend {backend}: expected one of hf, vllm")
+    if backend not in BACKENDS:
+        raise InputError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
     if kind not in KINDS[probe]:
         hint = HINT.get(kind, "use --probe sds or aq27")
         raise InputError(f"--model {model}: a {kind} model does not fit --probe {probe}; {hint}")
@@ -195,7 +196,7 @@ class StigmaTask(CausalTask):
 
         m, options = self.model, self.model.options
         device = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-        batch = options.get("batch_size") or 32
+        batch = options.get("batch_size") or EVAL_BATCH_SIZE
         if self.kind == "classifier":
             clf, tokenizer = sentiment.load_classifier(m.model, m.adapter, device)
             pipe = pipeline("text-classification", model=clf, tokenizer=tokenizer, device=device)
