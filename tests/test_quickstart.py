@@ -1,4 +1,4 @@
-"""The README's first command: `scd quickstart` runs the embedded copy of recipes/quickstart.yaml.
+"""The README's first command: `scd quickstart` runs recipes/quickstart.yaml (package data).
 
 The run itself (planted bias found, then reduced; report written) is tested end to end in
 tests/pipeline/test_run_e2e.py.
@@ -6,6 +6,7 @@ tests/pipeline/test_run_e2e.py.
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 import yaml
@@ -16,7 +17,16 @@ from scd.train.recipe import recipe_from_dict, recipe_to_dict
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_embedded_recipe_is_recipes_quickstart_yaml() -> None:
+def test_every_recipe_ships_in_the_package() -> None:
+    shipped = files("scd").joinpath("recipes")
+    mine = sorted((REPO / "recipes").rglob("*.yaml"))
+    assert len(mine) >= 20
+    for path in mine:
+        name = path.relative_to(REPO / "recipes").as_posix()
+        assert shipped.joinpath(name).read_text() == path.read_text(), name
+
+
+def test_quickstart_runs_recipes_quickstart_yaml() -> None:
     recipe = yaml.safe_load((REPO / "recipes" / "quickstart.yaml").read_text())
     assert recipe == QUICKSTART_RECIPE
     resolved = recipe_to_dict(recipe_from_dict(QUICKSTART_RECIPE))

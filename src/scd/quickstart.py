@@ -1,6 +1,6 @@
 """``scd quickstart``: the whole SCD loop on CPU, with no network and no account.
 
-Runs the embedded copy of ``recipes/quickstart.yaml`` through the pipeline (``scd run``): builds
+Runs ``recipes/quickstart.yaml`` (package data) through the pipeline (``scd run``): builds
 the planted-bias toy model, generates the contact prompts over the packaged toy descriptors,
 LoRA-tunes it on setting 1, evaluates the base model on every prompt and the tuned model on the
 held-out prompts (one engine), writes the tables and the report, and prints Table 10.
@@ -8,34 +8,18 @@ held-out prompts (one engine), writes the tables and the report, and prints Tabl
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
+
+import yaml
 
 from scd.pipeline.runner import run_recipe
 from scd.train.recipe import recipe_from_dict
 
 __all__ = ["QUICKSTART_RECIPE", "run_quickstart"]
 
-QUICKSTART_RECIPE = {
-    "model": "toy",
-    "toy_model": {"bias_axes": ["religion", "nationality"], "seed": 0},
-    "data": {"descriptors": "toy", "setting": 1, "max_train": 400, "max_eval": 50},
-    "lora": {"r": 8, "alpha": 16, "dropout": 0.0},
-    "train": {
-        "batch_size": 16,
-        "grad_accum": 1,
-        "learning_rate": 2e-3,
-        "warmup_ratio": 0.0,
-        "max_grad_norm": 1.0,
-        "gradient_checkpointing": False,
-        "bf16": False,
-        "device": "cpu",
-        "logging_steps": 5,
-        "save_steps": 25,
-    },
-    "eval": {"batch_size": 64, "bias": {"enabled": True}},
-    "wandb": {"enabled": False, "project": "scd-quickstart"},
-    "run": {"name": "quickstart"},
-}  # the values of recipes/quickstart.yaml (the package does not ship the recipes directory)
+# shipped in the package (the repository's recipes/ is a link to src/scd/recipes/)
+QUICKSTART_RECIPE = yaml.safe_load(files("scd").joinpath("recipes/quickstart.yaml").read_text())
 
 
 def run_quickstart(out: Path | str) -> Path:
