@@ -29,9 +29,12 @@ def _fresh_clone(where: Path) -> Path:
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.split("\0")  # fmt: skip
     for name in filter(None, files):
-        if (REPO / name).is_file():
-            (where / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, where / name)
+        source, target = REPO / name, where / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # e.g. recipes/ -> src/scd/recipes/, as git clones it
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run(["git", "init", "-q"], cwd=where, check=True)
     subprocess.run([*git, "add", "-A"], cwd=where, check=True)

@@ -21,6 +21,9 @@ __all__ = [
 
 MARKER = "manifest.json"
 
+_UMASK = os.umask(0o022)  # read the process umask (set it back at once)
+os.umask(_UMASK)
+
 
 def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
     """Refuse an output directory that scd may not (re)place, before any work is done.
@@ -122,7 +125,7 @@ def atomic_file(path: Path | str) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are ordinary files
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; outputs are ordinary files
         yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:

@@ -191,6 +191,11 @@ def test_changed_options_into_the_same_out_are_refused(toy_model, toy_prompts, t
     args = ["eval", "bias", "--model", str(toy_model), "--prompts", str(toy_prompts),
             "--limit", "30", "--out", str(tmp_path / "o")]  # fmt: skip
     _fails(capsys, [*args, "--dtype", "bfloat16"], "another configuration", "dtype")
+    pinned = json.loads((tmp_path / "o" / "run.json").read_text())
+    del pinned["dtype"]  # a run pinned before run.json held the dtype: it ran on the default
+    (tmp_path / "o" / "run.json").write_text(json.dumps(pinned))
+    assert main(args) == 0
+    _fails(capsys, [*args, "--dtype", "bfloat16"], "another configuration", "dtype")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")

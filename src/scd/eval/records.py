@@ -20,6 +20,9 @@ from scd.io import write_json
 
 __all__ = ["RecordLog", "check_run_config", "dump_record", "read_records"]
 
+# keys added to run.json after scd 0.1.0: a run pinned without one ran with this value
+ADDED_KEYS = {"dtype": "auto"}
+
 
 def dump_record(record: dict[str, Any]) -> str:
     """One JSON line (keys in insertion order, no trailing spaces)."""
@@ -43,6 +46,8 @@ def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> N
             old = json.loads(path.read_text())
         except json.JSONDecodeError:
             old = None
+        if isinstance(old, dict):
+            old = {**{k: v for k, v in ADDED_KEYS.items() if k in config}, **old}
         if old != json.loads(json.dumps(config)):
             diff = sorted(
                 k for k in set(config) | set(old or {}) if (old or {}).get(k) != config.get(k)

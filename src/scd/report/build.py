@@ -76,17 +76,19 @@ def _pairs(layout: dict, base: dict[str, pd.DataFrame], settings: dict) -> dict[
         ids = pq.read_table(
             Path(info["sft"]) / "heldout" / "prompts.parquet", columns=["prompt_id"]
         )
-        source = base["bias_eval_prompts" if settings[n].split == "source" else "bias"]
+        manifest = Path(info["sft"]) / "manifest.json"  # the split the run used (its settings)
+        split = _read_json(manifest)["split"] if manifest.is_file() else settings[n].split
+        source = base["bias_eval_prompts" if split == "source" else "bias"]
         pairs[n] = before_after(
             source, bias_frame(info["evals"]["bias"]), ids["prompt_id"].to_pylist()
         )
     return pairs
 
 
-def _bias_sections(layout: dict, recipe: dict, tables: Path, figures: dict) -> list[str]:
+def _bias_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> list[str]:
     from scd.report.figures import figure1_png, figure2_png
 
-    settings = load_settings(recipe["data"].get("settings_file"))  # the run's settings table
+    settings = load_settings()  # defaults; each setting's SFT manifest says what the run used
     base = {
         k: bias_frame(layout["base"][k])
         for k in ("bias", "bias_eval_prompts")
@@ -98,7 +100,7 @@ def _bias_sections(layout: dict, recipe: dict, tables: Path, figures: dict) -> l
     for n, info in layout["settings"].items():  # what the setting really used, if less
         manifest = Path(info["sft"]) / "manifest.json"
         if manifest.is_file():
-            descriptions[int(n)] = _read_json(manifest).get("description", descriptions[int(n)])
+            descriptions[int(n)] = _read_json(manifest).get("description", descriptions.get(int(n)))
     if pairs:
         evaluated = {n: len(before) for n, (before, _) in pairs.items()}
         lines += ["## The settings", "", *_settings_table(layout, descriptions, evaluated), ""]
@@ -378,7 +380,7 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         "",
     ]
     if any(k.startswith("bias") for k in layout["base"]):
-        lines += _bias_sections(layout, recipe, tables, figures)
+        lines += _bias_sections(layout, tables, figures)
     if "bbq" in layout["base"]:
         lines += ["## BBQ", "", *_bbq_sections(layout, tables, figures)]
     if any(k.startswith("stigma-") for k in layout["base"]):

@@ -1,7 +1,7 @@
 """AQ-27 probe (Mina et al. 2024): how likely a model finds each illness in each stigma item.
 
-Seed 003 "reverses" Lin et al.'s paradigm: the noun phrase is filled in and the model scores the
-illnesses in the masked slot (PLL-word-l2r on masked LMs, :mod:`scd.eval.stigma.mlm`). On a
+Mina et al. 2024 "reverse" Lin et al.'s paradigm: the noun phrase is filled in and the model scores
+the illnesses in the masked slot (PLL-word-l2r on masked LMs, :mod:`scd.eval.stigma.mlm`). On a
 causal LM the analogue is the log-likelihood of the sentence with the illness filled in. The
 frame's text before the slot is the prompt and "illness + rest of the sentence" the continuation,
 so one :class:`ChoiceRequest` per frame scores every illness: ``log p(continuation | prefix)``

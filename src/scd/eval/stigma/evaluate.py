@@ -142,7 +142,7 @@ def evaluate_stigma(
         "model_kind": kind,
         "adapter": adapter,
         "backend": backend,
-        "dtype": dtype,
+        "dtype": dtype or "auto",
         "seed": seed,
         "chunk_size": chunk_size,
         "n_items": len(rows),
