@@ -11,9 +11,6 @@ from statsmodels.stats.proportion import proportion_confint
 
 from scd.errors import InputError
 from scd.eval.metrics import (
-    CONTACTS,
-    SCALES,
-    SCENARIOS,
     bias_rate,
     bias_table,
     format_cell,
@@ -22,6 +19,8 @@ from scd.eval.metrics import (
     summarize,
     tables_markdown,
 )
+from scd.vocabulary import CONTACTS, SCALES
+from scd.vocabulary import SCENARIO_TABLE_ORDER as SCENARIOS
 
 OPTIONS = {
     "certainty": ["Yes", "No"],

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from scd.data_gen.templates import PRINCIPLES, SCALES, SCENARIOS
 from scd.errors import InputError
 from scd.options import SEED
+from scd.vocabulary import PRINCIPLES, SCALES, SCENARIOS
 
 __all__ = ["FILTER_KEYS", "Setting", "load_settings", "settings_path", "split_masks"]
 

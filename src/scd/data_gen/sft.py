@@ -31,10 +31,10 @@ from scd import __version__
 from scd.data_gen.contact import read_baseline, read_prompts, write_prompts
 from scd.data_gen.descriptors import resolve_descriptors
 from scd.data_gen.settings import load_settings, split_masks
-from scd.data_gen.templates import CONTACTS
 from scd.errors import InputError
 from scd.io import atomic_output_dir, sha256_file, write_json
 from scd.options import SEED
+from scd.vocabulary import CONTACTS
 
 if TYPE_CHECKING:
     from scd.train.recipe import DataSpec

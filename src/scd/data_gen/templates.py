@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from scd.errors import InputError
+from scd.vocabulary import ACTIONS, CONTACTS, PRINCIPLES, SCALES, SCENARIOS
 
 __all__ = [
     "ACTIONS",
@@ -36,19 +37,6 @@ __all__ = [
     "templates_path",
     "scales_path",
 ]
-
-PRINCIPLES = (
-    "equal_status",
-    "common_goals",
-    "intergroup_cooperation",
-    "support_of_authorities",
-    "extended_contact",
-    "virtual_contact",
-)
-SCENARIOS = ("education", "workplace", "sports", "community", "healthcare")
-CONTACTS = ("none", "positive", "negative")
-ACTIONS = ("positive", "negative")
-SCALES = ("certainty", "likelihood", "frequency")
 
 _CONTACT_KEYS = {"none": "none", "positive": "positive_contact", "negative": "negative_contact"}
 # a group mention "[descriptor] <noun>"; a stray "[descriptor]" or "<noun>" is an error

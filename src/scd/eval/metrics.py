@@ -16,6 +16,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from scd.errors import InputError
 from scd.options import DENOMINATORS
+from scd.vocabulary import CONTACT_LABELS, CONTACTS, PRINCIPLES, SCALES, SCENARIO_TABLE_ORDER
 
 __all__ = [
     "bias_rate",
@@ -30,12 +31,6 @@ __all__ = [
 ]
 
 # Display orders (the paper's): unknown values found in the records follow, sorted.
-SCALES = ("certainty", "likelihood", "frequency")
-CONTACTS = ("none", "positive", "negative")
-SCENARIOS = ("community", "education", "healthcare", "sports", "workplace")
-_P = "equal_status common_goals intergroup_cooperation support_of_authorities extended_contact"
-PRINCIPLES = (*_P.split(), "virtual_contact")
-CONTACT_LABELS = dict(zip(CONTACTS, ("No contact", "Positive contact", "Negative contact")))
 TOP_DESCRIPTORS = 20
 _NOTES = {
     "all": "Bias % = biased / all responses x 100 (the paper's convention): unparsed answers "
@@ -180,7 +175,7 @@ def summarize(records: Iterable[dict] | pd.DataFrame, denominator: str = "all") 
     """
     df = records if isinstance(records, pd.DataFrame) else records_frame(records)
     desc, base = df[~df["baseline"]], df[df["baseline"]]
-    s_c, a_s = [SCALES, CONTACTS], [(), SCENARIOS]
+    s_c, a_s = [SCALES, CONTACTS], [(), SCENARIO_TABLE_ORDER]
     overall = bias_rate(desc, denominator)  # validates the denominator first
     table1 = _nested(desc, ["scale", "contact"], s_c, denominator)
     out: dict[str, Any] = {

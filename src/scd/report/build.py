@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from scd.data_gen.settings import load_settings
 from scd.errors import InputError
-from scd.eval.metrics import CONTACTS, SCALES, SCENARIOS, grid_markdown
+from scd.eval.metrics import grid_markdown
 from scd.io import json_text
 from scd.report.tables import (
     TRANSFER_TABLES,
@@ -27,14 +27,9 @@ from scd.report.tables import (
     table_markdown,
     transfer_frame,
 )
+from scd.vocabulary import CONTACTS, SCALES, SCENARIO_TABLE_ORDER
 
 __all__ = ["build_report"]
-
-CONTACT_NAMES = {
-    "none": "No contact",
-    "positive": "Positive contact",
-    "negative": "Negative contact",
-}
 
 
 def _read_json(path: Path) -> Any:
@@ -158,7 +153,7 @@ def _bias_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> lis
             grid = summary["axis_by_scenario"].get(scale)
             if not grid:
                 continue
-            grid = _ordered(grid, (), SCENARIOS)
+            grid = _ordered(grid, (), SCENARIO_TABLE_ORDER)
             title = (
                 f"## Table {number}: the base model, {scale} prompts, bias % by axis and scenario"
             )

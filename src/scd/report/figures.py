@@ -23,17 +23,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from scd import vocabulary
 from scd.errors import InputError
 
 __all__ = ["CONTACT_LABELS", "bbq_bars_png", "figure1_png", "figure2_png"]
 
 DPI = 150
-CONTACT_LABELS = {
-    "none": "No contact",
-    "positive": "Positive contact",
-    "negative": "Negative contact",
-    "all": "All",
-}
+CONTACT_LABELS = {**vocabulary.CONTACT_LABELS, "all": "All"}
 BEFORE_COLOR = "#9ecae1"  # lighter: before tuning (as in the paper's Figure 1)
 AFTER_COLOR = "#2171b5"  # darker: after tuning
 HEATMAP_CMAP = "YlOrRd"

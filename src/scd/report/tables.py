@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from scd.data_gen.settings import Setting
-from scd.eval.metrics import CONTACT_LABELS, CONTACTS, bias_table, format_pct, markdown_table
+from scd.eval.metrics import bias_table, format_pct, markdown_table
 from scd.eval.records import read_records
+from scd.vocabulary import CONTACT_LABELS, CONTACTS
 
 __all__ = [
     "TRANSFER_TABLES",
