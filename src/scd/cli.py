@@ -390,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handler(args)
     except InputError as err:
-        print(f"scd: error: {err}", file=sys.stderr)
+        for line in str(err).splitlines():  # one line per problem (a recipe reports them all)
+            print(f"scd: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("scd: interrupted", file=sys.stderr)

@@ -94,6 +94,16 @@ def test_bad_recipe_on_the_command_line_is_one_line(tmp_path: Path, capsys) -> N
     assert err.count("\n") == 1 and "unknown key 'colour'" in err and "recipe.yaml" in err
 
 
+def test_every_problem_of_a_recipe_is_reported_at_once(tmp_path: Path, capsys) -> None:
+    bad = "train:\n  batch_size: 0\nlora:\n  dropout: 1.5\neval:\n  dtype: float8\n"
+    assert main(["train", str(_recipe(tmp_path, bad))]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    keys = ("train.batch_size", "lora.dropout", "eval.dtype")
+    assert len(lines) == 3 and "Traceback" not in "".join(lines), lines
+    for line, key in zip(lines, keys):
+        assert line.startswith("scd: error: ") and "recipe.yaml" in line and f" {key}: " in line
+
+
 def test_constant_schedule_with_warmup_warns(tmp_path: Path) -> None:
     from scd.train.recipe import recipe_from_dict
 
