@@ -157,8 +157,8 @@ def evaluate_stigma(
     if device:
         options["device"] = device
     causal = CausalModel(loadable, adapter, backend, system_prompt, options, engine)
-    task = StigmaTask(config, rows, chunk_size, causal, probe, kind, words, negative_label,
-                      mlm_summary)  # fmt: skip
+    task = StigmaTask(config, rows, chunk_size, causal, probe=probe, kind=kind, words=words,
+                      negative_label=negative_label, mlm_summary=mlm_summary)  # fmt: skip
     return run_task(task, out, progress=progress)
 
 
@@ -166,13 +166,13 @@ def _lexicon_sha(lexicon: Path | str | None) -> str:
     return sha256_file(Path(lexicon) if lexicon else mlm._default_lexicon())
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StigmaTask(CausalTask):
     """One stigma probe on a causal LM (through an engine), a masked LM or a classifier (whose
     location and options ``model`` holds too)."""
 
-    probe: str = "sds"
-    kind: str = "causal"
+    probe: str
+    kind: str
     words: Any = None  # mlm: the lexicon
     negative_label: str | None = None  # sentiment
     mlm_summary: dict[str, Any] | None = None  # sentiment: adds Pearson r per condition
