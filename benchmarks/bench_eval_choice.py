@@ -33,6 +33,7 @@ def main() -> None:
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
     from scd.eval.formatting import Formatter, load_tokenizer, parse_answer
+    from scd.options import EngineSpec
 
     tmp = Path(tempfile.mkdtemp())
     model = args.model
@@ -46,7 +47,7 @@ def main() -> None:
     work = [w for w in load_work(tmp / "prompts", args.prompts, seed=0) if not w["baseline"]]
     tokenizer = load_tokenizer(model)
     fmt = Formatter(tokenizer)
-    engine = HFEngine(model, tokenizer=tokenizer, batch_size=args.batch_size)
+    engine = HFEngine(model, EngineSpec(batch_size=args.batch_size), tokenizer=tokenizer)
     device = engine.device
     users = [f"{w['prompt']} {w['instruction']}" for w in work]
 

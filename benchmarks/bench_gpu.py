@@ -56,6 +56,7 @@ def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: 
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
     from scd.eval.formatting import Formatter, load_tokenizer
+    from scd.options import EngineSpec
 
     prompts = out / "prompts"
     if not (prompts / "manifest.json").is_file():
@@ -65,7 +66,7 @@ def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: 
     fmt = Formatter(tok)
     ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
     reqs = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
-    engine = HFEngine(str(model), tokenizer=tok, dtype="bfloat16", batch_size=batch)
+    engine = HFEngine(str(model), EngineSpec(dtype="bfloat16", batch_size=batch), tokenizer=tok)
     engine.score(reqs[: batch * 2])  # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()

@@ -49,11 +49,13 @@ def main() -> None:
     from scd.eval.engines.hf import HFEngine
     from scd.eval.formatting import Formatter, load_tokenizer
     from scd.models import resolve_model
+    from scd.options import EngineSpec
 
     model = resolve_model(args.model)
     tok = load_tokenizer(model)
     fmt = Formatter(tok)
-    engine = HFEngine(model, tokenizer=tok, batch_size=args.batch_size, padding_side="left")
+    spec = EngineSpec(batch_size=args.batch_size)
+    engine = HFEngine(model, spec, tokenizer=tok, padding_side="left")
     tmp = Path(tempfile.mkdtemp())
     hb = REPO.parent / "shared/data/holistic_bias/v1.0/descriptors.json"
     write_prompts(tmp / "p", load_holistic_bias(hb))

@@ -89,10 +89,10 @@ def prompts(tmp_path):
 
 @pytest.mark.parametrize(
     ("flag", "value", "needle"),
-    [("--batch-size", "0", "expected a positive integer, got 0"),
-     ("--chunk-size", "-3", "expected a positive integer"),
-     ("--limit", "0", "expected a positive integer"),
-     ("--max-new-tokens", "x", "expected a positive integer, got 'x'"),
+    [("--batch-size", "0", "expected a positive number, got 0"),
+     ("--chunk-size", "-3", "expected a positive number"),
+     ("--limit", "0", "expected a positive number"),
+     ("--max-new-tokens", "x", "expected an integer, got 'x'"),
      ("--device", "tpu7", "expected cpu, cuda, cuda:N or mps, got 'tpu7'")],
 )  # fmt: skip
 def test_bad_numbers_and_devices_are_refused_where_parsed(tmp_path, prompts, flag, value, needle):

@@ -7,68 +7,36 @@
     scd generate sft --prompts prompts/hb --setting 1 --out sft/setting1
     scd quickstart
 
-Bad input is reported as one line on stderr with exit code 2; heavy modules are imported only by
-the subcommand that needs them.
+Bad input is reported as one line on stderr with exit code 2 (``SCD_DEBUG=1`` adds the traceback
+with the library's own error); heavy modules are imported only by the subcommand that needs them.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from scd import commands
 from scd.errors import InputError
-from scd.options import BACKENDS, DENOMINATORS, DTYPES, MODES, SEED
+from scd.options import (
+    DENOMINATORS,
+    MODES,
+    EngineSpec,
+    SFTOptions,
+    add_options,
+    argument_type,
+    positive,
+)
 
 __all__ = ["main", "build_parser"]
 
 MODEL_HELP = "model directory, Hub id, or .gguf file (converted once and cached)"
-BACKEND_HELP = "hf: transformers (CPU or GPU); vllm: vLLM (CUDA GPUs)"
-DTYPE_HELP = "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU"
 
 
-def _positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    """argparse type: a number in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected 0 <= f < 1, got {value}")
-    return value
-
-
-def _share(text: str) -> float:
-    """argparse type: a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected 0 < f <= 1, got {value}")
-    return value
-
-
-def _device(text: str) -> str:
-    """argparse type: a device torch knows by name and this machine has."""
-    import re
-
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
-        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {text!r}")
-    return text
+_positive = argument_type(int, positive)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -159,27 +127,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     sft.add_argument(
         "--eval-prompts", help="second prompt directory, evaluated on in a source split (2: stigma)"
     )
-    sft.add_argument("--settings-file", help="settings YAML (default: packaged Table 9)")
-    sft.add_argument(
-        "--style",
-        choices=("short", "explained"),
-        default="short",
-        help="completion: the answer alone, or the answer and one neutral sentence",
-    )
-    sft.add_argument(
-        "--max-train", type=_positive, default=10000, help="train rows per contact type"
-    )
-    sft.add_argument("--max-eval", type=_positive, default=5000, help="eval rows per contact type")
-    sft.add_argument(
-        "--general", help="general instruction data: local json/jsonl/parquet or Hub id"
-    )
-    sft.add_argument(
-        "--general-fraction",
-        type=_fraction,
-        default=0.0,
-        help="share of train rows (paper: 0.1)",
-    )
-    sft.add_argument("--seed", type=int, default=SEED, help="seed of the split and the sampling")
+    add_options(sft, SFTOptions)
     sft.add_argument("--out", required=True, help="output directory")
 
 
@@ -226,52 +174,24 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--model", required=True, help=MODEL_HELP)
     st.add_argument("--prompts", required=True, help="directory from `scd generate stigma`")
     st.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    st.add_argument("--backend", choices=BACKENDS, default="hf", help=BACKEND_HELP)
     st.add_argument("--top-k", type=_positive, default=50, help="mlm: predictions per prompt")
     st.add_argument("--lexicon", help="mlm: word,attitude CSV (default: packaged likely/unlikely)")
     st.add_argument("--negative-label", help="sentiment: the classifier's negative label")
     st.add_argument("--mlm-run", help="sentiment: a finished mlm run dir; adds Pearson r")
     st.add_argument("--seed", type=int, default=0, help="seed of the bootstrap CIs")
-    st.add_argument("--system-prompt", help="sds: system message put before every prompt")
-    _add_engine_args(st)
+    add_options(st, EngineSpec)
     st.add_argument("--chunk-size", type=_positive, default=256, help="prompts per resumable chunk")
     st.add_argument("--out", required=True, help="output directory (re-run to resume)")
-
-
-def _add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """Engine options; each belongs to one backend (given to the other: a one-line error)."""
-    parser.add_argument("--dtype", default="auto", choices=DTYPES, help=DTYPE_HELP)
-    parser.add_argument(
-        "--batch-size", type=_positive, help="hf: prompts per forward (default: 32)"
-    )
-    parser.add_argument(
-        "--device", type=_device, help="hf: cpu, cuda, cuda:1 (default: cuda if available)"
-    )
-    parser.add_argument(
-        "--tensor-parallel-size", type=_positive, help="vllm: GPUs per model (default: 1)"
-    )
-    parser.add_argument(
-        "--max-model-len",
-        type=_positive,
-        help="vllm: context to reserve KV cache for (default: the model's, at most 4096)",
-    )
-    parser.add_argument(
-        "--gpu-memory-utilization",
-        type=_share,
-        help="vllm: share of GPU memory vLLM may take (default: 0.9)",
-    )
 
 
 def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = "") -> None:
     """The options every evaluation shares: adapter, engine, subset, batching, output."""
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    parser.add_argument("--backend", choices=BACKENDS, default="hf", help=BACKEND_HELP)
     parser.add_argument(
         "--limit", type=_positive, help=f"a stratified, seeded subset of ~N {subset or unit}"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
-    parser.add_argument("--system-prompt", help="system message put before every prompt")
-    _add_engine_args(parser)
+    add_options(parser, EngineSpec)
     parser.add_argument(
         "--chunk-size", type=_positive, default=512, help=f"{unit} per resumable chunk"
     )
@@ -364,6 +284,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_chain(err: BaseException) -> None:
+    """The traceback of ``err`` with every cause, those hidden by ``raise ... from None`` too."""
+    import traceback
+
+    cause: BaseException | None = err
+    while cause is not None:
+        cause.__suppress_context__ = False
+        cause = cause.__cause__ or cause.__context__
+    traceback.print_exception(err, file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``scd`` command; returns the exit code."""
     # bitsandbytes warns at import, on CPUs with AVX512-BF16, that an optional CPU 4-bit kernel
@@ -390,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handler(args)
     except InputError as err:
+        if os.environ.get("SCD_DEBUG"):  # the whole chain, down to the library's own error
+            _print_chain(err)
         for line in str(err).splitlines():  # one line per problem (a recipe reports them all)
             print(f"scd: error: {line}", file=sys.stderr)
         return 2

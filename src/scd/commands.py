@@ -7,11 +7,12 @@ The parser lives in :mod:`scd.cli`; heavy modules are imported inside each handl
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scd.errors import InputError
 
 if TYPE_CHECKING:
+    from scd.options import EngineSpec
     from scd.train.recipe import Recipe
 
 
@@ -53,19 +54,11 @@ def _generate_stigma(args: argparse.Namespace) -> None:
 
 def _generate_sft(args: argparse.Namespace) -> None:
     from scd.data_gen.sft import write_sft
+    from scd.options import SFTOptions
 
+    options = _fields_of(args, SFTOptions)
     info = write_sft(
-        args.prompts,
-        args.setting,
-        args.out,
-        eval_prompts=args.eval_prompts,
-        settings_file=args.settings_file,
-        style=args.style,
-        max_train=args.max_train,
-        max_eval=args.max_eval,
-        general=args.general,
-        general_fraction=args.general_fraction,
-        seed=args.seed,
+        args.prompts, args.setting, args.out, eval_prompts=args.eval_prompts, **options
     )
     import sys
 
@@ -81,21 +74,18 @@ def _generate_sft(args: argparse.Namespace) -> None:
 def _eval_bias(args: argparse.Namespace) -> None:
     from scd.eval.bias import evaluate_bias
 
-    options = _engine_options(args)
     summary = evaluate_bias(
         args.model,
         args.prompts,
         args.out,
         adapter=args.adapter,
-        backend=args.backend,
+        engine=_engine_spec(args),
         mode=args.mode,
         limit=args.limit,
         seed=args.seed,
-        system_prompt=args.system_prompt,
         max_new_tokens=args.max_new_tokens,
         denominator=args.denominator,
         chunk_size=args.chunk_size,
-        **options,
     )
     overall = summary["overall"]
     print(
@@ -105,12 +95,19 @@ def _eval_bias(args: argparse.Namespace) -> None:
     )
 
 
-def _engine_options(args: argparse.Namespace) -> dict:
+def _fields_of(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The values of the flags generated from ``cls``'s fields (:func:`scd.options.add_options`)."""
+    import dataclasses
+
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+
+
+def _engine_spec(args: argparse.Namespace) -> EngineSpec:
     """The engine flags as given (None: the engine's default; a flag of the other backend is
-    refused by :func:`scd.eval.engines.make_engine`)."""
-    names = ("dtype", "batch_size", "device", "tensor_parallel_size", "max_model_len",
-             "gpu_memory_utilization")  # fmt: skip
-    return {name: getattr(args, name) for name in names}
+    refused when the engine is made)."""
+    from scd.options import EngineSpec
+
+    return EngineSpec(**_fields_of(args, EngineSpec))
 
 
 def _eval_bbq(args: argparse.Namespace) -> None:
@@ -119,9 +116,8 @@ def _eval_bbq(args: argparse.Namespace) -> None:
     categories = [c.strip() for c in args.categories.split(",")] if args.categories else None
     data = args.data[0] if len(args.data) == 1 else args.data
     summary = evaluate_bbq(
-        args.model, data, args.out, adapter=args.adapter, backend=args.backend,
-        categories=categories, limit=args.limit, seed=args.seed,
-        system_prompt=args.system_prompt, chunk_size=args.chunk_size, **_engine_options(args),
+        args.model, data, args.out, adapter=args.adapter, engine=_engine_spec(args),
+        categories=categories, limit=args.limit, seed=args.seed, chunk_size=args.chunk_size,
     )  # fmt: skip
     acc = summary["overall"]["accuracy"]
     print(f"BBQ accuracy {acc['accuracy']:.3f} over {acc['n']:,} items -> {args.out}/tables.md")
@@ -130,22 +126,19 @@ def _eval_bbq(args: argparse.Namespace) -> None:
 def _eval_stigma(args: argparse.Namespace) -> None:
     from scd.eval.stigma import evaluate_stigma
 
-    options = _engine_options(args)
     summary = evaluate_stigma(
         args.probe,
         args.model,
         args.prompts,
         args.out,
         adapter=args.adapter,
-        backend=args.backend,
+        engine=_engine_spec(args),
         seed=args.seed,
         chunk_size=args.chunk_size,
         top_k=args.top_k,
         lexicon=args.lexicon,
         negative_label=args.negative_label,
         mlm_run=args.mlm_run,
-        system_prompt=args.system_prompt,
-        **options,
     )
     if "gap" in summary:
         g = summary["gap"]

@@ -1,7 +1,34 @@
 """Errors the command line reports as one line with exit code 2."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __all__ = ["InputError"]
+
+_UNSET: Any = object()
 
 
 class InputError(ValueError):
-    """Bad user input: a file, key or value that is not what is expected."""
+    """Bad user input: a file, key or value that is not what is expected.
+
+    An error about one option carries its ``key`` (the library's parameter name, e.g.
+    ``max_model_len``) and ``value``, so that each caller names it the way its user gave it:
+    ``str(err)`` names the command-line flag (``--max-model-len 8192: ...``), ``scd run`` the
+    recipe key (:meth:`render`).
+    """
+
+    def __init__(self, detail: str, *, key: str | None = None, value: Any = _UNSET) -> None:
+        super().__init__(detail)
+        self.detail, self.key, self.value = detail, key, value
+
+    def render(self, name: str | None = None) -> str:
+        """The message with the option called ``name`` (default: its command-line flag)."""
+        if self.key is None:
+            return self.detail
+        label = name or "--" + self.key.replace("_", "-")
+        shown = "" if self.value is _UNSET or self.value is None else f" {self.value}"
+        return f"{label}{shown}: {self.detail}"
+
+    def __str__(self) -> str:
+        return self.render()

@@ -36,26 +36,30 @@ def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
+        raise InputError("exists and is not a directory", key="out", value=out)
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise InputError(
-                    f"--out {out}: cannot write there ({parent} is a file, not a directory)"
+                    f"cannot write there ({parent} is a file, not a directory)",
+                    key="out",
+                    value=out,
                 )
             break
     if out.is_dir() and any(out.iterdir()):
         marker = out / MARKER
         if not marker.is_file():
-            raise InputError(f"--out {out}: directory is not empty and holds no scd output")
+            raise InputError("directory is not empty and holds no scd output", key="out", value=out)
         try:
             old = json.loads(marker.read_text()).get("kind")
         except (OSError, ValueError, AttributeError):
             old = None
         if kind is not None and old != kind:
             raise InputError(
-                f"--out {out}: holds a {old or 'different'} output, not {kind}; choose another "
-                "--out (or remove it)"
+                f"holds a {old or 'different'} output, not {kind}; choose another "
+                "--out (or remove it)",
+                key="out",
+                value=out,
             )
     return out
 
@@ -77,7 +81,9 @@ def atomic_output_dir(out: Path | str, kind: str | None = None) -> Iterator[Path
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         tmp.chmod(0o755)  # mkdtemp makes it private; outputs are ordinary directories
     except OSError as err:
-        raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
+        raise InputError(
+            f"cannot write there ({err.strerror or err})", key="out", value=out
+        ) from None
     try:
         yield tmp
         if out.exists():

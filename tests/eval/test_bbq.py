@@ -18,6 +18,7 @@ from scd.eval.bbq import (
     table15,
     table15_data,
 )
+from scd.options import EngineSpec
 
 SHARED_CATEGORIES = (
     "Age",
@@ -165,7 +166,7 @@ def test_loader_errors(shared_data: Path, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(toy_model: Path, shared_data: Path, tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("bbq")
-    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, batch_size=32)
+    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))
     for name in ("a", "b"):
         evaluate_bbq(str(toy_model), shared_data / "bbq" / "data", base / name, **kw)
     return base / "a", base / "b"
@@ -193,7 +194,7 @@ def test_runner_end_to_end(runs: tuple[Path, Path], toy_model: Path, shared_data
     # resume: cut into the third chunk, re-run, same bytes
     (a / "records.jsonl").write_bytes(b"".join(raw.splitlines(True)[:150]) + b'{"torn')
     evaluate_bbq(str(toy_model), shared_data / "bbq" / "data", a, limit=300, seed=3,
-                 chunk_size=64, progress=False, batch_size=32)  # fmt: skip
+                 chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))  # fmt: skip
     assert (a / "records.jsonl").read_bytes() == raw
     with pytest.raises(InputError, match="another configuration"):
         evaluate_bbq(str(toy_model), shared_data / "bbq" / "data", a, limit=300, seed=4,

@@ -13,6 +13,7 @@ from scd.eval.bias import evaluate_bias, load_work, stratified_sets
 from scd.eval.engines import ChoiceRequest
 from scd.eval.engines.hf import HFEngine
 from scd.eval.formatting import Formatter, load_tokenizer
+from scd.options import EngineSpec
 
 
 def _records(out: Path) -> list[dict]:
@@ -22,7 +23,8 @@ def _records(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def full_eval(toy_model: Path, toy_prompts: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval") / "full"
-    evaluate_bias(str(toy_model), toy_prompts, out, batch_size=64, progress=False)
+    spec = EngineSpec(batch_size=64)
+    evaluate_bias(str(toy_model), toy_prompts, out, engine=spec, progress=False)
     return out
 
 
@@ -82,13 +84,8 @@ def test_padding_side_and_batch_size_change_no_answer(toy_model: Path, toy_promp
     results = []
     for side in ("left", "right"):
         for batch in (1, 7, 64):
-            engine = HFEngine(
-                str(toy_model),
-                tokenizer=tokenizer,
-                device="cpu",
-                batch_size=batch,
-                padding_side=side,
-            )
+            spec = EngineSpec(device="cpu", batch_size=batch)
+            engine = HFEngine(str(toy_model), spec, tokenizer=tokenizer, padding_side=side)
             results.append((engine.score(requests), engine.score(multi[:40])))
     ref_single, ref_multi = results[0]
     for single, multi_scores in results[1:]:

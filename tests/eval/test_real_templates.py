@@ -20,6 +20,7 @@ from scd.eval.bias import evaluate_bias, load_work
 from scd.eval.engines import ChoiceRequest
 from scd.eval.engines.hf import HFEngine
 from scd.eval.formatting import Formatter, load_tokenizer, parse_answer
+from scd.options import EngineSpec
 
 # name: (BOS tokens in a prompt, text the prompt ends with, the template's end-of-turn tokens)
 EXPECT = {
@@ -134,8 +135,8 @@ def test_choice_scores_equal_a_naive_forward(name, batch_size, side, models, nai
     reqs, expected = naive_scores(name)
     assert {len(o) for r in reqs for o in r.option_ids} != {1}  # multi-token options covered
     path = str(models(name))
-    engine = HFEngine(path, tokenizer=load_tokenizer(path), device="cpu", dtype="float32",
-                      batch_size=batch_size, padding_side=side)  # fmt: skip
+    spec = EngineSpec(device="cpu", dtype="float32", batch_size=batch_size)
+    engine = HFEngine(path, spec, tokenizer=load_tokenizer(path), padding_side=side)
     got = engine.score(reqs)
     singles = [r for r in reqs if all(len(o) == 1 for o in r.option_ids)]
     got_single = engine.score(singles)  # the single-token fast path on its own
@@ -177,7 +178,8 @@ def _plant_yes(src: Path, out: Path) -> tuple[Path, str]:
 def test_generate_mode_stops_at_the_end_of_turn_and_parses(name, models, toy_prompts, tmp_path):
     planted, token = _plant_yes(models(name), tmp_path / "planted")
     summary = evaluate_bias(str(planted), toy_prompts, tmp_path / "gen", mode="generate",
-                            limit=30, seed=0, progress=False, device="cpu")  # fmt: skip
+                            limit=30, seed=0, progress=False,
+                            engine=EngineSpec(device="cpu"))  # fmt: skip
     records = [json.loads(x) for x in (tmp_path / "gen/records.jsonl").read_text().splitlines()]
     assert token.lstrip("▁Ġ") == "Yes"
     assert records and all(r["generated"] == "Yes" for r in records)

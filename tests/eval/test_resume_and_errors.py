@@ -17,6 +17,7 @@ from scd.cli import main
 from scd.eval.bias import evaluate_bias
 from scd.eval.engines.vllm import option_logprob
 from scd.eval.records import RecordLog
+from scd.options import EngineSpec
 
 
 def _cmd(model: Path, prompts: Path, out: Path) -> list[str]:
@@ -247,9 +248,8 @@ def test_vllm_engine_agrees_with_hf(toy_model, toy_prompts, tmp_path) -> None:
         toy_prompts,
         tmp_path / "vllm",
         limit=600,
-        backend="vllm",
+        engine=EngineSpec("vllm", gpu_memory_utilization=0.3),
         progress=False,
-        gpu_memory_utilization=0.3,
     )
     a = [json.loads(x) for x in (tmp_path / "hf/records.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (tmp_path / "vllm/records.jsonl").read_text().splitlines()]

@@ -17,6 +17,7 @@ from scd.eval.engines import ChoiceRequest, SharedEngine, make_engine
 from scd.eval.engines.hf import HFEngine
 from scd.eval.engines.vllm import VLLMEngine, lora_rank_for
 from scd.eval.formatting import load_tokenizer
+from scd.options import EngineSpec
 
 
 @pytest.fixture
@@ -52,6 +53,10 @@ def _requests(toy_model: Path) -> list[ChoiceRequest]:
     return single + multi
 
 
+CPU32 = EngineSpec(device="cpu", dtype="float32")
+VLLM = EngineSpec("vllm")
+
+
 def _close(a: list[list[float]], b: list[list[float]]) -> None:
     for x, y in zip(a, b, strict=True):
         assert x == pytest.approx(y, abs=1e-4)
@@ -60,8 +65,8 @@ def _close(a: list[list[float]], b: list[list[float]]) -> None:
 def test_scores_read_next_token_logprobs_not_prompt_logprobs(fake, toy_model: Path) -> None:
     tok = load_tokenizer(str(toy_model))
     reqs = _requests(toy_model)
-    hf = HFEngine(str(toy_model), tokenizer=tok, device="cpu", dtype="float32")
-    engine = make_engine("vllm", str(toy_model), tokenizer=tok)
+    hf = HFEngine(str(toy_model), CPU32, tokenizer=tok)
+    engine = make_engine(VLLM, str(toy_model), tokenizer=tok)
     got = engine.score(reqs)
     _close(got, hf.score(reqs))
     llm = fake.instances[-1]
@@ -85,7 +90,7 @@ def test_requests_share_the_prompt_prefix(fake, toy_model: Path) -> None:
     requests skip the prefix cache and compute every prompt again, once per option."""
     tok = load_tokenizer(str(toy_model))
     reqs = [r for r in _requests(toy_model) if len(r.option_ids) > 2]
-    engine = make_engine("vllm", str(toy_model), tokenizer=tok)
+    engine = make_engine(VLLM, str(toy_model), tokenizer=tok)
     llm = fake.instances[-1]
     engine.score(reqs)
     fast = sum(r.computed_tokens for r in llm.requests)
@@ -102,19 +107,20 @@ def test_requests_share_the_prompt_prefix(fake, toy_model: Path) -> None:
 
 def test_max_model_len_and_lora_rank_are_derived(fake, toy_model: Path, adapters, tmp_path) -> None:
     tok = load_tokenizer(str(toy_model))
-    make_engine("vllm", str(toy_model), tokenizer=tok)
+    make_engine(VLLM, str(toy_model), tokenizer=tok)
     kwargs = fake.instances[-1].kwargs
     assert kwargs["max_model_len"] == 256  # the toy model's context (vLLM refuses more)
     assert "enable_lora" not in kwargs
-    make_engine("vllm", str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])])
+    make_engine(VLLM, str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])])
     assert fake.instances[-1].kwargs["max_lora_rank"] == 8
     both = [str(adapters["a"]), str(adapters["b"])]
-    make_engine("vllm", str(toy_model), tokenizer=tok, adapters=both, max_model_len=128)
+    make_engine(EngineSpec("vllm", max_model_len=128), str(toy_model), tokenizer=tok,
+                adapters=both)  # fmt: skip
     kwargs = fake.instances[-1].kwargs
     assert kwargs["enable_lora"] and kwargs["max_lora_rank"] == 32  # rank_pattern 24 -> 32
     assert kwargs["max_model_len"] == 128
     with pytest.raises(InputError, match="max-model-len 512: above the model's context length 256"):
-        make_engine("vllm", str(toy_model), tokenizer=tok, max_model_len=512)
+        make_engine(EngineSpec("vllm", max_model_len=512), str(toy_model), tokenizer=tok)
     big = tmp_path / "big"
     big.mkdir()
     (big / "adapter_config.json").write_text(json.dumps({"r": 600}))
@@ -137,7 +143,7 @@ def test_long_context_models_are_capped(fake, toy_model: Path, tmp_path) -> None
 def test_adapters_are_routed_per_request(fake, toy_model: Path, adapters) -> None:
     tok = load_tokenizer(str(toy_model))
     reqs = _requests(toy_model)
-    shared = SharedEngine("vllm", str(toy_model), adapters=[str(adapters["a"]), str(adapters["b"])])
+    shared = SharedEngine(VLLM, str(toy_model), adapters=[str(adapters["a"]), str(adapters["b"])])
     got = {}
     for name in ("a", None, "b", "a"):
         engine = shared.get(tok, str(adapters[name]) if name else None)
@@ -149,10 +155,10 @@ def test_adapters_are_routed_per_request(fake, toy_model: Path, adapters) -> Non
     assert routes == {(1, a), (2, b), None}
     _close(got["a"][0], got["a"][1])  # switching back gives the same scores
     for name in ("a", "b"):
-        hf = HFEngine(str(toy_model), tokenizer=tok, device="cpu", dtype="float32")
+        hf = HFEngine(str(toy_model), CPU32, tokenizer=tok)
         hf.use_adapter(str(adapters[name]))
         _close(got[name][0], hf.score(reqs))
-    hf = HFEngine(str(toy_model), tokenizer=tok, device="cpu", dtype="float32")
+    hf = HFEngine(str(toy_model), CPU32, tokenizer=tok)
     _close(got[None][0], hf.score(reqs))
     assert got["a"][0] != got["b"][0] != got[None][0]  # the adapters do change the scores
 
@@ -162,16 +168,16 @@ def test_hf_engine_switches_adapters_on_one_base(toy_model: Path, adapters) -> N
     engine that loaded it alone."""
     tok = load_tokenizer(str(toy_model))
     reqs = _requests(toy_model)
-    fresh = HFEngine(str(toy_model), tokenizer=tok, device="cpu", dtype="float32")
+    fresh = HFEngine(str(toy_model), CPU32, tokenizer=tok)
     base = fresh.score(reqs)
-    engine = HFEngine(str(toy_model), tokenizer=tok, device="cpu", dtype="float32")
+    engine = HFEngine(str(toy_model), CPU32, tokenizer=tok)
     seen = {}
     for name in ("a", "b", None, "a"):
         engine.use_adapter(str(adapters[name]) if name else None)
         seen[name] = engine.score(reqs)
     _close(seen[None], base)
     for name in ("a", "b"):
-        alone = HFEngine(str(toy_model), tokenizer=tok, device="cpu", dtype="float32")
+        alone = HFEngine(str(toy_model), CPU32, tokenizer=tok)
         alone.use_adapter(str(adapters[name]))
         _close(seen[name], alone.score(reqs))
     assert len(engine.adapters) == 1  # only the adapter in use stays loaded
@@ -179,20 +185,25 @@ def test_hf_engine_switches_adapters_on_one_base(toy_model: Path, adapters) -> N
 
 def test_options_of_the_other_backend_are_refused(fake, toy_model: Path) -> None:
     tok = load_tokenizer(str(toy_model))
-    with pytest.raises(InputError, match="--batch-size: not an option of the vllm backend"):
-        make_engine("vllm", str(toy_model), tokenizer=tok, batch_size=8)
-    with pytest.raises(InputError, match="--tensor-parallel-size: not an option of the hf"):
-        make_engine("hf", str(toy_model), tokenizer=tok, tensor_parallel_size=2)
-    make_engine("hf", str(toy_model), tokenizer=tok, tensor_parallel_size=None, device="cpu")
+    with pytest.raises(
+        InputError, match="--batch-size 8: an option of the hf backend, not of vllm"
+    ):
+        make_engine(EngineSpec("vllm", batch_size=8), str(toy_model), tokenizer=tok)
+    with pytest.raises(
+        InputError, match="--tensor-parallel-size 2: an option of the vllm backend, not of hf"
+    ):
+        make_engine(EngineSpec("hf", tensor_parallel_size=2), str(toy_model), tokenizer=tok)
+    make_engine(EngineSpec("hf", tensor_parallel_size=None, device="cpu"), str(toy_model),
+                tokenizer=tok)  # fmt: skip
 
 
 def test_evaluate_bias_on_vllm_equals_hf(
     fake, toy_model: Path, toy_prompts: Path, tmp_path
 ) -> None:
-    hf = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "hf", limit=60, device="cpu",
-                       progress=False)  # fmt: skip
-    vl = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "vllm", limit=60, backend="vllm",
-                       progress=False)  # fmt: skip
+    hf = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "hf", limit=60,
+                       engine=EngineSpec(device="cpu"), progress=False)  # fmt: skip
+    vl = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "vllm", limit=60,
+                       engine=VLLM, progress=False)  # fmt: skip
     a = [json.loads(x) for x in (tmp_path / "hf/records.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (tmp_path / "vllm/records.jsonl").read_text().splitlines()]
     assert [r["chosen"] for r in a] == [r["chosen"] for r in b]
@@ -215,8 +226,8 @@ def test_real_vllm_next_token_scores_equal_prompt_logprobs(toy_model: Path, adap
     base model and through a LoRARequest."""
     tok = load_tokenizer(str(toy_model))
     reqs = _requests(toy_model)
-    engine = make_engine("vllm", str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])],
-                         dtype="float32", gpu_memory_utilization=0.3)  # fmt: skip
+    spec = EngineSpec("vllm", dtype="float32", gpu_memory_utilization=0.3)
+    engine = make_engine(spec, str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])])
     for adapter in (None, str(adapters["a"])):
         engine.use_adapter(adapter)
         _close(engine.score(reqs), engine.reference_score(reqs))

@@ -15,6 +15,7 @@ from scd.cli import main
 from scd.errors import InputError
 from scd.eval.stigma import evaluate_stigma, stigma_table, stigma_table_data
 from scd.eval.stigma.mlm import load_lexicon, pll_word_l2r
+from scd.options import EngineSpec
 
 SHARED_LEXICON = Path(__file__).resolve().parents[2].parent / "shared/data/stigma"
 
@@ -170,7 +171,8 @@ def test_wrong_model_for_probe_and_bad_lexicon(
     with pytest.raises(InputError, match="causal model does not fit --probe mlm"):
         evaluate_stigma("mlm", str(toy_causal), tiny_prompts, tmp_path / "b", progress=False)
     with pytest.raises(InputError, match="runs on hf only"):
-        evaluate_stigma("mlm", str(toy_mlm), tiny_prompts, tmp_path / "c", backend="vllm")
+        vllm = EngineSpec("vllm")
+        evaluate_stigma("mlm", str(toy_mlm), tiny_prompts, tmp_path / "c", engine=vllm)
     bad = tmp_path / "lex.csv"
     bad.write_text("token,label\nfine,positive\n")
     with pytest.raises(InputError, match="lex.csv: expected columns word,attitude"):

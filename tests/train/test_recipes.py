@@ -98,7 +98,7 @@ def test_every_problem_of_a_recipe_is_reported_at_once(tmp_path: Path, capsys) -
     bad = "train:\n  batch_size: 0\nlora:\n  dropout: 1.5\neval:\n  dtype: float8\n"
     assert main(["train", str(_recipe(tmp_path, bad))]) == 2
     lines = capsys.readouterr().err.splitlines()
-    keys = ("train.batch_size", "lora.dropout", "eval.dtype")
+    keys = ("lora.dropout", "train.batch_size", "eval.dtype")  # in the recipe's key order
     assert len(lines) == 3 and "Traceback" not in "".join(lines), lines
     for line, key in zip(lines, keys):
         assert line.startswith("scd: error: ") and "recipe.yaml" in line and f" {key}: " in line
@@ -117,7 +117,7 @@ def test_constant_schedule_with_warmup_warns(tmp_path: Path) -> None:
 
 def test_engine_keys_belong_to_their_backend() -> None:
     from scd.errors import InputError
-    from scd.train.recipe import engine_options, recipe_from_dict
+    from scd.train.recipe import recipe_from_dict
 
     base = {"model": "toy", "data": {"descriptors": "toy"}}
     with pytest.raises(InputError, match="eval.batch_size: an option of the hf backend"):
@@ -127,6 +127,6 @@ def test_engine_keys_belong_to_their_backend() -> None:
     with pytest.raises(InputError, match="eval.gpu_memory_utilization: expected 0 < f <= 1"):
         recipe_from_dict({**base, "eval": {"backend": "vllm", "gpu_memory_utilization": 1.5}})
     vllm = {"backend": "vllm", "tensor_parallel_size": 2, "max_model_len": 2048}
-    options = engine_options(recipe_from_dict({**base, "eval": vllm}))
+    options = recipe_from_dict({**base, "eval": vllm}).eval.engine().engine_options()
     assert options["tensor_parallel_size"] == 2 and options["max_model_len"] == 2048
-    assert options["batch_size"] is None
+    assert "batch_size" not in options  # unset: the engine's default

@@ -32,6 +32,7 @@ from scd.data_gen.templates import (
     templates_path,
 )
 from scd.io import atomic_output_dir, write_json
+from scd.vocabulary import COUNT_COLUMNS, PROMPT_COLUMNS
 
 __all__ = [
     "BASELINE_AXIS",
@@ -46,24 +47,7 @@ __all__ = [
 
 BASELINE_AXIS = "baseline"
 
-COLUMNS = (
-    "set_id",
-    "prompt_id",
-    "principle",
-    "scenario",
-    "action",
-    "scale",
-    "contact",
-    "axis",
-    "bucket",
-    "descriptor",
-    "prompt",
-    "options",
-    "unbiased_answer",
-    "biased_answer",
-    "instruction",
-)
-COUNT_COLUMNS = ("principle", "scenario", "action", "scale", "contact", "axis")
+COLUMNS = PROMPT_COLUMNS  # prompts.parquet, defined in scd.vocabulary
 
 
 def set_id(template: Template, action: str, scale: str, descriptor: str) -> str:
@@ -228,9 +212,11 @@ def read_prompts(directory: Path | str) -> pa.Table:
 
     path = Path(directory) / "prompts.parquet"
     if not Path(directory).is_dir():
-        raise InputError(f"--prompts {directory}: no such directory")
+        raise InputError("no such directory", key="prompts", value=directory)
     if not path.is_file():
-        raise InputError(f"--prompts {directory}: no prompts.parquet (run `scd generate contact`)")
+        raise InputError(
+            "no prompts.parquet (run `scd generate contact`)", key="prompts", value=directory
+        )
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as err:

@@ -270,7 +270,9 @@ def resolve_descriptors(
     if spec == "holistic_bias":
         if version not in HOLISTIC_BIAS_VERSIONS:
             raise InputError(
-                f"--hb-version {version}: expected one of {', '.join(HOLISTIC_BIAS_VERSIONS)}"
+                f"expected one of {', '.join(HOLISTIC_BIAS_VERSIONS)}",
+                key="hb_version",
+                value=version,
             )
         path = _fetch(version, "descriptors.json")
         phrases = _fetch(version, "standalone_noun_phrases.json") if noun_phrases else None
@@ -281,11 +283,15 @@ def resolve_descriptors(
     if not path.is_file():
         if path.suffix or "/" in spec or path.exists():
             kind = "a directory, not a file" if path.is_dir() else "no such file"
-            raise InputError(f"--descriptors {spec}: {kind} (a descriptors.json is expected)")
+            raise InputError(
+                f"{kind} (a descriptors.json is expected)", key="descriptors", value=spec
+            )
         raise InputError(
-            f"--descriptors {spec}: expected holistic_bias, stigma, toy or a descriptors.json file"
+            "expected holistic_bias, stigma, toy or a descriptors.json file",
+            key="descriptors",
+            value=spec,
         )
     phrases = path.with_name("standalone_noun_phrases.json") if noun_phrases else None
     if phrases is not None and not phrases.is_file():
-        raise InputError(f"--noun-phrases: {phrases} not found beside {path}")
+        raise InputError(f"{phrases} not found beside {path}", key="noun_phrases")
     return load_holistic_bias(path, drop_dispreferred=drop_dispreferred, noun_phrases=phrases)

@@ -33,15 +33,13 @@ from scd.data_gen.descriptors import resolve_descriptors
 from scd.data_gen.settings import load_settings, split_masks
 from scd.errors import InputError
 from scd.io import atomic_output_dir, sha256_file, write_json
-from scd.options import SEED
+from scd.options import SEED, STYLES, SFTOptions
 from scd.vocabulary import CONTACTS
 
 if TYPE_CHECKING:
     from scd.train.recipe import DataSpec
 
 __all__ = ["STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
-
-STYLES = ("short", "explained")
 
 
 def _explanations() -> dict[str, list[str]]:
@@ -57,7 +55,7 @@ def _pick(key: str, options: list[str]) -> str:
 def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
     """Turn prompt rows into conversational SFT rows with the unbiased answer as completion."""
     if style not in STYLES:
-        raise InputError(f"--style {style}: expected one of {', '.join(STYLES)}")
+        raise InputError(f"expected one of {', '.join(STYLES)}", key="style", value=style)
     notes = _explanations() if style == "explained" else {}
     rows = []
     cols = ("prompt_id", "prompt", "instruction", "unbiased_answer", "action")
@@ -106,10 +104,14 @@ def load_general(spec: str, n: int, seed: int) -> list[dict[str, Any]]:
         else:
             ds = datasets.load_dataset(spec, split="train")
     except Exception as err:  # datasets raises many types; report one line
-        raise InputError(f"--general {spec}: cannot load ({type(err).__name__}: {err})") from None
+        raise InputError(
+            f"cannot load ({type(err).__name__}: {err})", key="general", value=spec
+        ) from None
     missing = {"instruction", "output"} - set(ds.column_names)
     if missing:
-        raise InputError(f"--general {spec}: missing columns {sorted(missing)} (alpaca schema)")
+        raise InputError(
+            f"missing columns {sorted(missing)} (alpaca schema)", key="general", value=spec
+        )
     order = np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))]
     rows = []
     for i, r in zip(order.tolist(), ds.select(order.tolist())):
@@ -181,13 +183,10 @@ def write_sft(
     """
     settings = load_settings(settings_file)
     if setting not in settings:
-        raise InputError(f"--setting {setting}: expected one of {sorted(settings)}")
-    if not 0 <= general_fraction < 1:
-        raise InputError(f"--general-fraction {general_fraction}: expected 0 <= f < 1")
+        raise InputError(f"expected one of {sorted(settings)}", key="setting", value=setting)
+    SFTOptions(settings_file, style, max_train, max_eval, general, general_fraction, seed).check()
     if general_fraction > 0 and not general:
-        raise InputError("--general-fraction needs --general (a file or Hub dataset id)")
-    if min(max_train, max_eval) < 1:
-        raise InputError("--max-train and --max-eval must be positive")
+        raise InputError("needs general data (a file or Hub dataset id)", key="general_fraction")
     spec = settings[setting]
     table = read_prompts(prompts)
     sources = {"prompts": sha256_file(Path(prompts) / "prompts.parquet")}

@@ -29,13 +29,10 @@ from scd import __version__
 from scd.data_gen.stigma_conditions import StigmaCondition, load_stigma_conditions
 from scd.errors import InputError
 from scd.io import atomic_output_dir, sha256_file, write_json
+from scd.vocabulary import STIGMA_TABLES
 
 __all__ = [
-    "AQ27_COLUMNS",
     "MASK",
-    "SDS_COLUMNS",
-    "SENTIMENT_COLUMNS",
-    "TABLES",
     "Aq27Spec",
     "SdsSpec",
     "aq27_rows",
@@ -48,44 +45,6 @@ __all__ = [
 ]
 
 MASK = "<mask>"
-SDS_COLUMNS = (
-    "prompt_id",
-    "template",
-    "item",
-    "item_key",
-    "baseline",
-    "condition",
-    "category",
-    "stigmatized",
-    "form_index",
-    "form",
-    "prompt",
-)
-SENTIMENT_COLUMNS = (
-    "prompt_id",
-    "template",
-    "baseline",
-    "condition",
-    "category",
-    "stigmatized",
-    "form_index",
-    "form",
-    "prompt",
-)
-AQ27_COLUMNS = (
-    "prompt_id",
-    "frame_id",
-    "item",
-    "dimension",
-    "reverse",
-    "noun_kind",
-    "noun_phrase",
-    "illness",
-    "illness_type",
-    "frame",
-    "prompt",
-)
-TABLES = {"sds": SDS_COLUMNS, "sentiment": SENTIMENT_COLUMNS, "aq27": AQ27_COLUMNS}
 NOUN_KINDS = ("name_male", "name_female", "gendered", "neutral")
 ILLNESS_TYPES = ("mental", "physical")
 
@@ -279,7 +238,7 @@ def _subset_conditions(conditions: list[StigmaCondition], n: int | None) -> list
     if n is None:
         return conditions
     if n < 1:
-        raise InputError(f"--limit-conditions {n}: expected a positive number")
+        raise InputError("expected a positive number", key="limit_conditions", value=n)
     return [
         c for flag in (True, False) for c in [c for c in conditions if c.stigmatized == flag][:n]
     ]
@@ -338,7 +297,7 @@ def generate_stigma(
     }
     with atomic_output_dir(out, "stigma_prompts") as tmp:
         for name, rows in tables.items():
-            table = pa.Table.from_pylist(rows).select(list(TABLES[name]))
+            table = pa.Table.from_pylist(rows).select(list(STIGMA_TABLES[name]))
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
         write_json(tmp / "manifest.json", info)
     return info
@@ -353,13 +312,15 @@ def read_stigma_table(directory: Path | str, name: str) -> list[dict[str, Any]]:
     path = Path(directory) / f"{name}.parquet"
     if not path.is_file():
         raise InputError(
-            f"--prompts {directory}: no {name}.parquet (a directory from `scd generate stigma`)"
+            f"no {name}.parquet (a directory from `scd generate stigma`)",
+            key="prompts",
+            value=directory,
         )
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(f"{path}: not a readable parquet file ({err})") from None
-    missing = [c for c in TABLES[name] if c not in table.column_names]
+    missing = [c for c in STIGMA_TABLES[name] if c not in table.column_names]
     if missing:
         raise InputError(f"{path}: missing columns {missing}")
     return table.to_pylist()

@@ -39,6 +39,7 @@ from scd.eval.bbq_data import (
 )
 from scd.eval.engines import ChoiceRequest, SharedEngine
 from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
+from scd.options import EngineSpec
 
 __all__ = [
     "AGGREGATION_NOTE", "BBQTask", "CATEGORIES", "DISPLAY", "bbq_metrics", "bias_labels",
@@ -235,21 +236,21 @@ def evaluate_bbq(
     out: Path | str,
     *,
     adapter: str | None = None,
-    backend: str = "hf",
+    engine: EngineSpec | None = None,
     categories: Sequence[str] | None = None,
     limit: int | None = None,
     seed: int = 0,
-    system_prompt: str | None = None,
     chunk_size: int = 512,
     progress: bool = True,
-    engine: SharedEngine | None = None,
-    **engine_options: Any,
+    shared: SharedEngine | None = None,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) a model on BBQ; write records, summary, tables; return the
-    summary (``bbq_metrics`` plus ``counts`` and ``run``)."""
+    summary (``bbq_metrics`` plus ``counts`` and ``run``); ``engine`` and ``shared`` as in
+    :func:`scd.eval.bias.evaluate_bias`."""
     require_adapter(adapter)
+    engine = (engine or EngineSpec()).check()
     if limit is not None and limit < 1:
-        raise InputError(f"--limit {limit}: expected a positive number of items")
+        raise InputError("expected a positive number of items", key="limit", value=limit)
     work = load_bbq(data, categories)
     if limit is not None:
         work = stratified_subset(work, limit, seed)
@@ -257,14 +258,13 @@ def evaluate_bbq(
     for r in work:
         digest.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n")
     config = {
-        "kind": "bbq_eval", "model": model, "adapter": adapter, "backend": backend,
-        "dtype": engine_options.get("dtype") or "auto",
+        "kind": "bbq_eval", "model": model, "adapter": adapter, **engine.identity(),
         "data": str(data) if isinstance(data, (str, Path)) else [str(d) for d in data],
         "categories": list(categories) if categories else None, "limit": limit, "seed": seed,
-        "system_prompt": system_prompt, "chunk_size": chunk_size, "n_items": len(work),
+        "chunk_size": chunk_size, "n_items": len(work),
         "items_sha256": digest.hexdigest(),
     }  # fmt: skip
-    causal = CausalModel(model, adapter, backend, system_prompt, engine_options, engine)
+    causal = CausalModel(model, adapter, engine, shared)
     return run_task(BBQTask(config, work, chunk_size, causal), out, progress=progress)
 
 

@@ -153,10 +153,10 @@ def load_bbq(
         folder = Path(sources[0])
         present = [c for c in CATEGORIES if (folder / f"{c}.jsonl").is_file()]
         if not present:
-            raise InputError(f"--data {folder}: no <Category>.jsonl files of BBQ")
+            raise InputError("no <Category>.jsonl files of BBQ", key="data", value=folder)
         missing = [c for c in wanted or () if c not in present]
         if missing:
-            raise InputError(f"--data {folder}: no file for categories {missing}")
+            raise InputError(f"no file for categories {missing}", key="data", value=folder)
         for cat in wanted or present:
             rows += _read_jsonl(folder / f"{cat}.jsonl")
     elif all(Path(s).is_file() for s in sources):
@@ -168,24 +168,28 @@ def load_bbq(
         try:
             ds = datasets.load_dataset(str(sources[0]), split=split)
         except Exception as err:  # noqa: BLE001 -- hub/network errors of every kind
-            raise InputError(f"--data {sources[0]}: cannot load the dataset ({err})") from None
+            raise InputError(
+                f"cannot load the dataset ({err})", key="data", value=sources[0]
+            ) from None
         for n, row in enumerate(ds):
             _check_row(row, f"{sources[0]}[{split}] row {n}")
             rows.append(dict(row))
     else:
-        raise InputError(f"--data {source}: not a directory, JSONL file(s) or Hub dataset id")
+        raise InputError(
+            "not a directory, JSONL file(s) or Hub dataset id", key="data", value=source
+        )
     if wanted:
         rows = [r for r in rows if r["category"] in wanted]
         missing = sorted(set(wanted) - {r["category"] for r in rows})
         if missing:
-            raise InputError(f"--data {source}: no items of categories {missing}")
+            raise InputError(f"no items of categories {missing}", key="data", value=source)
     order = {c: i for i, c in enumerate(CATEGORIES)}
     rows.sort(key=lambda r: order.get(r["category"], len(order)))  # stable: file order within
     seen: set[str] = set()
     for r in rows:
         r["id"] = f"{r['category']}-{r['example_id']}"
         if r["id"] in seen:
-            raise InputError(f"--data {source}: duplicate BBQ item {r['id']}")
+            raise InputError(f"duplicate BBQ item {r['id']}", key="data", value=source)
         seen.add(r["id"])
     return rows
 

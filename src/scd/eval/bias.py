@@ -25,22 +25,12 @@ from scd.eval.formatting import parse_answer
 from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.sampling import stratified_sample
 from scd.io import sha256_file
-from scd.options import DENOMINATORS, MODES, one_of
+from scd.options import DENOMINATORS, MODES, EngineSpec, one_of
+from scd.vocabulary import PROMPT_LABELS
 
 __all__ = ["MODES", "BiasTask", "evaluate_bias", "stratified_sets", "load_work"]
 
-ROW_KEYS = (
-    "prompt_id",
-    "set_id",
-    "principle",
-    "scenario",
-    "action",
-    "scale",
-    "contact",
-    "axis",
-    "bucket",
-    "descriptor",
-)
+ROW_KEYS = ("prompt_id", "set_id", *PROMPT_LABELS)  # what a record keeps of its prompt
 STRATA = ("principle", "scenario", "action", "scale", "axis")
 TEMPLATE_CELL = STRATA[:4]  # what a descriptor-free baseline prompt shares with its set
 
@@ -76,7 +66,7 @@ def load_work(
         table = table.filter(pa.compute.is_in(table["set_id"], value_set=pa.array(sorted(sets))))
     if limit is not None:
         if limit < 1:
-            raise InputError(f"--limit {limit}: expected a positive number of prompts")
+            raise InputError("expected a positive number of prompts", key="limit", value=limit)
         keep = stratified_sets(table, limit, seed)
         mask = pa.compute.is_in(table["set_id"], value_set=pa.array(sorted(keep)))
         table = table.filter(mask)
@@ -125,20 +115,21 @@ def evaluate_bias(
     out: Path | str,
     *,
     adapter: str | None = None,
-    backend: str = "hf",
+    engine: EngineSpec | None = None,
     mode: str = "choice",
     limit: int | None = None,
     seed: int = 0,
     sets: Collection[str] | None = None,
-    system_prompt: str | None = None,
     max_new_tokens: int = 8,
     denominator: str = "all",
     chunk_size: int = 512,
     progress: bool = True,
-    engine: SharedEngine | None = None,
-    **engine_options: Any,
+    shared: SharedEngine | None = None,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) a model on a prompt directory; return the summary.
+
+    ``engine``: how the model runs (default: hf, its defaults); ``shared``: an engine of
+    ``model`` already loaded for several evaluations (``scd run``).
 
     ``limit`` is a number of descriptor prompts (a stratified subset of whole sets, seeded by
     ``seed``); ``sets`` restricts the prompts to those set ids first (``scd run`` evaluates a
@@ -146,21 +137,20 @@ def evaluate_bias(
     both, see :func:`load_work`.
     """
     if mode not in MODES:
-        raise InputError(f"--mode {mode}: expected one of {', '.join(MODES)}")
+        raise InputError(f"expected one of {', '.join(MODES)}", key="mode", value=mode)
     if denominator not in DENOMINATORS:
-        raise InputError(f"--denominator {denominator}: expected {one_of(DENOMINATORS)}")
+        raise InputError(f"expected {one_of(DENOMINATORS)}", key="denominator", value=denominator)
     require_adapter(adapter)
+    engine = (engine or EngineSpec()).check()
     work = load_work(prompts, limit, seed, sets)
     config = {
         "kind": "bias_eval",
         "model": model,
         "adapter": adapter,
-        "backend": backend,
-        "dtype": engine_options.get("dtype") or "auto",
+        **engine.identity(),
         "mode": mode,
         "limit": limit,
         "seed": seed,
-        "system_prompt": system_prompt,
         "max_new_tokens": max_new_tokens if mode == "generate" else None,
         "chunk_size": chunk_size,
         "n_items": len(work),
@@ -169,7 +159,7 @@ def evaluate_bias(
     if sets is not None:
         joined = "\n".join(sorted(sets)).encode()
         config["sets"] = {"n": len(set(sets)), "sha256": hashlib.sha256(joined).hexdigest()}
-    causal = CausalModel(model, adapter, backend, system_prompt, engine_options, engine)
+    causal = CausalModel(model, adapter, engine, shared)
     task = BiasTask(config, work, chunk_size, causal, mode, max_new_tokens, denominator)
     return run_task(task, out, progress=progress)
 

@@ -60,8 +60,9 @@ def load_tokenizer(model: str, adapter: str | None = None) -> Any:
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(
-            f"--model {source}: cannot load a tokenizer (a local model directory or a Hub id "
-            f"is expected): {first}"
+            f"cannot load a tokenizer (a local model directory or a Hub id is expected): {first}",
+            key="model",
+            value=source,
         ) from None
 
 
@@ -106,13 +107,15 @@ class Formatter:
             text = self.render(self.messages(_PROBE), True)
         except Exception as err:  # jinja's TemplateError from raise_exception(...)  # noqa: BLE001
             raise InputError(
-                f"--system-prompt: the model's chat template does not take a system message "
-                f"({str(err).strip()[:120]}); leave the system prompt out for this model"
+                "the model's chat template does not take a system message "
+                f"({str(err).strip()[:120]}); leave the system prompt out for this model",
+                key="system_prompt",
             ) from None
         if marker not in text:
             raise InputError(
-                "--system-prompt: the model's chat template drops the system message; "
-                "leave the system prompt out for this model"
+                "the model's chat template drops the system message; "
+                "leave the system prompt out for this model",
+                key="system_prompt",
             )
 
     def text(self, user: str) -> str:

@@ -38,8 +38,10 @@ def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> N
     path = out / "run.json"
     if out.is_dir() and not path.exists() and any(out.iterdir()):
         raise InputError(
-            f"--out {out}: directory is not empty and holds no scd evaluation; choose another "
-            "--out (results would be mixed into it)"
+            "directory is not empty and holds no scd evaluation; choose another "
+            "--out (results would be mixed into it)",
+            key="out",
+            value=out,
         )
     if path.exists():
         try:
@@ -53,8 +55,10 @@ def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> N
                 k for k in set(config) | set(old or {}) if (old or {}).get(k) != config.get(k)
             )
             raise InputError(
-                f"--out {out}: holds a run with another configuration ({', '.join(diff[:4])} "
-                "differ); use a new --out or the same options to resume"
+                f"holds a run with another configuration ({', '.join(diff[:4])} "
+                "differ); use a new --out or the same options to resume",
+                key="out",
+                value=out,
             )
         return
     if write:
@@ -79,7 +83,7 @@ class RecordLog:
 
     def __init__(self, path: Path, chunk_size: int, total: int) -> None:
         if chunk_size < 1:
-            raise InputError(f"--chunk-size {chunk_size}: expected a positive number")
+            raise InputError("expected a positive number", key="chunk_size", value=chunk_size)
         self.path = path
         self.chunk_size = chunk_size
         self.total = total

@@ -7,6 +7,7 @@ Adding a benchmark is one class that fits :class:`EvalTask`.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from scd.eval.engines import SharedEngine, make_engine, require_adapter
 from scd.eval.formatting import Formatter, load_tokenizer
 from scd.eval.records import RecordLog, check_run_config
 from scd.io import atomic_file, json_text
+from scd.options import EngineSpec
 
 __all__ = ["CausalModel", "CausalTask", "EvalTask", "require_adapter", "run_task", "write_results"]
 
@@ -59,7 +61,7 @@ def run_task(task: EvalTask, out: Path | str, *, progress: bool = True) -> dict[
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
+        raise InputError("exists and is not a directory", key="out", value=out)
     check_run_config(out, task.config, write=False)
     log = RecordLog(out / "records.jsonl", task.chunk_size, len(task.work))
     if log.done < len(task.work):
@@ -67,11 +69,13 @@ def run_task(task: EvalTask, out: Path | str, *, progress: bool = True) -> dict[
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise InputError(f"--out {out}: cannot write there ({err.strerror or err})") from None
+            raise InputError(
+                f"cannot write there ({err.strerror or err})", key="out", value=out
+            ) from None
         check_run_config(out, task.config)
         _score_all(task, log, progress)
     summary = task.summarize(log.read())
-    summary["run"] = {**task.config, "scd_version": __version__}
+    summary["run"] = {**task.config, **getattr(task, "recorded", {}), "scd_version": __version__}
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
 
@@ -88,6 +92,12 @@ class CausalTask:
 
     def load(self, progress: bool) -> None:
         self.engine, self.fmt = self.model.load(progress)
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """What the summary records besides the pinned config: the whole engine spec (its
+        speed-only options may change between a run and its resumption)."""
+        return {"engine": dataclasses.asdict(self.model.spec)}
 
 
 def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
@@ -122,9 +132,7 @@ class CausalModel:
 
     model: str
     adapter: str | None = None
-    backend: str = "hf"
-    system_prompt: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    spec: EngineSpec = field(default_factory=EngineSpec)
     shared: SharedEngine | None = None
 
     def load(self, progress: bool) -> tuple[Any, Formatter]:
@@ -134,18 +142,18 @@ class CausalModel:
         model = resolve_model(self.model)
         if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
             extra = f" + adapter {self.adapter}" if self.adapter else ""
-            print(f"loading {model}{extra} ({self.backend}) ...", file=sys.stderr, flush=True)
+            backend = self.spec.backend
+            print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
         tokenizer = load_tokenizer(model, self.adapter)
-        fmt = Formatter(tokenizer, self.system_prompt)
+        fmt = Formatter(tokenizer, self.spec.system_prompt)
         if self.shared is not None:
-            if (self.shared.backend, self.shared.model) != (self.backend, model):
-                raise ValueError(f"a shared engine of {self.shared.model} ({self.shared.backend}) "
-                                 f"cannot evaluate {model} ({self.backend})")  # fmt: skip
+            running = (self.shared.spec.engine_options(), self.shared.model)
+            if running != (self.spec.engine_options(), model):
+                raise ValueError(f"a shared engine of {self.shared.model} ({self.shared.spec}) "
+                                 f"cannot evaluate {model} ({self.spec})")  # fmt: skip
             return self.shared.get(tokenizer, self.adapter), fmt
         adapters = [self.adapter] if self.adapter else []
-        running = make_engine(
-            self.backend, model, tokenizer=tokenizer, adapters=adapters, **self.options
-        )
+        running = make_engine(self.spec, model, tokenizer=tokenizer, adapters=adapters)
         running.use_adapter(self.adapter)
         return running, fmt
 

@@ -53,7 +53,9 @@ def _check_axes(bias_axes: Sequence[str] | str, axes: list[str], file: str) -> l
         bias_axes = [a.strip() for a in bias_axes.split(",") if a.strip()]
     for axis in bias_axes:
         if axis not in axes:
-            raise InputError(f"--bias-axes {axis}: not an axis of {file} (axes: {', '.join(axes)})")
+            raise InputError(
+                f"not an axis of {file} (axes: {', '.join(axes)})", key="bias_axes", value=axis
+            )
     return list(dict.fromkeys(bias_axes))
 
 

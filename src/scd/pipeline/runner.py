@@ -35,10 +35,12 @@ from scd.data_gen.settings import load_settings
 from scd.data_gen.sft import prepare_sft
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine
+from scd.options import EngineSpec
 from scd.pipeline.state import RunState, cache_key, model_fingerprint
-from scd.train.recipe import Recipe, engine_options, recipe_to_dict
+from scd.train.recipe import DataSpec, Recipe, recipe_to_dict
+from scd.vocabulary import RunLayout
 
-__all__ = ["ensure_toy_model", "run_recipe", "settings_of", "validate_inputs"]
+__all__ = ["ensure_toy_model", "in_recipe_terms", "run_recipe", "settings_of", "validate_inputs"]
 
 
 def settings_of(recipe: Recipe) -> list[int]:
@@ -55,10 +57,11 @@ class _Run:
         self.recipe, self.dir, self.cache = recipe, run_dir, cache_dir
         self.progress, self.say = progress, say
         self.ran = 0  # stages run by this invocation
+        self.current: str | None = None  # the stage running (errors name it)
         self.started = time.time()
         self.state = RunState(run_dir, recipe_to_dict(recipe))
         self.model = recipe.model
-        self.engine = engine_options(recipe)
+        self.engine = recipe.eval.engine()
         self.shared: SharedEngine | None = None  # one engine for every evaluation of the run
         self.settings = load_settings(recipe.data.settings_file)
 
@@ -82,7 +85,9 @@ class _Run:
             return
         self.say(f"  {name} ...")
         self.ran += 1
+        self.current = name
         work()
+        self.current = None
         self.state.finish(name, outputs, started, **info)
         self.say(f"  {name}: done in {_duration(time.perf_counter() - started)}")
 
@@ -139,9 +144,7 @@ class _Run:
             key = cache_key(
                 kind=name,
                 model=model_fingerprint(self.model),
-                backend=ev.backend,
-                dtype=ev.dtype,
-                system_prompt=ev.system_prompt,
+                **self.engine.identity(),
                 prompts=sha256_file(prompts / "prompts.parquet"),
                 **opts,
             )
@@ -172,12 +175,7 @@ class _Run:
         for name, opts, run in jobs:
             if adapter is None:
                 key = cache_key(
-                    kind=name,
-                    model=model_fingerprint(self.model),
-                    backend=ev.backend,
-                    dtype=ev.dtype,
-                    system_prompt=ev.system_prompt,
-                    **opts,
+                    kind=name, model=model_fingerprint(self.model), **self.engine.identity(), **opts
                 )
                 out = self._where(f"{prefix}/{name}", self.cache / "base" / f"{name}-{key}")
             else:
@@ -190,53 +188,45 @@ class _Run:
     def _bias(self, prompts: Path, adapter: str | None, opts: dict) -> Callable[[Path], Any]:
         from scd.eval.bias import evaluate_bias
 
-        ev = self.recipe.eval
         return lambda out: evaluate_bias(
             self.model,
             prompts,
             out,
             adapter=adapter,
-            backend=ev.backend,
-            system_prompt=ev.system_prompt,
+            engine=self.engine,
             progress=self.progress,
-            engine=self.shared,
+            shared=self.shared,
             **opts,
-            **self.engine,
         )
 
     def _bbq(self, adapter: str | None, opts: dict) -> Callable[[Path], Any]:
         from scd.eval.bbq import evaluate_bbq
 
-        ev = self.recipe.eval
         return lambda out: evaluate_bbq(
             self.model,
             opts["data"],
             out,
             adapter=adapter,
-            backend=ev.backend,
+            engine=self.engine,
             categories=opts["categories"],
             limit=opts["limit"],
             seed=opts["seed"],
-            system_prompt=ev.system_prompt,
             progress=self.progress,
-            engine=self.shared,
-            **self.engine,
+            shared=self.shared,
         )
 
     def _stigma(self, probe: str, adapter: str | None) -> Callable[[Path], Any]:
         from scd.eval.stigma import evaluate_stigma
 
-        ev = self.recipe.eval
         return lambda out: evaluate_stigma(
             probe,
             self.model,
             self.stigma,
             out,
             adapter=adapter,
-            backend=ev.backend,
+            engine=self.engine,
             progress=self.progress,
-            engine=self.shared,
-            **self.engine,
+            shared=self.shared,
         )
 
     def _warn(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -311,9 +301,7 @@ class _Run:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
             torch.cuda.empty_cache()
-        self.shared = SharedEngine(
-            self.recipe.eval.backend, resolve_model(self.model), adapters=adapters, **self.engine
-        )
+        self.shared = SharedEngine(self.engine, resolve_model(self.model), adapters=adapters)
 
     def close_engine(self) -> None:
         if self.shared is not None:
@@ -338,6 +326,29 @@ def ensure_toy_model(
     build_toy_model(path, bias_axes=tuple(spec.bias_axes), seed=spec.seed, progress=progress)
     say(f"  toy model: built in {_duration(time.perf_counter() - started)}")
     return path
+
+
+def _recipe_key(key: str, stage: str | None) -> str:
+    """The recipe key an option of the library (a parameter name) comes from in ``scd run``;
+    its own name when the recipe has none (an adapter or output directory of the run)."""
+    stage = stage or ""
+    if key in {f.name for f in dataclasses.fields(EngineSpec)}:
+        return f"eval.{key}"
+    if key in ("data", "categories") or (key == "limit" and "bbq" in stage):
+        return f"eval.bbq.{key}"
+    if key == "limit":
+        return "eval.bias.limit"
+    if key == "seed":
+        return "eval.seed" if "eval" in stage or stage.startswith("base") else "data.seed"
+    if key in {f.name for f in dataclasses.fields(DataSpec)}:
+        return f"data.{key}"
+    return {"base": "model", "limit_conditions": "eval.stigma.limit_conditions"}.get(key, key)
+
+
+def in_recipe_terms(err: InputError, stage: str | None) -> InputError:
+    """``err`` as ``scd run`` reports it: the stage, and the recipe key instead of a flag."""
+    text = err.render(_recipe_key(err.key, stage)) if err.key else str(err)
+    return InputError(f"stage {stage}: {text}" if stage else text)
 
 
 def _duration(seconds: float) -> str:
@@ -395,9 +406,16 @@ def run_recipe(
             of another recipe, or bad input found by a stage.
     """
     validate_inputs(recipe)
-    run_dir, cache_dir = Path(run_dir), Path(cache_dir)
+    run = _Run(recipe, Path(run_dir), Path(cache_dir), progress, say)
+    try:
+        return _run_stages(run, share_engine)
+    except InputError as err:
+        raise in_recipe_terms(err, run.current) from err
+
+
+def _run_stages(run: _Run, share_engine: bool) -> Path:
+    recipe, run_dir, cache_dir, say = run.recipe, run.dir, run.cache, run.say
     started = time.perf_counter()
-    run = _Run(recipe, run_dir, cache_dir, progress, say)
     run.state.pin()
     settings = settings_of(recipe)
     say(f"scd run -> {run_dir} (settings {', '.join(map(str, settings))})")
@@ -414,7 +432,7 @@ def run_recipe(
 
     from scd.report.build import build_report
 
-    layout = {
+    layout: RunLayout = {
         "model": run.model,
         "prompts": str(run.prompts),
         "eval_prompts": str(run.eval_prompts) if run.eval_prompts else None,

@@ -27,7 +27,7 @@ from scd.report.tables import (
     table_markdown,
     transfer_frame,
 )
-from scd.vocabulary import CONTACTS, SCALES, SCENARIO_TABLE_ORDER
+from scd.vocabulary import CONTACTS, SCALES, SCENARIO_TABLE_ORDER, RunLayout
 
 __all__ = ["build_report"]
 
@@ -62,7 +62,7 @@ def _grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return 100 * grid
 
 
-def _pairs(layout: dict, base: dict[str, pd.DataFrame], settings: dict) -> dict[int, tuple]:
+def _pairs(layout: RunLayout, base: dict[str, pd.DataFrame], settings: dict) -> dict[int, tuple]:
     pairs = {}
     for key, info in layout["settings"].items():
         if "bias" not in info["evals"]:
@@ -80,7 +80,7 @@ def _pairs(layout: dict, base: dict[str, pd.DataFrame], settings: dict) -> dict[
     return pairs
 
 
-def _bias_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> list[str]:
+def _bias_sections(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
     from scd.report.figures import figure1_png, figure2_png
 
     settings = load_settings()  # defaults; each setting's SFT manifest says what the run used
@@ -167,7 +167,7 @@ def _bias_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> lis
 
 
 def _settings_table(
-    layout: dict, descriptions: dict[int, str], evaluated: dict[int, int]
+    layout: RunLayout, descriptions: dict[int, str], evaluated: dict[int, int]
 ) -> list[str]:
     """One row per setting: what it trains and evaluates on, and how much data it had."""
     rows = ["| Setting | Trains on, evaluates on | SFT rows | Held-out prompts | Evaluated |",
@@ -197,7 +197,7 @@ def _bbq_bar(block: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _bbq_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> list[str]:
+def _bbq_sections(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
     from scd.eval.bbq import table15, table15_data
     from scd.report.figures import bbq_bars_png
 
@@ -240,7 +240,7 @@ def _bbq_sections(layout: dict, tables: Path, figures: dict[str, bytes]) -> list
     return [md, "", "{{figure:bbq}}", "", caption, ""]
 
 
-def _stigma_sections(layout: dict, tables: Path) -> list[str]:
+def _stigma_sections(layout: RunLayout, tables: Path) -> list[str]:
     from scd.eval.stigma import stigma_table, stigma_table_data
 
     lines = []
@@ -269,7 +269,7 @@ def _fingerprint(path: Path) -> str:
     return sha256_file(path)[:12] if path.is_file() else "–"
 
 
-def _header(recipe: dict[str, Any], layout: dict[str, Any]) -> list[str]:
+def _header(recipe: dict[str, Any], layout: RunLayout[str, Any]) -> list[str]:
     """What a reader needs before the numbers: when, with what, on what, how much."""
     import datetime
 

@@ -25,7 +25,9 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
     adapter = Path(adapter)
     config_path = adapter / "adapter_config.json"
     if not config_path.is_file():
-        raise InputError(f"--adapter {adapter}: no adapter_config.json (a PEFT adapter dir)")
+        raise InputError(
+            "no adapter_config.json (a PEFT adapter dir)", key="adapter", value=adapter
+        )
     config = json.loads(config_path.read_text())
     from scd.models import resolve_model
 
@@ -48,7 +50,7 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
         merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (RuntimeError, ValueError, KeyError) as err:
         first = str(err).splitlines()[0][:200]
-        raise InputError(f"--adapter {adapter}: does not fit {base} ({first})") from None
+        raise InputError(f"does not fit {base} ({first})", key="adapter", value=adapter) from None
     tok_source = adapter if (adapter / "tokenizer_config.json").is_file() else base
     tokenizer = AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=False)
     info = {"kind": "merged_model", "base_model": base, "adapter": str(adapter),

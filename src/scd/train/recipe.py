@@ -17,13 +17,24 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from scd.errors import InputError
 from scd.eval.engines.vllm import LORA_RANKS
-from scd.options import SEED
+from scd.options import (
+    SEED,
+    Denominator,
+    EngineSpec,
+    SFTOptions,
+    above_zero,
+    fraction,
+    non_negative,
+    one_of,
+    option,
+    positive,
+)
 from scd.train.recipe_checks import recipe_problems
 
 __all__ = [
@@ -40,7 +51,6 @@ __all__ = [
     "TrainSpec",
     "WandbSpec",
     "apply_overrides",
-    "engine_options",
     "load_recipe",
     "recipe_from_dict",
     "recipe_to_dict",
@@ -51,8 +61,9 @@ VLLM_LORA_RANKS = LORA_RANKS  # ranks vLLM can serve (its max_lora_rank choices)
 
 
 @dataclass
-class DataSpec:
-    """Where the SFT data comes from: a ready SFT dir, a prompt dir, or descriptors to generate."""
+class DataSpec(SFTOptions):
+    """Where the SFT data comes from: a ready SFT dir, a prompt dir, or descriptors to generate;
+    and how it is built (:class:`~scd.options.SFTOptions`, shared with ``scd generate sft``)."""
 
     sft: str | None = None  # a directory from `scd generate sft`
     prompts: str | None = None  # a directory from `scd generate contact`
@@ -61,13 +72,6 @@ class DataSpec:
     eval_prompts: str | None = None  # a source-split setting (2): the stigma prompt dir
     eval_descriptors: str | None = "stigma"  # a source-split setting when generating on the fly
     setting: int = 1
-    settings_file: str | None = None  # settings YAML (default: the packaged Table 9)
-    style: str = "short"
-    max_train: int = 10000
-    max_eval: int = 5000
-    general: str | None = None  # e.g. yahma/alpaca-cleaned (the paper mixed 10%)
-    general_fraction: float = 0.0
-    seed: int = SEED
 
 
 @dataclass
@@ -75,8 +79,8 @@ class LoraSpec:
     """PEFT LoraConfig: plain adapters (no DoRA, bias or modules_to_save) that vLLM can serve."""
 
     r: int = 64
-    alpha: int = 16
-    dropout: float = 0.1
+    alpha: int = option(16, check=positive)
+    dropout: float = option(0.1, check=fraction)
     target_modules: str | list[str] = "all-linear"
 
 
@@ -86,25 +90,25 @@ class TrainSpec:
 
     epochs: float = 1.0
     max_steps: int = -1
-    batch_size: int = 6
-    grad_accum: int = 2
-    learning_rate: float = 3e-4
+    batch_size: int = option(6, check=positive)
+    grad_accum: int = option(2, check=positive)
+    learning_rate: float = option(3e-4, check=above_zero)
     lr_scheduler: str = "constant"
-    warmup_ratio: float = 0.0  # the paper's 0.03 had no effect under its constant schedule
-    max_grad_norm: float = 0.3
-    weight_decay: float = 0.0
+    warmup_ratio: float = option(0.0, check=fraction)  # the paper's 0.03: no effect (constant)
+    max_grad_norm: float = option(0.3, check=above_zero)
+    weight_decay: float = option(0.0, check=non_negative)
     gradient_checkpointing: bool = True
     optim: str = "paged_adamw_32bit"  # on CUDA; CPU runs use adamw_torch
     bf16: bool = True  # on CUDA; CPU runs train in float32
     seed: int = SEED
-    max_length: int = 512
+    max_length: int = option(512, check=positive)
     packing: bool = False
     padding_free: bool = False
-    logging_steps: int = 10
-    save_steps: int = 500
-    save_total_limit: int = 2
-    eval_steps: int | None = None
-    device: str = "auto"  # auto | cpu | cuda
+    logging_steps: int = option(10, check=positive)
+    save_steps: int = option(500, check=positive)
+    save_total_limit: int = option(2, check=positive)
+    eval_steps: int | None = option(None, check=positive)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
 @dataclass
@@ -133,8 +137,8 @@ class BiasEvalSpec:
     each tuned model on its setting's held-out part (Tables 10-14)."""
 
     enabled: bool = True
-    limit: int | None = None  # a stratified subset of ~N prompts for the base model
-    denominator: str = "all"
+    limit: int | None = option(None, check=positive)  # a stratified subset of ~N prompts (base)
+    denominator: Denominator = "all"
 
 
 @dataclass
@@ -144,33 +148,30 @@ class BBQEvalSpec:
     enabled: bool = False
     data: str | None = None  # a directory of <Category>.jsonl (nyu-mll/BBQ data/) or a Hub id
     categories: list[str] | None = None
-    limit: int | None = None  # a stratified subset of ~N items
+    limit: int | None = option(None, check=positive)  # a stratified subset of ~N items
 
 
 @dataclass
 class StigmaEvalSpec:
     """Stigma probes on causal LLMs (``scd eval stigma``), base and tuned."""
 
-    probes: list[str] = field(default_factory=list)  # sds, aq27
-    limit_conditions: int | None = None  # generate the probes for the first N conditions only
+    probes: list[Literal["sds", "aq27"]] = field(default_factory=list)
+    limit_conditions: int | None = option(None, check=positive)  # the first N conditions only
 
 
 @dataclass
-class EvalSpec:
-    """What ``scd run`` evaluates, and with which engine."""
+class EvalSpec(EngineSpec):
+    """What ``scd run`` evaluates, and with which engine (the :class:`~scd.options.EngineSpec`
+    keys, as ``scd eval``'s flags: backend, dtype, batch_size, ...)."""
 
-    backend: str = "hf"  # hf | vllm
-    dtype: str = "auto"
-    batch_size: int | None = None  # hf: prompts per forward (default 32)
-    device: str | None = None  # hf: cpu, cuda, cuda:1 (default: cuda if available)
-    tensor_parallel_size: int | None = None  # vllm: GPUs per model (default 1)
-    max_model_len: int | None = None  # vllm: default the model's context, at most 4096
-    gpu_memory_utilization: float | None = None  # vllm: default 0.9
-    system_prompt: str | None = None
     seed: int = 0
     bias: BiasEvalSpec = field(default_factory=BiasEvalSpec)
     bbq: BBQEvalSpec = field(default_factory=BBQEvalSpec)
     stigma: StigmaEvalSpec = field(default_factory=StigmaEvalSpec)
+
+    def engine(self) -> EngineSpec:
+        """The engine part of the section."""
+        return EngineSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(EngineSpec)})
 
 
 @dataclass
@@ -189,7 +190,7 @@ class Recipe:
     output_dir: str | None = None  # scd train writes here; scd run uses outputs/<run_id>/
     data: DataSpec = field(default_factory=DataSpec)
     lora: LoraSpec = field(default_factory=LoraSpec)
-    quantization: str = "none"  # none | 4bit (bitsandbytes NF4 QLoRA)
+    quantization: Literal["none", "4bit"] = "none"  # 4bit: bitsandbytes NF4 QLoRA
     train: TrainSpec = field(default_factory=TrainSpec)
     wandb: WandbSpec = field(default_factory=WandbSpec)
     toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
@@ -218,6 +219,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except InputError as err:
                 errors.append(str(err))
         raise InputError(errors[0] if errors else f"{where}: wrong type")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            expected = one_of([str(a) for a in allowed])
+            raise InputError(f"{where}: expected {expected}, got {value!r}")
+        return value
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -237,42 +244,54 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _build(cls: type, data: Any, where: str, source: str) -> Any:
+def _build(cls: type, data: Any, where: str, source: str, problems: list[str]) -> Any:
+    """``cls`` from ``data``; each unknown key, wrong type or missing key is added to
+    ``problems`` (a bad value leaves its default), so that all are reported at once."""
     if not isinstance(data, dict):
-        raise InputError(f"{source}: {where or 'the recipe'} must be a mapping")
+        problems.append(f"{source}: {where or 'the recipe'} must be a mapping")
+        return cls() if cls is not Recipe else None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        key = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise InputError(f"{source}: unknown key '{key}' (expected one of {', '.join(fields)})")
     kwargs = {}
     for name, value in data.items():
         key = f"{where}.{name}" if where else name
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, value, key, source)
+        if name not in fields:
+            problems.append(f"{source}: unknown key '{key}' (expected one of {', '.join(fields)})")
+        elif dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = _build(hints[name], value, key, source, problems)
         else:
-            kwargs[name] = _coerce(value, tp, f"{source}: {key}")
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in kwargs
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        key = f"{where}.{missing[0]}" if where else missing[0]
-        raise InputError(f"{source}: missing required key '{key}'")
-    return cls(**kwargs)
+            try:
+                kwargs[name] = _coerce(value, hints[name], f"{source}: {key}")
+            except InputError as err:
+                problems.append(str(err))
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in kwargs and name not in data:
+            key = f"{where}.{name}" if where else name
+            problems.append(f"{source}: missing required key '{key}'")
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a required key is missing or bad: nothing to check further
+        return None
 
 
-def _check(recipe: Recipe, source: str) -> Recipe:
-    """Every problem of a well-typed recipe at once: one line each, naming the file and key."""
-    problems = recipe_problems(recipe, source)
+def _recipe(data: Any, source: str) -> Recipe:
+    """Build and check a recipe: every problem at once, one line each naming file and key."""
+    problems: list[str] = []
+    recipe = _build(Recipe, data, "", source, problems)
+    if recipe is not None:
+        problems += recipe_problems(recipe, source)
     if problems:
-        raise InputError("\n".join(problems))
+        sections = [f.name for f in dataclasses.fields(Recipe)]
+        rank = {p: _section_rank(p[len(source) + 2 :], sections) for p in problems}
+        raise InputError("\n".join(sorted(dict.fromkeys(problems), key=rank.get)))
     return recipe
+
+
+def _section_rank(problem: str, sections: list[str]) -> int:
+    """Where a problem's key is in the recipe (unknown or missing keys and settings last)."""
+    section = problem.split(":", 1)[0].split(".", 1)[0]
+    return sections.index(section) if section in sections else len(sections)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:
@@ -280,7 +299,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise InputError(f"--set {item}: expected key=value (e.g. train.learning_rate=1e-4)")
+            raise InputError(
+                "expected key=value (e.g. train.learning_rate=1e-4)", key="set", value=item
+            )
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
@@ -290,7 +311,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise InputError(f"--set {item}: '{part}' is not a section of {source}")
+                raise InputError(f"'{part}' is not a section of {source}", key="set", value=item)
         node[parts[-1]] = value
     return data
 
@@ -319,12 +340,12 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         line = f" (line {mark.line + 1})" if mark else ""
         raise InputError(f"{path}: not valid YAML{line}") from None
     data = apply_overrides(data if isinstance(data, dict) else {}, overrides or [], str(path))
-    return _check(_build(Recipe, data, "", str(path)), str(path))
+    return _recipe(data, str(path))
 
 
 def recipe_from_dict(data: dict[str, Any], source: str = "recipe") -> Recipe:
     """Validate a recipe given as a mapping (``source`` names it in errors)."""
-    return _check(_build(Recipe, data, "", source), source)
+    return _recipe(data, source)
 
 
 def recipe_warnings(recipe: Recipe) -> list[str]:
@@ -337,14 +358,6 @@ def recipe_warnings(recipe: Recipe) -> list[str]:
             "use constant_with_warmup to warm up"
         )
     return warnings
-
-
-def engine_options(recipe: Recipe) -> dict[str, Any]:
-    """The recipe's engine options for :func:`scd.eval.engines.make_engine` (None: default)."""
-    ev = recipe.eval
-    names = ("dtype", "batch_size", "device", "tensor_parallel_size", "max_model_len",
-             "gpu_memory_utilization")  # fmt: skip
-    return {name: getattr(ev, name) for name in names}
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:

@@ -14,13 +14,13 @@ An engine takes token ids (formatting and tokenization are shared, engine-free c
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from scd.errors import InputError
+from scd.options import EngineSpec
 
 __all__ = ["ENGINES", "ChoiceRequest", "Engine", "SharedEngine", "make_engine", "require_adapter"]
 
@@ -53,57 +53,34 @@ class Engine(Protocol):
 def require_adapter(adapter: str | Path | None) -> None:
     """Refuse an ``--adapter`` that is not a PEFT adapter directory."""
     if adapter and not (Path(adapter) / "adapter_config.json").is_file():
-        raise InputError(f"--adapter {adapter}: no adapter_config.json (a PEFT adapter dir)")
-
-
-def _flag(option: str) -> str:
-    return "--" + option.replace("_", "-")
+        raise InputError(
+            "no adapter_config.json (a PEFT adapter dir)", key="adapter", value=adapter
+        )
 
 
 def make_engine(
-    name: str,
-    model: str,
-    *,
-    tokenizer: Any = None,
-    adapters: Sequence[str] = (),
-    **options: Any,
+    spec: EngineSpec, model: str, *, tokenizer: Any = None, adapters: Sequence[str] = ()
 ) -> Engine:
-    """Build the engine ``name`` ("hf" or "vllm") for ``model`` (path or Hub id).
+    """Build the engine ``spec.backend`` ("hf" or "vllm") for ``model`` (path or Hub id).
 
     ``adapters``: every LoRA adapter the engine will be asked to use (vLLM sizes its LoRA
-    slots from them); ``options``: engine options, ``None`` meaning "the engine's default".
-    An option the engine does not take is refused, naming its flag.
+    slots from them).
 
     Raises:
-        InputError: unknown engine name, an option of the other engine, or the engine cannot
-            be used here.
+        InputError: unknown engine name, a bad option or one of the other engine, or the engine
+            cannot be used here.
     """
-    if name not in ENGINES:
-        raise InputError(f"--backend {name}: expected one of {', '.join(ENGINES)}")
-    module, cls_name = ENGINES[name]
+    module, cls_name = ENGINES[spec.check().backend]
     cls = getattr(importlib.import_module(module), cls_name)
-    accepted = set(inspect.signature(cls).parameters) - {"model", "tokenizer", "adapters"}
-    given = {k: v for k, v in options.items() if v is not None}
-    for key in given:
-        if key not in accepted:
-            other = [n for n in ENGINES if n != name]
-            raise InputError(
-                f"{_flag(key)}: not an option of the {name} backend (engine options: "
-                f"{', '.join(_flag(k) for k in sorted(accepted))}; {_flag(key)} is for "
-                f"{' or '.join(other)})"
-            )
-    return cls(model, tokenizer=tokenizer, adapters=tuple(adapters), **given)
+    return cls(model, spec, tokenizer=tokenizer, adapters=tuple(adapters))
 
 
 class SharedEngine:
     """One engine for many evaluations: built on first use, then reused for the base model and
     every adapter (``scd run`` loads a model once, not once per evaluation stage)."""
 
-    def __init__(
-        self, backend: str, model: str, *, adapters: Sequence[str] = (), **options: Any
-    ) -> None:
-        self.backend, self.model = backend, model
-        self.adapters, self.options = tuple(adapters), options
+    def __init__(self, spec: EngineSpec, model: str, *, adapters: Sequence[str] = ()) -> None:
+        self.spec, self.model, self.adapters = spec, model, tuple(adapters)
         self.engine: Engine | None = None
         self.loads = 0  # how many times a model was loaded (benchmarks read it)
 
@@ -111,9 +88,8 @@ class SharedEngine:
         """The engine, built on the first call, switched to ``adapter`` (None: the base)."""
         if self.engine is None:
             self.engine = make_engine(
-                self.backend, self.model, tokenizer=tokenizer, adapters=self.adapters,
-                **self.options,
-            )  # fmt: skip
+                self.spec, self.model, tokenizer=tokenizer, adapters=self.adapters
+            )
             self.loads += 1
         self.engine.use_adapter(adapter)
         return self.engine

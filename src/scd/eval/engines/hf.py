@@ -22,7 +22,7 @@ import torch
 
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
-from scd.options import EVAL_BATCH_SIZE
+from scd.options import EVAL_BATCH_SIZE, EngineSpec
 
 __all__ = ["HFEngine", "load_model"]
 
@@ -53,8 +53,10 @@ def load_model(model: str, device: str, dtype: str) -> Any:
         lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=False)
     except (OSError, ValueError) as err:
         raise InputError(
-            f"--model {model}: cannot load a causal LM (a local model directory or a Hub id is "
-            f"expected): {_first_line(err)}"
+            "cannot load a causal LM (a local model directory or a Hub id is "
+            f"expected): {_first_line(err)}",
+            key="model",
+            value=model,
         ) from None
     return lm.to(device).eval()
 
@@ -65,21 +67,20 @@ class HFEngine:
     def __init__(
         self,
         model: str,
+        spec: EngineSpec | None = None,
         *,
         tokenizer: Any = None,
         adapters: Sequence[str] = (),
-        device: str | None = None,
-        dtype: str = "auto",
-        batch_size: int = EVAL_BATCH_SIZE,
         padding_side: str = "left",
     ) -> None:
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        spec = (spec or EngineSpec()).check()
+        self.device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise InputError(f"--device {self.device}: no CUDA GPU is available here")
+            raise InputError("no CUDA GPU is available here", key="device", value=self.device)
         if self.device == "mps" and not torch.backends.mps.is_available():
-            raise InputError("--device mps: no Apple GPU is available here")
-        if batch_size < 1:
-            raise InputError(f"--batch-size {batch_size}: expected a positive number")
+            raise InputError("no Apple GPU is available here", key="device", value="mps")
+        batch_size = spec.batch_size or EVAL_BATCH_SIZE
+        dtype = spec.dtype
         for path in adapters:
             require_adapter(path)
         self.model_name = model
@@ -114,8 +115,9 @@ class HFEngine:
                     self.model = PeftModel.from_pretrained(self.model, adapter, adapter_name=name)
             except (RuntimeError, ValueError, KeyError) as err:
                 raise InputError(
-                    f"--adapter {adapter}: does not fit the model {self.model_name} "
-                    f"({_first_line(err)[:200]})"
+                    f"does not fit the model {self.model_name} ({_first_line(err)[:200]})",
+                    key="adapter",
+                    value=adapter,
                 ) from None
             self.model.to(self.device).eval()
             self.adapters[key] = name

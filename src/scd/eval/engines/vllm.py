@@ -29,6 +29,7 @@ from typing import Any
 
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.options import EngineSpec
 
 __all__ = [
     "DEFAULT_MAX_MODEL_LEN",
@@ -68,8 +69,10 @@ def lora_rank_for(adapters: Sequence[str | Path]) -> int:
             return allowed
     worst = max(ranks, key=ranks.get)
     raise InputError(
-        f"--adapter {worst}: LoRA rank {need} is above vLLM's largest max_lora_rank "
-        f"{LORA_RANKS[-1]}; use --backend hf"
+        f"LoRA rank {need} is above vLLM's largest max_lora_rank "
+        f"{LORA_RANKS[-1]}; use --backend hf",
+        key="adapter",
+        value=worst,
     )
 
 
@@ -120,21 +123,24 @@ class VLLMEngine:
     def __init__(
         self,
         model: str,
+        spec: EngineSpec | None = None,
         *,
         tokenizer: Any = None,
         adapters: Sequence[str] = (),
-        dtype: str = "auto",
-        tensor_parallel_size: int = 1,
-        max_model_len: int | None = None,
-        gpu_memory_utilization: float = 0.9,
     ) -> None:
+        spec = (spec or EngineSpec(backend="vllm")).check()
+        max_model_len = spec.max_model_len
         try:
             import vllm
             from vllm.lora.request import LoRARequest
         except ImportError:
-            raise InputError(f"--backend vllm: vLLM is not installed ({INSTALL_HINT})") from None
+            raise InputError(
+                f"vLLM is not installed ({INSTALL_HINT})", key="backend", value="vllm"
+            ) from None
         if not cuda_available():
-            raise InputError(f"--backend vllm: no CUDA GPU is available ({INSTALL_HINT})")
+            raise InputError(
+                f"no CUDA GPU is available ({INSTALL_HINT})", key="backend", value="vllm"
+            )
         for path in adapters:
             require_adapter(path)
         context = model_context_length(model)
@@ -142,7 +148,9 @@ class VLLMEngine:
             max_model_len = min(context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
         elif context is not None and max_model_len > context:
             raise InputError(
-                f"--max-model-len {max_model_len}: above the model's context length {context}"
+                f"above the model's context length {context}",
+                key="max_model_len",
+                value=max_model_len,
             )
         self._vllm, self._lora_request = vllm, LoRARequest
         self.tokenizer = tokenizer
@@ -152,9 +160,9 @@ class VLLMEngine:
             options = {"enable_lora": True, "max_lora_rank": self.max_lora_rank, "max_loras": 1}
         self.llm = vllm.LLM(
             model=model,
-            tensor_parallel_size=tensor_parallel_size,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=spec.tensor_parallel_size or 1,
+            dtype=spec.dtype,
+            gpu_memory_utilization=spec.gpu_memory_utilization or 0.9,
             max_model_len=max_model_len,
             trust_remote_code=False,
             enable_prefix_caching=True,
@@ -172,13 +180,17 @@ class VLLMEngine:
         require_adapter(adapter)
         if self.max_lora_rank is None:
             raise InputError(
-                f"--adapter {adapter}: this vLLM engine was started without LoRA (pass the "
-                "adapter when the engine is made)"
+                "this vLLM engine was started without LoRA (pass the "
+                "adapter when the engine is made)",
+                key="adapter",
+                value=adapter,
             )
         if adapter_rank(adapter) > self.max_lora_rank:
             raise InputError(
-                f"--adapter {adapter}: LoRA rank {adapter_rank(adapter)} is above the engine's "
-                f"max_lora_rank {self.max_lora_rank}"
+                f"LoRA rank {adapter_rank(adapter)} is above the engine's "
+                f"max_lora_rank {self.max_lora_rank}",
+                key="adapter",
+                value=adapter,
             )
         key = str(Path(adapter).resolve())
         lora_id = self.lora_ids.setdefault(key, len(self.lora_ids) + 1)

@@ -34,9 +34,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from scd.data_gen.stigma_probes import AQ27_COLUMNS
 from scd.eval.engines import ChoiceRequest
 from scd.eval.stigma.stats import mental_vs_physical
+from scd.vocabulary import AQ27_COLUMNS
 
 __all__ = [
     "AQ27_KEYS", "DIMENSIONS", "NEUTRAL_FRAME", "aq27_markdown", "neutral_frame", "score_chunk",

@@ -16,16 +16,18 @@ options are refused), ``OUT/summary.json`` and ``OUT/tables.md``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scd.data_gen.stigma_probes import read_stigma_table
 from scd.errors import InputError
+from scd.eval.engines import SharedEngine
 from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.stigma import aq27, mlm, sds, sentiment
 from scd.io import sha256_file
-from scd.options import BACKENDS, EVAL_BATCH_SIZE
+from scd.options import EVAL_BATCH_SIZE, EngineSpec
 
 __all__ = ["PROBES", "StigmaTask", "evaluate_stigma", "model_kind"]
 
@@ -49,8 +51,10 @@ def model_kind(model: str) -> str:
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise InputError(
-            f"--model {model}: cannot load a model config (a local model directory or a Hub id "
-            f"is expected): {first[:200]}"
+            "cannot load a model config (a local model directory or a Hub id "
+            f"is expected): {first[:200]}",
+            key="model",
+            value=model,
         ) from None
     if any(a.endswith("ForMaskedLM") for a in archs):
         return "masked"
@@ -60,15 +64,15 @@ def model_kind(model: str) -> str:
 
 
 def _check(probe: str, kind: str, backend: str, model: str) -> None:
-    if probe not in PROBES:
-        raise InputError(f"--probe {probe}: expected one of {', '.join(PROBES)}")
-    if backend not in BACKENDS:
-        raise InputError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
     if kind not in KINDS[probe]:
         hint = HINT.get(kind, "use --probe sds or aq27")
-        raise InputError(f"--model {model}: a {kind} model does not fit --probe {probe}; {hint}")
+        raise InputError(
+            f"a {kind} model does not fit --probe {probe}; {hint}", key="model", value=model
+        )
     if backend == "vllm" and kind != "causal":
-        raise InputError(f"--backend vllm: probe {probe} on a {kind} model runs on hf only")
+        raise InputError(
+            f"probe {probe} on a {kind} model runs on hf only", key="backend", value="vllm"
+        )
 
 
 def evaluate_stigma(
@@ -78,7 +82,7 @@ def evaluate_stigma(
     out: Path | str,
     *,
     adapter: str | None = None,
-    backend: str = "hf",
+    engine: EngineSpec | None = None,
     progress: bool = True,
     seed: int = 0,
     chunk_size: int = 256,
@@ -86,12 +90,7 @@ def evaluate_stigma(
     lexicon: Path | str | None = None,
     negative_label: str | None = None,
     mlm_run: Path | str | None = None,
-    system_prompt: str | None = None,
-    batch_size: int | None = None,
-    device: str | None = None,
-    dtype: str = "auto",
-    engine: Any = None,
-    **engine_options: Any,
+    shared: SharedEngine | None = None,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) one stigma probe; return the summary.
 
@@ -101,7 +100,8 @@ def evaluate_stigma(
         prompts: A directory from ``scd generate stigma``.
         out: The result directory (re-run with the same options to resume).
         adapter: A PEFT adapter directory, kept unmerged.
-        backend: ``hf`` or ``vllm`` (causal models only).
+        engine: How the model runs (vllm: causal models only; the system prompt: ``sds``
+            only; batch size and device also for masked LMs and classifiers).
         progress: Show a progress bar.
         seed: Seed of the bootstrap CIs.
         chunk_size: Prompts per resumable chunk.
@@ -109,10 +109,7 @@ def evaluate_stigma(
         lexicon: ``mlm``: a ``word,attitude`` CSV (default: the packaged likely/unlikely one).
         negative_label: ``sentiment``: the classifier's negative label (default: found by name).
         mlm_run: ``sentiment``: a finished ``mlm`` run; adds Pearson r per condition.
-        system_prompt: ``sds``: a system message before every prompt.
-        batch_size, device, dtype: Inference options (hf; batch size default 32).
-        engine: A :class:`~scd.eval.engines.SharedEngine` of ``model`` (causal probes).
-        **engine_options: Further engine options (e.g. ``tensor_parallel_size`` for vLLM).
+        shared: A :class:`~scd.eval.engines.SharedEngine` of ``model`` (causal probes).
 
     Returns:
         The summary (also ``OUT/summary.json``).
@@ -123,10 +120,13 @@ def evaluate_stigma(
             a run with other options. Nothing is written before the model has loaded.
     """
     if probe not in PROBES:
-        raise InputError(f"--probe {probe}: expected one of {', '.join(PROBES)}")
+        raise InputError(f"expected one of {', '.join(PROBES)}", key="probe", value=probe)
     require_adapter(adapter)
+    engine = (engine or EngineSpec()).check()
+    if probe != "sds":
+        engine = dataclasses.replace(engine, system_prompt=None)
     if top_k < 1:
-        raise InputError(f"--top-k {top_k}: expected a positive number")
+        raise InputError("expected a positive number", key="top_k", value=top_k)
     rows = read_stigma_table(prompts, TABLE[probe])
     words = mlm.load_lexicon(lexicon) if probe == "mlm" else None
     mlm_summary = sentiment.read_mlm_run(mlm_run) if mlm_run and probe == "sentiment" else None
@@ -134,29 +134,24 @@ def evaluate_stigma(
 
     loadable = resolve_model(model)  # a GGUF file is converted once (cached)
     kind = model_kind(loadable)
-    _check(probe, kind, backend, model)
+    _check(probe, kind, engine.backend, model)
     config = {
         "kind": "stigma_eval",
         "probe": probe,
         "model": model,
         "model_kind": kind,
         "adapter": adapter,
-        "backend": backend,
-        "dtype": dtype or "auto",
+        **engine.identity(),
         "seed": seed,
         "chunk_size": chunk_size,
         "n_items": len(rows),
         "prompts_sha256": sha256_file(Path(prompts) / f"{TABLE[probe]}.parquet"),
-        "system_prompt": system_prompt if probe == "sds" else None,
         "top_k": top_k if probe == "mlm" else None,
         "lexicon": str(lexicon or mlm.DEFAULT_LEXICON) if probe == "mlm" else None,
         "lexicon_sha256": _lexicon_sha(lexicon) if probe == "mlm" else None,
         "negative_label": negative_label if probe == "sentiment" else None,
     }
-    options = {"batch_size": batch_size, "dtype": dtype, **engine_options}
-    if device:
-        options["device"] = device
-    causal = CausalModel(loadable, adapter, backend, system_prompt, options, engine)
+    causal = CausalModel(loadable, adapter, engine, shared)
     task = StigmaTask(config, rows, chunk_size, causal, probe=probe, kind=kind, words=words,
                       negative_label=negative_label, mlm_summary=mlm_summary)  # fmt: skip
     return run_task(task, out, progress=progress)
@@ -194,9 +189,9 @@ class StigmaTask(CausalTask):
         import torch
         from transformers import pipeline
 
-        m, options = self.model, self.model.options
-        device = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-        batch = options.get("batch_size") or EVAL_BATCH_SIZE
+        m, spec = self.model, self.model.spec
+        device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        batch = spec.batch_size or EVAL_BATCH_SIZE
         if self.kind == "classifier":
             clf, tokenizer = sentiment.load_classifier(m.model, m.adapter, device)
             pipe = pipeline("text-classification", model=clf, tokenizer=tokenizer, device=device)

@@ -60,24 +60,32 @@ def load_lexicon(path: Path | str | None = None) -> dict[str, str]:
             fields = [f.strip() for f in reader.fieldnames or []]
             if "word" not in fields or "attitude" not in fields:
                 raise InputError(
-                    f"--lexicon {path}: expected columns word,attitude; found {','.join(fields)}"
+                    f"expected columns word,attitude; found {','.join(fields)}",
+                    key="lexicon",
+                    value=path,
                 )
             rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in reader]
     except OSError as err:
-        raise InputError(f"--lexicon {path}: cannot read ({err.strerror or err})") from None
+        raise InputError(
+            f"cannot read ({err.strerror or err})", key="lexicon", value=path
+        ) from None
     lexicon: dict[str, str] = {}
     for n, row in enumerate(rows, start=2):
         word, attitude = row["word"].lower(), row["attitude"].lower()
         if not word or attitude not in ATTITUDES:
             raise InputError(
-                f"--lexicon {path}: line {n}: attitude {row['attitude']!r} of {row['word']!r}; "
-                f"expected a word and one of {', '.join(ATTITUDES)}"
+                f"line {n}: attitude {row['attitude']!r} of {row['word']!r}; "
+                f"expected a word and one of {', '.join(ATTITUDES)}",
+                key="lexicon",
+                value=path,
             )
         if lexicon.get(word, attitude) != attitude:
-            raise InputError(f"--lexicon {path}: line {n}: {word!r} is rated twice, differently")
+            raise InputError(
+                f"line {n}: {word!r} is rated twice, differently", key="lexicon", value=path
+            )
         lexicon[word] = attitude
     if not lexicon:
-        raise InputError(f"--lexicon {path}: no rated words")
+        raise InputError("no rated words", key="lexicon", value=path)
     return lexicon
 
 
@@ -90,9 +98,11 @@ def load_masked_lm(model: str, adapter: str | None, device: str) -> tuple[Any, A
         lm = AutoModelForMaskedLM.from_pretrained(model)
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise InputError(f"--model {model}: cannot load a masked LM: {first[:200]}") from None
+        raise InputError(
+            f"cannot load a masked LM: {first[:200]}", key="model", value=model
+        ) from None
     if tokenizer.mask_token is None:
-        raise InputError(f"--model {model}: the tokenizer has no mask token")
+        raise InputError("the tokenizer has no mask token", key="model", value=model)
     if adapter:
         from peft import PeftModel
 

@@ -20,7 +20,7 @@ __all__ = ["stigma_table", "stigma_table_data"]
 
 def _summaries(result_dirs: dict[str, Path | str]) -> dict[str, dict[str, Any]]:
     if not result_dirs:
-        raise InputError("--runs: give at least one NAME=DIR")
+        raise InputError("give at least one NAME=DIR", key="runs")
     out = {}
     for name, d in result_dirs.items():
         path = Path(d) / "summary.json"
@@ -32,7 +32,7 @@ def _summaries(result_dirs: dict[str, Path | str]) -> dict[str, dict[str, Any]]:
         out[name] = summary
     probes = {s["probe"] for s in out.values()}
     if len(probes) > 1:
-        raise InputError(f"--runs: runs of different probes ({', '.join(sorted(probes))})")
+        raise InputError(f"runs of different probes ({', '.join(sorted(probes))})", key="runs")
     return out
 
 

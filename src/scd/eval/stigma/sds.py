@@ -28,6 +28,7 @@ import numpy as np
 
 from scd.eval.engines import ChoiceRequest
 from scd.eval.stigma.stats import gap
+from scd.vocabulary import SDS_COLUMNS
 
 __all__ = [
     "INSTRUCTION",
@@ -42,16 +43,7 @@ __all__ = [
 
 OPTIONS = ("Likely", "Unlikely")  # the second is the negative attitude
 INSTRUCTION = "Choose between Likely and Unlikely. Answer in one word."
-RECORD_KEYS = (
-    "prompt_id",
-    "template",
-    "item",
-    "baseline",
-    "condition",
-    "category",
-    "stigmatized",
-    "form_index",
-)
+RECORD_KEYS = tuple(c for c in SDS_COLUMNS if c not in ("item_key", "form", "prompt"))
 
 
 def causal_text(statement: str) -> str:

@@ -50,12 +50,16 @@ def load_classifier(model: str, adapter: str | None, device: str) -> tuple[Any, 
         config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise InputError(f"--model {model}: cannot load a model config: {first[:200]}") from None
+        raise InputError(
+            f"cannot load a model config: {first[:200]}", key="model", value=model
+        ) from None
     archs = config.architectures or []
     if not any(a.endswith("ForSequenceClassification") for a in archs):
         raise InputError(
-            f"--model {model}: probe sentiment needs a sequence-classification model; "
-            f"its architectures are {archs or 'not given'}"
+            "probe sentiment needs a sequence-classification model; "
+            f"its architectures are {archs or 'not given'}",
+            key="model",
+            value=model,
         )
     tokenizer = AutoTokenizer.from_pretrained(model)
     clf = AutoModelForSequenceClassification.from_pretrained(model)
@@ -71,12 +75,14 @@ def negative_label_of(id2label: dict[Any, str], wanted: str | None = None) -> st
     labels = [str(v) for v in id2label.values()]
     if wanted is not None:
         if wanted not in labels:
-            raise InputError(f"--negative-label {wanted}: not a label of the model ({labels})")
+            raise InputError(
+                f"not a label of the model ({labels})", key="negative_label", value=wanted
+            )
         return wanted
     found = [x for x in labels if "neg" in x.lower()]
     if len(found) != 1:
         raise InputError(
-            f"--negative-label: cannot tell the negative label among {labels}; name it"
+            f"cannot tell the negative label among {labels}; name it", key="negative_label"
         )
     return found[0]
 
@@ -149,8 +155,10 @@ def read_mlm_run(path: Path | str) -> dict[str, Any]:
     """The summary of a finished ``--probe mlm`` run (for ``--mlm-run``)."""
     file = Path(path) / "summary.json"
     if not file.is_file():
-        raise InputError(f"--mlm-run {path}: no summary.json (a finished `--probe mlm` run)")
+        raise InputError(
+            "no summary.json (a finished `--probe mlm` run)", key="mlm_run", value=path
+        )
     summary = json.loads(file.read_text())
     if summary.get("probe") != "mlm":
-        raise InputError(f"--mlm-run {path}: is a '{summary.get('probe')}' run, not 'mlm'")
+        raise InputError(f"is a '{summary.get('probe')}' run, not 'mlm'", key="mlm_run", value=path)
     return summary

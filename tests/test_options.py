@@ -1,0 +1,141 @@
+"""Options defined once: the command line and the recipe schema come from the same fields, the
+engines take an EngineSpec, and errors name a flag or a recipe key depending on the caller."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scd.cli import build_parser, main
+from scd.errors import InputError
+from scd.options import EngineSpec, SFTOptions
+
+
+def _flags(*argv: str) -> dict[str, object]:
+    """The options of a subcommand: flag -> default."""
+    parser = build_parser()
+    sub = parser
+    for word in argv:
+        sub = next(a for a in sub._actions if a.dest in ("command", "what")).choices[word]
+    return {a.option_strings[-1]: a.default for a in sub._actions if a.option_strings}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@pytest.mark.parametrize("command", [("eval", "bias"), ("eval", "bbq"), ("eval", "stigma")])
+def test_every_evaluation_takes_every_engine_option_with_its_default(command) -> None:
+    flags = _flags(*command)
+    for f in dataclasses.fields(EngineSpec):
+        assert flags[_flag(f.name)] == f.default, f.name
+
+
+def test_recipe_and_command_line_share_the_engine_and_sft_options() -> None:
+    from scd.train.recipe import DataSpec, EvalSpec
+
+    eval_keys = {f.name for f in dataclasses.fields(EvalSpec)}
+    assert {f.name for f in dataclasses.fields(EngineSpec)} <= eval_keys
+    sft = _flags("generate", "sft")
+    for f in dataclasses.fields(SFTOptions):
+        assert sft[_flag(f.name)] == f.default == getattr(DataSpec(), f.name), f.name
+
+
+def test_one_check_refuses_a_value_on_the_command_line_and_in_a_recipe(tmp_path, capsys) -> None:
+    from scd.train.recipe import recipe_from_dict
+
+    with pytest.raises(SystemExit) as exit_:  # argparse's one-line error
+        main(["eval", "bias", "--model", "m", "--prompts", "p", "--out", str(tmp_path / "o"),
+              "--backend", "vllm", "--gpu-memory-utilization", "1.5"])  # fmt: skip
+    assert exit_.value.code == 2 and "expected 0 < f <= 1, got 1.5" in capsys.readouterr().err
+    recipe = {"model": "toy", "data": {"descriptors": "toy"}}
+    with pytest.raises(InputError, match="eval.gpu_memory_utilization: expected 0 < f <= 1, got"):
+        recipe_from_dict({**recipe, "eval": {"backend": "vllm", "gpu_memory_utilization": 1.5}})
+    with pytest.raises(InputError, match="data.general_fraction: expected 0 <= f < 1, got 1"):
+        recipe_from_dict({**recipe, "data": {"descriptors": "toy", "general_fraction": 1}})
+    with pytest.raises(SystemExit):
+        main(["generate", "sft", "--prompts", "p", "--setting", "1", "--out", "o",
+              "--general-fraction", "1"])  # fmt: skip
+    assert "expected 0 <= f < 1, got 1.0" in capsys.readouterr().err
+
+
+def test_engines_take_a_spec_and_no_loose_options() -> None:
+    from scd.eval.engines import SharedEngine, make_engine
+    from scd.eval.engines.hf import HFEngine
+    from scd.eval.engines.vllm import VLLMEngine
+
+    for fn in (make_engine, HFEngine, VLLMEngine, SharedEngine):
+        kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, fn
+    with pytest.raises(TypeError):
+        EngineSpec(batch_sise=8)  # type: ignore[call-arg]  # a typo cannot pass unnoticed
+    assert EngineSpec("vllm", tensor_parallel_size=2).engine_options() == {
+        "dtype": "auto", "tensor_parallel_size": 2,
+    }  # fmt: skip
+
+
+def test_speed_options_are_recorded_and_a_run_resumes_with_others(
+    toy_model: Path, toy_prompts: Path, tmp_path: Path
+) -> None:
+    from scd.eval.bias import evaluate_bias
+
+    out = tmp_path / "out"
+    first = evaluate_bias(str(toy_model), toy_prompts, out, limit=30, progress=False,
+                          engine=EngineSpec(device="cpu", batch_size=4))  # fmt: skip
+    pinned = json.loads((out / "run.json").read_text())
+    assert pinned["dtype"] == "auto" and "batch_size" not in pinned
+    assert first["run"]["engine"]["batch_size"] == 4
+    again = evaluate_bias(str(toy_model), toy_prompts, out, limit=30, progress=False,
+                          engine=EngineSpec(device="cpu", batch_size=16))  # fmt: skip
+    assert again["overall"] == first["overall"] and again["run"]["engine"]["batch_size"] == 16
+    with pytest.raises(InputError, match="another configuration .*system_prompt"):
+        evaluate_bias(str(toy_model), toy_prompts, out, limit=30, progress=False,
+                      engine=EngineSpec(device="cpu", system_prompt="Be fair."))  # fmt: skip
+
+
+def test_errors_name_the_flag_or_the_recipe_key() -> None:
+    from scd.pipeline.runner import in_recipe_terms
+
+    err = InputError("above the model's context length 2048", key="max_model_len", value=8192)
+    assert str(err) == "--max-model-len 8192: above the model's context length 2048"
+    run = str(in_recipe_terms(err, "base/bias"))
+    assert run == "stage base/bias: eval.max_model_len 8192: above the model's context length 2048"
+    limit = InputError("expected a positive number", key="limit", value=0)
+    assert str(in_recipe_terms(limit, "base/bbq")).startswith("stage base/bbq: eval.bbq.limit 0:")
+    assert str(in_recipe_terms(limit, "base/bias")).startswith("stage base/bias: eval.bias.limit")
+    plain = InputError("data.prompts: x has no prompts.parquet")
+    assert str(in_recipe_terms(plain, None)) == "data.prompts: x has no prompts.parquet"
+
+
+def test_scd_run_reports_the_stage_and_recipe_key(toy_model: Path, tmp_path: Path, capsys) -> None:
+    from scd.pipeline.state import cache_key
+
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)
+    recipe = tmp_path / "recipe.yaml"
+    missing = tmp_path / "missing.json"
+    recipe.write_text(f"model: toy\ndata:\n  descriptors: {missing}\nwandb:\n  enabled: false\n")
+    assert main(["run", str(recipe), "--outputs", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("scd: error: stage prompts: data.descriptors "), err
+    assert str(missing) in err[0] and "--descriptors" not in err[0]
+
+
+def test_scd_debug_shows_the_library_error(tmp_path: Path, capsys, monkeypatch) -> None:
+    (tmp_path / "model").mkdir()  # a directory without a model
+    argv = ["eval", "bias", "--model", str(tmp_path / "model"), "--prompts", str(tmp_path),
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    (tmp_path / "prompts.parquet").write_bytes(b"")
+    assert main(argv) == 2
+    quiet = capsys.readouterr().err
+    assert "Traceback" not in quiet and quiet.count("\n") == 1
+    monkeypatch.setenv("SCD_DEBUG", "1")
+    assert main(argv) == 2
+    loud = capsys.readouterr().err
+    assert "Traceback" in loud and loud.rstrip().splitlines()[-1] == quiet.rstrip()
+    assert "During handling of the above exception" in loud  # the cause hidden by `from None`
