@@ -79,6 +79,13 @@ def test_engines_take_a_spec_and_no_loose_options() -> None:
     }  # fmt: skip
 
 
+def test_cache_keys_resolve_the_auto_dtype() -> None:
+    assert EngineSpec(device="cpu").cache_identity()["dtype"] == "float32"
+    assert EngineSpec(device="cuda").cache_identity()["dtype"] == "bfloat16"  # no GPU needed
+    assert EngineSpec("vllm").cache_identity()["dtype"] == "auto"  # vLLM's own: the model's
+    assert EngineSpec(device="cpu", dtype="float16").cache_identity()["dtype"] == "float16"
+
+
 def test_speed_options_are_recorded_and_a_run_resumes_with_others(
     toy_model: Path, toy_prompts: Path, tmp_path: Path
 ) -> None:

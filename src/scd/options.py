@@ -139,6 +139,17 @@ class EngineSpec(Options):
         """The fields that change what a model answers: pinned and in cache keys."""
         return {"backend": self.backend, "dtype": self.dtype, "system_prompt": self.system_prompt}
 
+    def cache_identity(self) -> dict[str, Any]:
+        """:meth:`identity` with the hf backend's ``auto`` dtype resolved to the one it means on
+        this machine, for keys of a cache that CPU and GPU machines may share."""
+        found = self.identity()
+        if self.dtype == "auto" and self.backend == "hf":
+            import torch
+
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            found["dtype"] = "bfloat16" if device.startswith("cuda") else "float32"
+        return found
+
     def engine_options(self) -> dict[str, Any]:
         """The options the engine's constructor takes: this backend's, those that are set."""
         shared = ("dtype",)

@@ -29,7 +29,7 @@ def tiny_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def toy_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from scd.eval.stigma.toy_models import build_toy_masked_lm
+    from stigma_toy_models import build_toy_masked_lm
 
     out = tmp_path_factory.mktemp("stigma") / "mlm"
     build_toy_masked_lm(out, limit_conditions=5)
@@ -38,7 +38,7 @@ def toy_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def toy_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from scd.eval.stigma.toy_models import build_toy_classifier
+    from stigma_toy_models import build_toy_classifier
 
     out = tmp_path_factory.mktemp("stigma") / "clf"
     build_toy_classifier(out, limit_conditions=5)
@@ -47,7 +47,7 @@ def toy_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def toy_causal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from scd.eval.stigma.toy_models import build_toy_causal_lm
+    from stigma_toy_models import build_toy_causal_lm
 
     out = tmp_path_factory.mktemp("stigma") / "causal"
     build_toy_causal_lm(out)

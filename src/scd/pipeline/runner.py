@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -129,105 +130,55 @@ class _Run:
             )
 
     # -- evaluations ---------------------------------------------------------------------------
-    def base_bias(self) -> dict[str, str]:
-        """The base model on every prompt of each prompt set (cached): ``{name: result dir}``."""
+    def base_jobs(self) -> list[tuple[str, dict[str, Any], Callable[..., Any]]]:
+        """The base model's bias evaluations: every prompt of each prompt set."""
+        from scd.eval.bias import evaluate_bias
         from scd.io import sha256_file
 
-        ev, done = self.recipe.eval, {}
-        if not ev.bias.enabled:
-            return done
-        sources = {"bias": self.prompts}
-        if self.eval_prompts is not None:
-            sources["bias_eval_prompts"] = self.eval_prompts
-        for name, prompts in sources.items():
-            opts = {"limit": ev.bias.limit, "seed": ev.seed, "denominator": ev.bias.denominator}
-            key = cache_key(
-                kind=name,
-                model=model_fingerprint(self.model),
-                **self.engine.identity(),
-                prompts=sha256_file(prompts / "prompts.parquet"),
-                **opts,
-            )
-            out = self._where(f"base/{name}", self.cache / "base" / f"{name}-{key}")
-            self.stage(
-                f"base/{name}",
-                [out / "summary.json"],
-                lambda o=out, p=prompts, k=opts: self._bias(p, None, k)(o),
-                cached=True,
-            )
-            done[name] = str(out)
-        return done
+        ev, jobs = self.recipe.eval, []
+        sources = {"bias": self.prompts, "bias_eval_prompts": self.eval_prompts}
+        for name, prompts in sources.items() if ev.bias.enabled else ():
+            if prompts is not None:
+                opts = {"limit": ev.bias.limit, "seed": ev.seed, "denominator": ev.bias.denominator}
+                key = {**opts, "prompts": sha256_file(prompts / "prompts.parquet")}
+                jobs.append((name, key, partial(evaluate_bias, self.model, prompts, **opts)))
+        return jobs
 
-    def evaluations(self, adapter: str | None, where: Path, prefix: str) -> dict[str, str]:
-        """BBQ and the stigma probes of the base model (``adapter`` None: cached) or a tuned
-        one; return ``{name: result dir}``."""
+    def other_jobs(self) -> list[tuple[str, dict[str, Any], Callable[..., Any]]]:
+        """BBQ and the stigma probes, as ``(name, what the base's cache key holds, evaluate)``."""
+        from scd.eval.bbq import evaluate_bbq
+        from scd.eval.stigma import evaluate_stigma
         from scd.io import sha256_file
 
-        ev, done = self.recipe.eval, {}
-        jobs: list[tuple[str, dict, Callable[[Path], Any]]] = []
+        ev, jobs = self.recipe.eval, []
         if ev.bbq.enabled:
-            b = ev.bbq
-            opts = {"data": b.data, "categories": b.categories, "limit": b.limit, "seed": ev.seed}
-            jobs.append(("bbq", opts, self._bbq(adapter, opts)))
+            opts = {"categories": ev.bbq.categories, "limit": ev.bbq.limit, "seed": ev.seed}
+            bbq = partial(evaluate_bbq, self.model, ev.bbq.data, **opts)
+            jobs.append(("bbq", {"data": ev.bbq.data, **opts}, bbq))
         for probe in ev.stigma.probes:
-            opts = {"prompts": sha256_file(self.stigma / "manifest.json")}
-            jobs.append((f"stigma-{probe}", opts, self._stigma(probe, adapter)))
-        for name, opts, run in jobs:
+            key = {"prompts": sha256_file(self.stigma / "manifest.json")}
+            jobs.append((f"stigma-{probe}", key, partial(evaluate_stigma, probe, self.model,
+                                                         self.stigma)))  # fmt: skip
+        return jobs
+
+    def evaluate(self, jobs: list, adapter: str | None, where: Path, prefix: str) -> dict[str, str]:
+        """Each job as the stage ``prefix/name``, for the base model (``adapter`` None: results
+        cached by model, engine identity and the job's key) or a tuned one (into ``where``);
+        return ``{name: result dir}``."""
+        done = {}
+        for name, key, evaluate in jobs:
             if adapter is None:
-                key = cache_key(
-                    kind=name, model=model_fingerprint(self.model), **self.engine.identity(), **opts
-                )
-                out = self._where(f"{prefix}/{name}", self.cache / "base" / f"{name}-{key}")
+                digest = cache_key(kind=name, model=model_fingerprint(self.model),
+                                   **self.engine.cache_identity(), **key)  # fmt: skip
+                out = self._where(f"{prefix}/{name}", self.cache / "base" / f"{name}-{digest}")
             else:
                 out = where / name
+            run = partial(evaluate, adapter=adapter, engine=self.engine, progress=self.progress,
+                          shared=self.shared)  # fmt: skip
             self.stage(f"{prefix}/{name}", [out / "summary.json"], lambda r=run, o=out: r(o),
                        cached=adapter is None)  # fmt: skip
             done[name] = str(out)
         return done
-
-    def _bias(self, prompts: Path, adapter: str | None, opts: dict) -> Callable[[Path], Any]:
-        from scd.eval.bias import evaluate_bias
-
-        return lambda out: evaluate_bias(
-            self.model,
-            prompts,
-            out,
-            adapter=adapter,
-            engine=self.engine,
-            progress=self.progress,
-            shared=self.shared,
-            **opts,
-        )
-
-    def _bbq(self, adapter: str | None, opts: dict) -> Callable[[Path], Any]:
-        from scd.eval.bbq import evaluate_bbq
-
-        return lambda out: evaluate_bbq(
-            self.model,
-            opts["data"],
-            out,
-            adapter=adapter,
-            engine=self.engine,
-            categories=opts["categories"],
-            limit=opts["limit"],
-            seed=opts["seed"],
-            progress=self.progress,
-            shared=self.shared,
-        )
-
-    def _stigma(self, probe: str, adapter: str | None) -> Callable[[Path], Any]:
-        from scd.eval.stigma import evaluate_stigma
-
-        return lambda out: evaluate_stigma(
-            probe,
-            self.model,
-            self.stigma,
-            out,
-            adapter=adapter,
-            engine=self.engine,
-            progress=self.progress,
-            shared=self.shared,
-        )
 
     def _warn(self, manifest: dict[str, Any]) -> dict[str, Any]:
         for warning in manifest.get("warnings", []):
@@ -270,17 +221,18 @@ class _Run:
 
     def evaluate_setting(self, n: int, trained: dict[str, str]) -> dict[str, str]:
         """The tuned model of setting ``n`` on its held-out prompts (+ BBQ, stigma probes)."""
+        from scd.eval.bias import evaluate_bias
+
         ev, where = self.recipe.eval, self.dir / f"setting-{n}"
-        sft, adapter = Path(trained["sft"]), trained["adapter"]
-        ran, results = self.ran, {}
+        heldout, adapter = Path(trained["sft"]) / "heldout", trained["adapter"]
+        ran, jobs = self.ran, []
         if ev.bias.enabled:
-            out, opts = where / "eval" / "bias", {"denominator": ev.bias.denominator}
+            opts: dict[str, Any] = {"denominator": ev.bias.denominator}
             if ev.bias.limit is not None:  # the held-out part of the base model's subset
                 opts["sets"] = self._base_subset(n)
-            evaluate = self._bias(sft / "heldout", adapter, opts)
-            self.stage(f"setting-{n}/eval/bias", [out / "summary.json"], lambda: evaluate(out))
-            results["bias"] = str(out)
-        results.update(self.evaluations(adapter, where / "eval", f"setting-{n}/eval"))
+            jobs.append(("bias", {}, partial(evaluate_bias, self.model, heldout, **opts)))
+        jobs += self.other_jobs()
+        results = self.evaluate(jobs, adapter, where / "eval", f"setting-{n}/eval")
         if self.recipe.wandb.enabled and self.ran > ran:  # into the setting's training run
             from scd.report.wandb_log import log_tuned_results
 
@@ -425,7 +377,7 @@ def _run_stages(run: _Run, share_engine: bool) -> Path:
     if share_engine:  # trained first: the evaluation engine never shares a GPU with training
         run.share_engine([info["adapter"] for info in trained.values()])
     try:
-        base = {**run.base_bias(), **run.evaluations(None, cache_dir / "base", "base")}
+        base = run.evaluate(run.base_jobs() + run.other_jobs(), None, cache_dir / "base", "base")
         tuned = {n: {**info, "evals": run.evaluate_setting(n, info)} for n, info in trained.items()}
     finally:
         run.close_engine()
