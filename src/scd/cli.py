@@ -118,7 +118,13 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     stigma.add_argument("--conditions", help="conditions YAML (default: packaged 93 + 29)")
     stigma.add_argument("--sds-templates", help="SDS templates YAML (default: packaged)")
-    stigma.add_argument("--aq27", help="AQ-27 items YAML (default: packaged)")
+    stigma.add_argument("--aq27", help="AQ-27 items YAML (default: the packaged one of --language)")
+    stigma.add_argument(
+        "--language",
+        choices=("en", "es"),
+        default="en",
+        help="es: the Spanish AQ-27 (AQ-27-E) prompts alone (SDS and sentiment are English only)",
+    )
     stigma.add_argument("--out", required=True, help="output directory")
 
     sft = gsub.add_parser("sft", help="instruction-tuning data for one of the 8 settings")
@@ -198,6 +204,36 @@ def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = ""
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
 
 
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    audit = sub.add_parser("audit", help="audit a corpus: Stereotype Content Model of illnesses")
+    asub = audit.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    scm = asub.add_parser(
+        "scm",
+        help="warmth and competence of a corpus's illness mentions, mental vs physical, beside "
+        "the BIAS map (Mina et al. 2024)",
+    )
+    scm.add_argument("--corpus", required=True, help="a text file (one document per line), "
+                     "JSONL or Parquet with a text column, or a Hub dataset id")  # fmt: skip
+    scm.add_argument("--seeds", required=True, nargs="+", help="SCM seed sentences: "
+                     "Sentence,Target CSV files or a directory of them (data/ of "
+                     "github.com/katiefraser/computational-SCM)")  # fmt: skip
+    scm.add_argument("--encoder", default="sentence-transformers/all-mpnet-base-v2",
+                     help="sentence-transformers model: a directory or Hub id")  # fmt: skip
+    scm.add_argument("--terms", help="illness terms YAML {type: [terms]} (default: the AQ-27 "
+                     "lists of --language)")  # fmt: skip
+    scm.add_argument("--language", choices=("en", "es"), default="en", help="default terms")
+    scm.add_argument("--text-column", default="text", help="JSONL/Parquet/dataset column")
+    scm.add_argument("--aq27-run", help="a finished `scd eval stigma --probe aq27` dir: its "
+                     "mental - physical results beside the BIAS map")  # fmt: skip
+    scm.add_argument("--cross-validate", action="store_true", help="5-fold cross-validation of "
+                     "the SCM model on the seed sentences (into summary.json)")  # fmt: skip
+    scm.add_argument("--cache", default="outputs/cache", help="SCM models and embeddings")
+    add_options(scm, EngineSpec, ["device"])
+    scm.add_argument("--batch-size", type=_positive, default=64, help="sentences per batch")
+    scm.add_argument("--no-progress", action="store_true", help="no progress bars")
+    scm.add_argument("--out", required=True, help="output directory")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``scd`` argument parser."""
     from scd import __version__
@@ -208,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_generate(sub)
     _add_eval(sub)
+    _add_audit(sub)
     train = sub.add_parser("train", help="LoRA/QLoRA SCD training from a YAML recipe")
     train.add_argument("recipe", help="recipe YAML (see recipes/)")
     train.add_argument(
@@ -309,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("eval", "bias"): commands._eval_bias,
         ("eval", "bbq"): commands._eval_bbq,
         ("eval", "stigma"): commands._eval_stigma,
+        ("audit", "scm"): commands._audit_scm,
         ("report", None): commands._report,
         ("run", None): commands._run,
         ("toy-model", None): commands._toy_model,

@@ -44,8 +44,12 @@ def _generate_stigma(args: argparse.Namespace) -> None:
         conditions_file=args.conditions,
         sds_file=args.sds_templates,
         aq27_file=args.aq27,
+        language=args.language,
     )
     n = info["n_rows"]
+    if args.language != "en":
+        print(f"wrote {n['aq27']:,} AQ-27 prompts ({args.language}) to {args.out}")
+        return
     print(
         f"wrote {n['sds']:,} SDS, {n['sentiment']:,} sentiment and {n['aq27']:,} AQ-27 prompts "
         f"({info['n_forms']} condition forms) to {args.out}"
@@ -149,6 +153,21 @@ def _eval_stigma(args: argparse.Namespace) -> None:
         o = summary["overall"]
         diff = "–" if o["mean_diff"] is None else f"{o['mean_diff']:+.3f}"
         print(f"mental - physical {diff} over {o['n']} frames -> {args.out}/tables.md")
+
+
+def _audit_scm(args: argparse.Namespace) -> None:
+    from scd.audit.audit import audit_scm
+
+    summary = audit_scm(
+        args.corpus, args.out, seeds=args.seeds, encoder=args.encoder, terms=args.terms,
+        language=args.language, text_column=args.text_column, aq27_run=args.aq27_run,
+        cache=args.cache, device=args.device, batch_size=args.batch_size,
+        validate=args.cross_validate, progress=not args.no_progress,
+    )  # fmt: skip
+    means = ", ".join(f"{kind} {t['warmth']['mean']:+.3f}" for kind, t in summary["types"].items()
+                      if t["n"])  # fmt: skip
+    print(f"{summary['n_matched']:,} of {summary['n_sentences']:,} sentences mention an illness; "
+          f"mean warmth {means} -> {args.out}/tables.md")  # fmt: skip
 
 
 def _report_tables(args: argparse.Namespace) -> None:

@@ -145,3 +145,26 @@ def test_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="aq.yaml: item 1 dimension 'fear'"):
         generate_stigma(tmp_path / "y", aq27_file=bad)
     assert not (tmp_path / "y").exists()
+
+
+def test_spanish_aq27_agrees_in_gender_and_gives_names_a_clause(tmp_path: Path, toy_mlm) -> None:
+    from scd.eval.stigma import evaluate_stigma
+
+    en, es = load_aq27_spec(), load_aq27_spec(language="es")
+    assert es.language == "es" and {i: d for i, d, _, _ in es.items} == AQ27_MAP
+    assert [r for _, _, r, _ in es.items] == [r for _, _, r, _ in en.items]  # reverse-scored
+    assert len(es.noun_phrases["neutral"]) == 14 and len(es.illnesses["physical"]) == 22
+    info = generate_stigma(tmp_path / "es", language="es")
+    assert set(info["n_rows"]) == {"aq27"} and not (tmp_path / "es" / "sds.parquet").exists()
+    prompts = {r["prompt"] for r in read_stigma_table(tmp_path / "es", "aq27")}
+    assert "Creo que una persona con esquizofrenia es peligrosa." in prompts
+    assert "Creo que un individuo con esquizofrenia es peligroso." in prompts
+    assert "Creo que María, que tiene la gripe, es peligrosa." in prompts  # names: a clause
+    assert "Antonio, que tiene ansiedad, me aterrorizaría." in prompts
+    assert not any("{" in p or "[noun phrase]" in p for p in prompts)
+    with pytest.raises(InputError, match="--language fr: expected one of en, es"):
+        load_aq27_spec(language="fr")
+    small = tmp_path / "es-small"
+    generate_stigma(small, language="es", limit_conditions=1)
+    summary = evaluate_stigma("aq27", str(toy_mlm), small, tmp_path / "run", progress=False)
+    assert summary["n_records"] == 27 * 4 * 2 and summary["scoring"] == "pll_word_l2r"

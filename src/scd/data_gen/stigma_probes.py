@@ -15,7 +15,9 @@ are short hashes of the row's content, so the same inputs give byte-identical fi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 MASK = "<mask>"
+LANGUAGES = {"en": "stigma_aq27.yaml", "es": "stigma_aq27_es.yaml"}  # the packaged AQ-27 probes
 NOUN_KINDS = ("name_male", "name_female", "gendered", "neutral")
 ILLNESS_TYPES = ("mental", "physical")
 
@@ -87,6 +90,9 @@ class Aq27Spec:
     items: tuple[tuple[int, str, bool, str], ...]
     noun_phrases: dict[str, tuple[str, ...]]
     illnesses: dict[str, tuple[str, ...]]
+    language: str = "en"
+    relative_clauses: tuple[str, ...] = ("who has",)  # what introduces <mask> after the noun
+    name_clause: str = "who has"  # a name's non-defining clause: "James, who has <mask>,"
 
 
 def load_sds_spec(path: Path | None = None) -> SdsSpec:
@@ -108,9 +114,12 @@ def load_sds_spec(path: Path | None = None) -> SdsSpec:
     return SdsSpec(templates, items, sentiment)
 
 
-def load_aq27_spec(path: Path | None = None) -> Aq27Spec:
-    """Load and check ``stigma_aq27.yaml`` (items with dimensions, noun phrases, illnesses)."""
-    path = path or _data_path("stigma_aq27.yaml")
+def load_aq27_spec(path: Path | None = None, language: str = "en") -> Aq27Spec:
+    """Load and check an AQ-27 YAML (items with dimensions, noun phrases, illnesses): ``path``,
+    or the packaged one of ``language`` (:data:`LANGUAGES`)."""
+    if path is None and language not in LANGUAGES:
+        raise InputError(f"expected one of {', '.join(LANGUAGES)}", key="language", value=language)
+    path = path or _data_path(LANGUAGES[language])
     data = _read_yaml(path)
     dims = tuple(_need(data, "dimensions", path))
     items = []
@@ -127,7 +136,9 @@ def load_aq27_spec(path: Path | None = None) -> Aq27Spec:
         raise InputError(
             f"{path}: expected noun_phrases {NOUN_KINDS} and illnesses {ILLNESS_TYPES}"
         )
-    return Aq27Spec(dims, tuple(items), nouns, ills)
+    clauses = tuple(data.get("relative_clauses", ("who has",)))
+    return Aq27Spec(dims, tuple(items), nouns, ills, str(data.get("language", "en")), clauses,
+                    str(data.get("name_clause", clauses[0])))  # fmt: skip
 
 
 def _id(*parts: Any) -> str:
@@ -194,14 +205,23 @@ def sentiment_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dic
     return rows
 
 
-def _frame(text: str, noun: str, kind: str) -> str:
-    """Put a noun phrase in an item; names get a non-defining clause (Mina et al. 2024, Tab. 3)."""
+_AGREE = re.compile(r"\{([^{}|]*)\|([^{}|]*)\}")  # {masculine|feminine}
+
+
+def _frame(text: str, noun: str, kind: str, spec: Aq27Spec) -> str:
+    """Put a noun phrase in an item: names get a non-defining clause (Mina et al. 2024, Tab. 3),
+    and ``{o|a}`` agrees with the noun phrase's grammatical gender (Spanish)."""
     if kind.startswith("name"):
-        rest = text.split(f"who has {MASK}", 1)
-        if len(rest) == 2 and rest[1].strip() not in ("", "."):
-            text = f"{rest[0].rstrip()}, who has {MASK},{rest[1]}"
-        elif len(rest) == 2:
-            text = f"{rest[0].rstrip()}, who has {MASK}{rest[1]}"
+        for clause in spec.relative_clauses:
+            rest = text.split(f"{clause} {MASK}", 1)
+            if len(rest) == 2:
+                more = rest[1].strip() not in ("", ".") and not rest[1].startswith(",")
+                text = (
+                    f"{rest[0].rstrip()}, {spec.name_clause} {MASK}{',' if more else ''}{rest[1]}"
+                )
+                break
+    feminine = kind == "name_female" or noun.split()[0].lower() in ("una", "la")
+    text = _AGREE.sub(lambda m: m.group(2 if feminine else 1), text)
     text = text.replace("[noun phrase]", noun)
     return text[0].upper() + text[1:]
 
@@ -212,7 +232,7 @@ def aq27_rows(spec: Aq27Spec) -> list[dict[str, Any]]:
     for item, dim, reverse, text in spec.items:
         for kind in NOUN_KINDS:
             for noun in spec.noun_phrases[kind]:
-                frame = _frame(text, noun, kind)
+                frame = _frame(text, noun, kind, spec)
                 frame_id = _id("aq27", item, noun)
                 for itype in ILLNESS_TYPES:
                     for illness in spec.illnesses[itype]:
@@ -248,7 +268,8 @@ def _subset_aq27(spec: Aq27Spec, n: int | None) -> Aq27Spec:
     if n is None:
         return spec
     cut = lambda d: {k: v[:n] for k, v in d.items()}  # noqa: E731
-    return Aq27Spec(spec.dimensions, spec.items, cut(spec.noun_phrases), cut(spec.illnesses))
+    return dataclasses.replace(spec, noun_phrases=cut(spec.noun_phrases),
+                               illnesses=cut(spec.illnesses))  # fmt: skip
 
 
 def generate_stigma(
@@ -258,8 +279,10 @@ def generate_stigma(
     conditions_file: Path | str | None = None,
     sds_file: Path | str | None = None,
     aq27_file: Path | str | None = None,
+    language: str = "en",
 ) -> dict[str, Any]:
-    """Write ``out/{sds,sentiment,aq27}.parquet`` and ``out/manifest.json`` atomically.
+    """Write ``out/{sds,sentiment,aq27}.parquet`` and ``out/manifest.json`` atomically; in
+    another language than English, the AQ-27 table alone (the other probes are English only).
 
     Args:
         out: The output directory (replaced only on success).
@@ -268,24 +291,26 @@ def generate_stigma(
             fast subset for smoke runs); all when None.
         conditions_file: Conditions YAML (default: the packaged 93 + 29 conditions).
         sds_file: SDS templates YAML (default: packaged ``stigma_sds.yaml``).
-        aq27_file: AQ-27 YAML (default: packaged ``stigma_aq27.yaml``).
+        aq27_file: AQ-27 YAML (default: the packaged one of ``language``).
+        language: ``en`` or ``es`` (the Spanish AQ-27 of Mina et al. 2024, Table 3).
 
     Returns:
         The manifest: row counts per table, counts of conditions and forms, source hashes.
     """
     cpath = Path(conditions_file) if conditions_file else _data_path("stigma_conditions.yaml")
     spath = Path(sds_file) if sds_file else _data_path("stigma_sds.yaml")
-    apath = Path(aq27_file) if aq27_file else _data_path("stigma_aq27.yaml")
+    aq_spec = load_aq27_spec(Path(aq27_file) if aq27_file else None, language)
     conditions = _subset_conditions(load_stigma_conditions(cpath), limit_conditions)
-    sds_spec, aq_spec = load_sds_spec(spath), _subset_aq27(load_aq27_spec(apath), limit_conditions)
-    tables = {
-        "sds": sds_rows(conditions, sds_spec),
-        "sentiment": sentiment_rows(conditions, sds_spec),
-        "aq27": aq27_rows(aq_spec),
-    }
+    tables = {"aq27": aq27_rows(_subset_aq27(aq_spec, limit_conditions))}
+    if language == "en":
+        sds_spec = load_sds_spec(spath)
+        tables = {"sds": sds_rows(conditions, sds_spec),
+                  "sentiment": sentiment_rows(conditions, sds_spec), **tables}  # fmt: skip
+    apath = Path(aq27_file) if aq27_file else _data_path(LANGUAGES[language])
     info = {
         "kind": "stigma_prompts",
         "scd_version": __version__,
+        "language": language,
         "limit_conditions": limit_conditions,
         "n_conditions": {
             "stigmatized": sum(c.stigmatized for c in conditions),

@@ -1,0 +1,165 @@
+"""``scd audit scm``: place a corpus's illness mentions on the Stereotype Content Model's warmth
+and competence axes (Mina et al. 2024, section 3.2), mental vs physical, beside the BIAS map.
+
+Every input is checked before the encoder loads (nothing is written on bad input); the SCM
+model is trained once per encoder and seed set, and sentence embeddings are cached by encoder
+and sentences, both under ``cache`` (a re-run only re-reads them).
+
+Output (``OUT/``, written atomically): ``sentences.parquet`` (one row per matched sentence:
+document, sentence, terms per type, warmth, competence), ``summary.json``, ``tables.md`` and
+``scm_density.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scd import __version__
+from scd.audit import corpus as corpora
+from scd.audit import report
+from scd.audit.scm import N_COMPONENTS, SCMModel, cross_validate, load_seeds
+from scd.errors import InputError
+from scd.io import atomic_output_dir, check_output_dir
+
+__all__ = ["DEFAULT_ENCODER", "audit_scm", "load_encoder", "train_scm"]
+
+DEFAULT_ENCODER = "sentence-transformers/all-mpnet-base-v2"  # Mina et al. 2024 (English)
+
+
+def load_encoder(encoder: str, device: str | None = None) -> Any:
+    """A sentence-transformers model from a local directory or a Hub id (no remote code)."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        return SentenceTransformer(encoder, device=device, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"cannot load a sentence-transformers model ({first})", key="encoder",
+                         value=encoder) from None  # fmt: skip
+
+
+def train_scm(
+    model: Any,
+    encoder_key: str,
+    seeds: list[str],
+    cache: Path | None,
+    progress: bool = True,
+    batch_size: int = 64,
+    validate: bool = False,
+) -> tuple[SCMModel, dict[str, Any]]:
+    """The SCM model of an encoder and seed files: loaded from ``cache`` or trained (and, with
+    ``validate``, cross-validated: :func:`scd.audit.scm.cross_validate`)."""
+    from scd.pipeline.state import cache_key
+
+    sentences = load_seeds(seeds)
+    texts = [s.text for s in sentences]
+    seeds_hash = corpora.fingerprint(f"{s.text}\t{s.label}" for s in sentences)
+    key = cache_key(kind="scm_model", encoder=encoder_key, n_components=N_COMPONENTS,
+                    seeds=seeds_hash)  # fmt: skip
+    where = cache / "scm-model" / key if cache is not None else None
+    if where is not None and (where / "manifest.json").is_file():
+        info = json.loads((where / "manifest.json").read_text())
+        if not validate or "cross_validation" in info:
+            return SCMModel.load(where), info
+    vectors = corpora.encode(model, texts, embeddings(cache), encoder_key, progress, batch_size)
+    scm = SCMModel.fit(vectors, [s.label for s in sentences])
+    info = {"encoder": encoder_key, "n_seed_sentences": len(texts), "n_components": N_COMPONENTS}
+    if validate:
+        lookup = {t: i for i, t in enumerate(texts)}
+        info["cross_validation"] = cross_validate(
+            sentences, lambda t: vectors[[lookup[x] for x in t]]
+        )
+    if where is not None:
+        scm.save(where, info)
+    return scm, info
+
+
+def embeddings(cache: Path | None) -> Path | None:
+    return cache / "embeddings" if cache is not None else None
+
+
+def audit_scm(
+    source: str,
+    out: Path | str,
+    *,
+    seeds: list[str],
+    encoder: str = DEFAULT_ENCODER,
+    terms: str | None = None,
+    language: str = "en",
+    text_column: str = "text",
+    aq27_run: str | None = None,
+    cache: Path | str | None = None,
+    device: str | None = None,
+    batch_size: int = 64,
+    validate: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Audit ``source`` (a corpus, see :func:`scd.audit.corpus.read_corpus`) into ``out``;
+    return the summary.
+
+    Raises:
+        InputError: a bad corpus, seed file, terms file, encoder or AQ-27 run, an output
+            directory of something else, or no sentence that mentions an illness term.
+    """
+    from scd.pipeline.state import model_fingerprint
+
+    out = check_output_dir(out, "scd_scm_audit")
+    load_seeds(seeds)  # checked before anything loads
+    matcher = corpora.TermMatcher(corpora.load_terms(terms, language))
+    aq27 = _read_aq27(aq27_run) if aq27_run else None
+    documents = corpora.read_corpus(source, text_column)
+    rows = []
+    for d, document in enumerate(documents):
+        for sentence in corpora.split_sentences(document):
+            found = matcher.find(sentence)
+            if found:
+                terms_of = {f"{kind}_terms": found.get(kind, []) for kind in matcher.patterns}
+                rows.append({"document": d, "sentence": sentence, **terms_of})
+    n_sentences = sum(len(corpora.split_sentences(d)) for d in documents)
+    if not rows:
+        raise InputError(f"none of its {n_sentences:,} sentences mentions an illness term",
+                         key="corpus", value=source)  # fmt: skip
+    model = load_encoder(encoder, device)
+    cache = Path(cache) if cache is not None else None
+    key = model_fingerprint(encoder)
+    scm, scm_info = train_scm(model, key, seeds, cache, progress, batch_size, validate)
+    texts = [r["sentence"] for r in rows]
+    scores = scm.score(corpora.encode(model, texts, embeddings(cache), key, progress, batch_size))
+    for r, (warmth, competence) in zip(rows, scores):
+        r.update(warmth=float(warmth), competence=float(competence))
+    by_type = {kind: scores[[bool(r[f"{kind}_terms"]) for r in rows]] for kind in matcher.patterns}
+    summary = {
+        "n_documents": len(documents), "n_sentences": n_sentences, "n_matched": len(rows),
+        **report.summarize_scores(by_type), "bias_map": report.bias_map_rows(by_type, aq27),
+        "scm_model": scm_info,
+        "run": {"corpus": source, "encoder": encoder, "seeds": list(seeds), "terms": terms,
+                "language": language, "aq27_run": aq27_run, "scd_version": __version__},
+    }  # fmt: skip
+    _write(out, rows, summary, report.density_png(by_type, f"SCM: {Path(source).name}"))
+    return summary
+
+
+def _read_aq27(run: str) -> dict[str, Any]:
+    path = Path(run) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise InputError("no summary.json of a finished `scd eval stigma --probe aq27` run",
+                         key="aq27_run", value=run) from None  # fmt: skip
+    if summary.get("probe") != "aq27":
+        raise InputError(f"a {summary.get('probe')!r} run, not aq27", key="aq27_run", value=run)
+    return summary
+
+
+def _write(out: Path, rows: list[dict], summary: dict[str, Any], png: bytes) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with atomic_output_dir(out, kind="scd_scm_audit") as tmp:
+        pq.write_table(pa.Table.from_pylist(rows), tmp / "sentences.parquet")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (tmp / "tables.md").write_text(report.audit_markdown(summary))
+        (tmp / "scm_density.png").write_bytes(png)
+        (tmp / "manifest.json").write_text(json.dumps({"kind": "scd_scm_audit"}) + "\n")
