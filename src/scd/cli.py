@@ -234,6 +234,12 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     scm.add_argument("--out", required=True, help="output directory")
 
 
+def _add_recipe_args(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument("recipe", help="recipe YAML (see recipes/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a recipe key, e.g. --set {example}")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``scd`` argument parser."""
     from scd import __version__
@@ -246,14 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_audit(sub)
     train = sub.add_parser("train", help="LoRA/QLoRA SCD training from a YAML recipe")
-    train.add_argument("recipe", help="recipe YAML (see recipes/)")
-    train.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe key, e.g. --set train.learning_rate=1e-4",
-    )
+    _add_recipe_args(train, "train.learning_rate=1e-4")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument(
         "--outputs",
@@ -268,14 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="the whole pipeline from a recipe: generate, evaluate, train, report"
     )
-    run.add_argument("recipe", help="recipe YAML (see recipes/)")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe key, e.g. --set eval.bbq.enabled=true",
-    )
+    _add_recipe_args(run, "eval.bbq.enabled=true")
     run.add_argument("--outputs", default="outputs", help="root of run dirs and the shared cache")
     run.add_argument("--run-id", help="run directory name (default: run.name or the recipe's name)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")

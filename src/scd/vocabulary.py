@@ -54,17 +54,7 @@ SDS_COLUMNS = (  # sds.parquet: Social Distance Scale prompts
     "form",
     "prompt",
 )
-SENTIMENT_COLUMNS = (  # sentiment.parquet
-    "prompt_id",
-    "template",
-    "baseline",
-    "condition",
-    "category",
-    "stigmatized",
-    "form_index",
-    "form",
-    "prompt",
-)
+SENTIMENT_COLUMNS = tuple(c for c in SDS_COLUMNS if c not in ("item", "item_key"))  # sentiment
 AQ27_COLUMNS = (  # aq27.parquet: AQ-27 items in frames
     "prompt_id",
     "frame_id",

@@ -22,6 +22,7 @@ from typing import Any
 
 from scd.errors import InputError
 from scd.eval.stigma.stats import gap, pearson
+from scd.vocabulary import SENTIMENT_COLUMNS
 
 __all__ = [
     "correlate",
@@ -31,15 +32,7 @@ __all__ = [
     "summarize_sentiment",
 ]
 
-KEYS = (
-    "prompt_id",
-    "template",
-    "baseline",
-    "condition",
-    "category",
-    "stigmatized",
-    "form_index",
-)
+KEYS = SENTIMENT_COLUMNS[:-2]  # a record keeps these of its prompt (not form and text)
 
 
 def load_classifier(model: str, adapter: str | None, device: str) -> tuple[Any, Any]:
