@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from scd import commands
-from scd.errors import InputError
+from scd.errors import InputError, RunFailed
 from scd.options import (
     DENOMINATORS,
     MODES,
@@ -271,6 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--outputs", default="outputs", help="root of run dirs and the shared cache")
     run.add_argument("--run-id", help="run directory name (default: run.name or the recipe's name)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument(
+        "--launcher",
+        choices=("local", "ray"),
+        default="local",
+        help="local: settings in turn in this process; ray: the base evaluation and each setting "
+        "as Ray tasks (pip install 'scd[ray]'; outputs on a path all nodes see)",
+    )
+    run.add_argument("--address", help="ray: the cluster (default: a local one; 'auto': the "
+                     "cluster this node belongs to)")  # fmt: skip
     report = sub.add_parser("report", help="the report of a run dir (or tables of eval dirs)")
     report.add_argument(
         "target",
@@ -356,6 +365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in str(err).splitlines():  # one line per problem (a recipe reports them all)
             print(f"scd: error: {line}", file=sys.stderr)
         return 2
+    except RunFailed as err:  # tasks of a Ray run failed: one line each
+        for line in str(err).splitlines():
+            print(f"scd: error: {line}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("scd: interrupted", file=sys.stderr)
         return 130

@@ -239,8 +239,11 @@ def _run(args: argparse.Namespace) -> None:
     run_id = args.run_id or recipe.run.name or Path(args.recipe).stem
     if not run_id or "/" in run_id or run_id in (".", "..", "cache"):
         raise InputError(f"--run-id {run_id!r}: expected a plain directory name other than cache")
+    if args.address and args.launcher != "ray":
+        raise InputError("--address goes with --launcher ray")
     outputs = Path(args.outputs)
-    run_recipe(recipe, outputs / run_id, outputs / "cache", progress=not args.no_progress)
+    run_recipe(recipe, outputs / run_id, outputs / "cache", progress=not args.no_progress,
+               launcher=args.launcher, address=args.address)  # fmt: skip
 
 
 def _toy_model(args: argparse.Namespace) -> None:

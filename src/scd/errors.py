@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["InputError"]
+__all__ = ["InputError", "RunFailed"]
 
 _UNSET: Any = object()
 
@@ -32,3 +32,8 @@ class InputError(ValueError):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class RunFailed(RuntimeError):
+    """Tasks of a run failed (``scd run --launcher ray``): one line per failed task; the command
+    line reports them with exit code 1."""

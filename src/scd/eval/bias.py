@@ -22,7 +22,7 @@ from scd.data_gen.contact import read_baseline, read_prompts
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, SharedEngine
 from scd.eval.formatting import parse_answer
-from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
+from scd.eval.runner import CausalModel, CausalTask, Launch, require_adapter, run_task
 from scd.eval.sampling import stratified_sample
 from scd.io import sha256_file
 from scd.options import DENOMINATORS, MODES, EngineSpec, one_of
@@ -125,11 +125,14 @@ def evaluate_bias(
     chunk_size: int = 512,
     progress: bool = True,
     shared: SharedEngine | None = None,
+    shards: int = 1,
+    launch: Launch | None = None,
 ) -> dict[str, Any]:
     """Evaluate (or resume evaluating) a model on a prompt directory; return the summary.
 
     ``engine``: how the model runs (default: hf, its defaults); ``shared``: an engine of
-    ``model`` already loaded for several evaluations (``scd run``).
+    ``model`` already loaded for several evaluations (``scd run``); ``shards``, ``launch``:
+    the prompts in slices, see :func:`~scd.eval.runner.run_task`.
 
     ``limit`` is a number of descriptor prompts (a stratified subset of whole sets, seeded by
     ``seed``); ``sets`` restricts the prompts to those set ids first (``scd run`` evaluates a
@@ -161,7 +164,7 @@ def evaluate_bias(
         config["sets"] = {"n": len(set(sets)), "sha256": hashlib.sha256(joined).hexdigest()}
     causal = CausalModel(model, adapter, engine, shared)
     task = BiasTask(config, work, chunk_size, causal, mode, max_new_tokens, denominator)
-    return run_task(task, out, progress=progress)
+    return run_task(task, out, progress=progress, shards=shards, launch=launch)
 
 
 @dataclass

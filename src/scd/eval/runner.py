@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +19,7 @@ from scd import __version__
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine, make_engine, require_adapter
 from scd.eval.formatting import Formatter, load_tokenizer
-from scd.eval.records import RecordLog, check_run_config
+from scd.eval.records import RecordLog, check_run_config, read_records
 from scd.io import atomic_file, json_text
 from scd.options import EngineSpec
 
@@ -52,17 +52,34 @@ class EvalTask(Protocol):
         """Result files besides ``summary.json``: name -> text."""
 
 
-def run_task(task: EvalTask, out: Path | str, *, progress: bool = True) -> dict[str, Any]:
+Launch = Callable[[list[tuple[Any, Path]], bool], None]  # runs (task, out) jobs: in turn, on Ray
+
+
+def run_task(
+    task: EvalTask,
+    out: Path | str,
+    *,
+    progress: bool = True,
+    shards: int = 1,
+    launch: Launch | None = None,
+) -> dict[str, Any]:
     """Run (or resume) ``task`` into ``out``; write ``summary.json`` and the task's files.
 
     A different earlier run in ``out`` is refused before the model loads, and nothing is
     written before it has loaded. Killed at any point, a re-run resumes without losing or
     duplicating a record (:class:`~scd.eval.records.RecordLog`).
+
+    ``shards`` > 1 cuts the work into that many contiguous slices, each run (and resumable) as a
+    task of its own into ``out/shards/<i>-of-<n>`` by ``launch`` (default: one after the other;
+    ``scd run --launcher ray``: as Ray tasks), then merges their records in work order into
+    ``out/records.jsonl``: the same records as one unsharded run.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", key="out", value=out)
     check_run_config(out, task.config, write=False)
+    if shards > 1:
+        return _run_shards(task, out, shards, launch or _in_turn, progress)
     log = RecordLog(out / "records.jsonl", task.chunk_size, len(task.work))
     if log.done < len(task.work):
         task.load(progress)
@@ -76,6 +93,35 @@ def run_task(task: EvalTask, out: Path | str, *, progress: bool = True) -> dict[
         _score_all(task, log, progress)
     summary = task.summarize(log.read())
     summary["run"] = {**task.config, **getattr(task, "recorded", {}), "scd_version": __version__}
+    write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
+    return summary
+
+
+def _in_turn(jobs: list[tuple[Any, Path]], progress: bool) -> None:
+    for task, out in jobs:
+        run_task(task, out, progress=progress)
+
+
+def _run_shards(
+    task: Any, out: Path, shards: int, launch: Launch, progress: bool
+) -> dict[str, Any]:
+    merged, n = out / "records.jsonl", len(task.work)
+    if not merged.is_file() or merged.read_bytes().count(b"\n") != n:
+        cuts = [n * i // shards for i in range(shards + 1)]
+        jobs = []
+        for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            config = {**task.config, "n_items": b - a, "shard": f"{i + 1}/{shards}"}
+            part = dataclasses.replace(task, work=task.work[a:b], config=config)
+            jobs.append((part, out / "shards" / f"{i + 1}-of-{shards}"))
+        out.mkdir(parents=True, exist_ok=True)
+        check_run_config(out, task.config)  # the shards' directories go inside
+        launch(jobs, progress)
+        with atomic_file(merged) as tmp, open(tmp, "wb") as sink:
+            for _, shard in jobs:
+                sink.write((shard / "records.jsonl").read_bytes())
+    summary = task.summarize(read_records(merged))
+    summary["run"] = {**task.config, **getattr(task, "recorded", {}), "shards": shards,
+                      "scd_version": __version__}  # fmt: skip
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
 

@@ -36,9 +36,9 @@ from scd.data_gen.settings import load_settings
 from scd.data_gen.sft import prepare_sft
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine
-from scd.options import EngineSpec
+from scd.pipeline.inputs import in_recipe_terms, validate_inputs
 from scd.pipeline.state import RunState, cache_key, model_fingerprint
-from scd.train.recipe import DataSpec, Recipe, recipe_to_dict
+from scd.train.recipe import Recipe, recipe_to_dict
 from scd.vocabulary import RunLayout
 
 __all__ = ["ensure_toy_model", "in_recipe_terms", "run_recipe", "settings_of", "validate_inputs"]
@@ -59,6 +59,8 @@ class _Run:
         self.progress, self.say = progress, say
         self.ran = 0  # stages run by this invocation
         self.current: str | None = None  # the stage running (errors name it)
+        self.launch: Any = None  # how the shards of a sharded evaluation run (None: in turn)
+        self.train_processes = 1  # > 1: training under torchrun (a Ray task with several GPUs)
         self.started = time.time()
         self.state = RunState(run_dir, recipe_to_dict(recipe))
         self.model = recipe.model
@@ -141,7 +143,9 @@ class _Run:
             if prompts is not None:
                 opts = {"limit": ev.bias.limit, "seed": ev.seed, "denominator": ev.bias.denominator}
                 key = {**opts, "prompts": sha256_file(prompts / "prompts.parquet")}
-                jobs.append((name, key, partial(evaluate_bias, self.model, prompts, **opts)))
+                evaluate = partial(evaluate_bias, self.model, prompts, shards=ev.shards,
+                                   launch=self.launch, **opts)  # fmt: skip
+                jobs.append((name, key, evaluate))
         return jobs
 
     def other_jobs(self) -> list[tuple[str, dict[str, Any], Callable[..., Any]]]:
@@ -212,11 +216,12 @@ class _Run:
             data=dataclasses.replace(d, sft=str(sft), prompts=None, descriptors=None, setting=n),
             wandb=dataclasses.replace(r.wandb, group=group, run_name=f"{group}/setting-{n}"),
         )
-        self.stage(
-            f"setting-{n}/train",
-            [adapter / "train_manifest.json"],
-            lambda: train(tuned, resume=(adapter / "checkpoints").is_dir(), progress=self.progress),
-        )
+        resume = (adapter / "checkpoints").is_dir()
+        if self.train_processes > 1:  # one process per GPU of the setting's Ray task
+            work = partial(_torchrun_train, tuned, self.train_processes, resume, where)
+        else:
+            work = partial(train, tuned, resume=resume, progress=self.progress)
+        self.stage(f"setting-{n}/train", [adapter / "train_manifest.json"], work)
         return {"sft": str(sft), "adapter": str(adapter)}
 
     def evaluate_setting(self, n: int, trained: dict[str, str]) -> dict[str, str]:
@@ -260,6 +265,22 @@ class _Run:
             self.shared.close()
 
 
+def _torchrun_train(recipe: Recipe, processes: int, resume: bool, where: Path) -> None:
+    """``scd train`` under ``torchrun``, one process per GPU, on the setting's recipe."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    path = where / "train_recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={processes}", "-m", "scd", "train", str(path)]  # fmt: skip
+    done = subprocess.run([*cmd, *(["--resume"] if resume else [])], check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"training under torchrun failed (exit {done.returncode}): {path}")
+
+
 def ensure_toy_model(
     spec: Any, cache: Path, say: Callable[[str], None] = print, progress: bool = False
 ) -> Path:
@@ -280,62 +301,8 @@ def ensure_toy_model(
     return path
 
 
-def _recipe_key(key: str, stage: str | None) -> str:
-    """The recipe key an option of the library (a parameter name) comes from in ``scd run``;
-    its own name when the recipe has none (an adapter or output directory of the run)."""
-    stage = stage or ""
-    if key in {f.name for f in dataclasses.fields(EngineSpec)}:
-        return f"eval.{key}"
-    if key in ("data", "categories") or (key == "limit" and "bbq" in stage):
-        return f"eval.bbq.{key}"
-    if key == "limit":
-        return "eval.bias.limit"
-    if key == "seed":
-        return "eval.seed" if "eval" in stage or stage.startswith("base") else "data.seed"
-    if key in {f.name for f in dataclasses.fields(DataSpec)}:
-        return f"data.{key}"
-    return {"base": "model", "limit_conditions": "eval.stigma.limit_conditions"}.get(key, key)
-
-
-def in_recipe_terms(err: InputError, stage: str | None) -> InputError:
-    """``err`` as ``scd run`` reports it: the stage, and the recipe key instead of a flag."""
-    text = err.render(_recipe_key(err.key, stage)) if err.key else str(err)
-    return InputError(f"stage {stage}: {text}" if stage else text)
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
-
-
-def _looks_like_hub_id(text: str) -> bool:
-    parts = text.split("/")
-    return (
-        len(parts) == 2 and all(parts) and not text.startswith((".", "~")) and "." not in parts[1]
-    )
-
-
-def validate_inputs(recipe: Recipe) -> None:
-    """Check every path the recipe names before any stage runs.
-
-    Raises:
-        InputError: naming the first key whose file or directory is missing.
-    """
-    d, ev = recipe.data, recipe.eval
-    if d.sft:
-        raise InputError(
-            "data.sft: scd run generates its SFT data per setting; give data.descriptors "
-            "or data.prompts instead"
-        )
-    paths = {"data.prompts": d.prompts, "data.eval_prompts": d.eval_prompts}
-    for key, value in paths.items():
-        if value and not (Path(value) / "prompts.parquet").is_file():
-            raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
-    if recipe.model != "toy":
-        from scd.models import check_model_spec
-
-        check_model_spec(recipe.model, key="model")
-    if ev.bbq.enabled and not Path(ev.bbq.data).exists() and not _looks_like_hub_id(ev.bbq.data):
-        raise InputError(f"eval.bbq.data: {ev.bbq.data} is neither an existing path nor a Hub id")
 
 
 def run_recipe(
@@ -346,43 +313,66 @@ def run_recipe(
     progress: bool = True,
     say: Callable[[str], None] = print,
     share_engine: bool = True,
+    launcher: str = "local",
+    address: str | None = None,
 ) -> Path:
     """Run (or resume) every stage of ``recipe`` in ``run_dir``; return the report's path.
 
-    Every setting is trained first; then one engine (``share_engine``) loads the base model once
-    and evaluates the base and each adapter on it (``share_engine=False``: a fresh engine per
-    evaluation stage, as before; benchmarks compare the two).
+    ``launcher="local"``: every setting is trained first; then one engine (``share_engine``)
+    loads the base model once and evaluates the base and each adapter on it
+    (``share_engine=False``: a fresh engine per evaluation stage; benchmarks compare the two).
+    ``launcher="ray"``: the base evaluation and each setting (SFT data, training, its
+    evaluations) are Ray tasks on the cluster at ``address`` (None: a local one), side by side;
+    see :mod:`scd.pipeline.ray_launcher`. Either way the same stages, state and resume.
 
     Raises:
         InputError: a recipe the pipeline cannot run (checked before any work), a run directory
             of another recipe, or bad input found by a stage.
+        RunFailed: a Ray task failed (the others' results are kept).
     """
+    if launcher == "ray":
+        from scd.pipeline.ray_launcher import import_ray
+
+        import_ray()  # before any work
     validate_inputs(recipe)
     run = _Run(recipe, Path(run_dir), Path(cache_dir), progress, say)
     try:
-        return _run_stages(run, share_engine)
+        started = time.perf_counter()
+        run.state.pin()
+        where = f" on Ray ({address or 'a local cluster'})" if launcher == "ray" else ""
+        settings = ", ".join(map(str, settings_of(recipe)))
+        say(f"scd run -> {run.dir} (settings {settings}){where}")
+        run.build_model()
+        run.generate()
+        if launcher == "ray":
+            from scd.pipeline.ray_launcher import run_on_ray
+
+            base, tuned = run_on_ray(run, address)
+        else:
+            base, tuned = _run_here(run, share_engine)
+        return _finish(run, base, tuned, started)
     except InputError as err:
         raise in_recipe_terms(err, run.current) from err
 
 
-def _run_stages(run: _Run, share_engine: bool) -> Path:
-    recipe, run_dir, cache_dir, say = run.recipe, run.dir, run.cache, run.say
-    started = time.perf_counter()
-    run.state.pin()
-    settings = settings_of(recipe)
-    say(f"scd run -> {run_dir} (settings {', '.join(map(str, settings))})")
-    run.build_model()
-    run.generate()
-    trained = {n: run.train_setting(n) for n in settings}
+def _run_here(run: _Run, share_engine: bool) -> tuple[dict[str, str], dict[int, dict]]:
+    """Every setting trained in turn, then one engine evaluates the base and each adapter."""
+    trained = {n: run.train_setting(n) for n in settings_of(run.recipe)}
     if share_engine:  # trained first: the evaluation engine never shares a GPU with training
         run.share_engine([info["adapter"] for info in trained.values()])
     try:
-        base = run.evaluate(run.base_jobs() + run.other_jobs(), None, cache_dir / "base", "base")
+        base = run.evaluate(run.base_jobs() + run.other_jobs(), None, run.cache / "base", "base")
         tuned = {n: {**info, "evals": run.evaluate_setting(n, info)} for n, info in trained.items()}
     finally:
         run.close_engine()
+    return base, tuned
 
+
+def _finish(run: _Run, base: dict[str, str], tuned: dict[int, dict], started: float) -> Path:
+    """``layout.json``, the report and the W&B summary run of a run whose stages are done."""
     from scd.report.build import build_report
+
+    recipe, run_dir, say = run.recipe, run.dir, run.say
 
     layout: RunLayout = {
         "model": run.model,

@@ -25,7 +25,22 @@ from scd.io import write_json
 
 __all__ = ["RunState", "cache_key", "model_fingerprint"]
 
-UNPINNED = ("wandb",)  # sections that may change between a run and its resumption
+# what may change between a run and its resumption: tracking, and what changes only speed
+UNPINNED = (
+    "wandb", "run.resources", "eval.shards", "eval.batch_size", "eval.device",
+    "eval.tensor_parallel_size", "eval.max_model_len", "eval.gpu_memory_utilization",
+)  # fmt: skip
+
+
+def _pinned(recipe: dict[str, Any]) -> dict[str, Any]:
+    pinned = json.loads(json.dumps(recipe))
+    for key in UNPINNED:
+        *sections, last = key.split(".")
+        node = pinned
+        for section in sections:
+            node = node.get(section, {})
+        node.pop(last, None)
+    return pinned
 
 
 def model_fingerprint(model: str) -> str:
@@ -73,11 +88,11 @@ class RunState:
         Raises:
             InputError: the directory holds a run of another recipe.
         """
-        pinned = {k: v for k, v in self.recipe.items() if k not in UNPINNED}
+        pinned = _pinned(self.recipe)
         path = self.path / "run.json"
         if path.is_file():
-            old = json.loads(path.read_text()).get("recipe", {})
-            changed = _diff(old, json.loads(json.dumps(pinned)))
+            old = _pinned(json.loads(path.read_text()).get("recipe", {}))
+            changed = _diff(old, pinned)
             if changed:
                 raise InputError(
                     f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])} "
@@ -88,7 +103,8 @@ class RunState:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InputError(f"{self.path}: cannot write there ({err.strerror or err})") from None
-        write_json(path, {"kind": "scd_run", "run_id": self.path.name, "recipe": pinned})
+        recorded = {k: v for k, v in self.recipe.items() if k != "wandb"}  # speed keys too
+        write_json(path, {"kind": "scd_run", "run_id": self.path.name, "recipe": recorded})
 
     def done(self, stage: str) -> bool:
         """Whether ``stage`` finished (and what it wrote is still there)."""
@@ -100,10 +116,18 @@ class RunState:
         return Path(self.stages[stage]["outputs"][0])
 
     def finish(self, stage: str, outputs: list[Path], started: float, **info: Any) -> None:
-        """Record ``stage`` as finished; ``state.json`` is replaced atomically."""
-        self.stages[stage] = {
-            "outputs": [str(p) for p in outputs],
-            "seconds": round(time.perf_counter() - started, 1),
-            **info,
-        }
-        write_json(self.path / "state.json", {"stages": self.stages})
+        """Record ``stage`` as finished (with its wall-clock start and end); ``state.json`` is
+        re-read and replaced atomically under a file lock, so that processes finishing stages of
+        one run side by side (``--launcher ray``) keep each other's records."""
+        from filelock import FileLock
+
+        seconds, now = time.perf_counter() - started, time.time()
+        entry = {"outputs": [str(p) for p in outputs], "seconds": round(seconds, 1),
+                 "started_at": round(now - seconds, 3), "finished_at": round(now, 3),
+                 **info}  # fmt: skip
+        with FileLock(str(self.path / ".state.lock")):
+            path = self.path / "state.json"
+            if path.is_file():
+                self.stages = {**json.loads(path.read_text())["stages"], **self.stages}
+            self.stages[stage] = entry
+            write_json(path, {"stages": self.stages})

@@ -45,6 +45,7 @@ __all__ = [
     "EvalSpec",
     "LoraSpec",
     "Recipe",
+    "ResourcesSpec",
     "RunSpec",
     "StigmaEvalSpec",
     "ToyModelSpec",
@@ -165,6 +166,7 @@ class EvalSpec(EngineSpec):
     keys, as ``scd eval``'s flags: backend, dtype, batch_size, ...)."""
 
     seed: int = 0
+    shards: int = option(1, check=positive)  # the base bias evaluation in N slices (Ray tasks)
     bias: BiasEvalSpec = field(default_factory=BiasEvalSpec)
     bbq: BBQEvalSpec = field(default_factory=BBQEvalSpec)
     stigma: StigmaEvalSpec = field(default_factory=StigmaEvalSpec)
@@ -175,11 +177,22 @@ class EvalSpec(EngineSpec):
 
 
 @dataclass
+class ResourcesSpec:
+    """What each task of ``scd run --launcher ray`` asks Ray for (Ray's own task options)."""
+
+    num_cpus: float = option(1.0, check=non_negative)
+    num_gpus: float = option(0.0, check=non_negative)  # > 1: training runs under torchrun
+    max_retries: int = option(3, check=non_negative)  # Ray's default: a crashed worker reruns
+
+
+@dataclass
 class RunSpec:
-    """``scd run``: the run's name (its directory) and the settings it sweeps."""
+    """``scd run``: the run's name (its directory), the settings it sweeps, and what each
+    setting's task asks for under ``--launcher ray``."""
 
     name: str | None = None  # default: the recipe file's name
     settings: list[int] | None = None  # default: [data.setting]; a sweep trains one per setting
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
 
 
 @dataclass
