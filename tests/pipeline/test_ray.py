@@ -165,3 +165,20 @@ def test_launcher_ray_without_ray_is_one_line(tmp_path, monkeypatch, capsys) -> 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "pip install 'scd[ray]'" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_task_with_several_gpus_trains_under_torchrun(toy_model: Path, tmp_path, monkeypatch):
+    """The training of a setting whose Ray task asks for 2 GPUs: 2 torchrun processes (CPU
+    ranks here), one adapter."""
+    import dataclasses
+
+    from scd.pipeline.runner import _torchrun_train
+
+    recipe = recipe_from_dict({**RECIPE, "model": str(toy_model)}, "test")
+    recipe = dataclasses.replace(recipe, output_dir=str(tmp_path / "adapter"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    _torchrun_train(recipe, 2, False, tmp_path)
+    info = json.loads((tmp_path / "adapter" / "train_manifest.json").read_text())
+    assert info["world_size"] == 2 and (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+    assert yaml.safe_load((tmp_path / "train_recipe.yaml").read_text())["model"] == str(toy_model)
