@@ -71,19 +71,11 @@ def device_name(value: Any) -> str | None:
 
 
 def option(
-    default: Any = None,
-    help: str = "",
-    *,
-    check: Check | None = None,
-    backend: str | None = None,
-    factory: Callable[[], Any] | None = None,
+    default: Any = None, help: str = "", *, check: Check | None = None, backend: str | None = None
 ) -> Any:
     """A dataclass field that is an option: ``help`` for ``--help``, ``check`` for its value
     (None passes), ``backend`` when only one engine takes it."""
-    meta = {"help": help, "check": check, "backend": backend}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata={"help": help, "check": check, "backend": backend})
 
 
 _O = TypeVar("_O", bound="Options")

@@ -127,7 +127,8 @@ class RunState:
                  **info}  # fmt: skip
         with FileLock(str(self.path / ".state.lock")):
             path = self.path / "state.json"
-            if path.is_file():
-                self.stages = {**json.loads(path.read_text())["stages"], **self.stages}
+            if path.is_file():  # other processes' stages too (ours keep their order)
+                for name, done in json.loads(path.read_text())["stages"].items():
+                    self.stages.setdefault(name, done)
             self.stages[stage] = entry
             write_json(path, {"stages": self.stages})
