@@ -4,6 +4,7 @@ and placed, statistics agree with scipy, and bad input is one line with nothing 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,15 @@ def test_bad_input_is_one_line_and_writes_nothing(case, scm_seeds, planted_encod
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and needle in err, err
     assert not out.exists()
+
+
+def test_without_the_audit_extra_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    (tmp_path / "c.txt").write_text("depression\n")
+    code = main(["audit", "scm", "--corpus", str(tmp_path / "c.txt"), "--seeds", str(tmp_path),
+                 "--out", str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'scd[audit]'" in err and err.count("\n") == 1, err
 
 
 def test_corpora_in_each_format(tmp_path) -> None:

@@ -105,6 +105,12 @@ def audit_scm(
     """
     from scd.pipeline.state import model_fingerprint
 
+    for module in ("sentence_transformers", "sklearn"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise InputError(f"needs {module} (pip install 'scd[audit]')", key="encoder",
+                             value=encoder) from None  # fmt: skip
     out = check_output_dir(out, "scd_scm_audit")
     load_seeds(seeds)  # checked before anything loads
     matcher = corpora.TermMatcher(corpora.load_terms(terms, language))
