@@ -69,11 +69,17 @@ class TermMatcher:
             kind: [(term, re.compile(_pattern(term), re.IGNORECASE)) for term in words]
             for kind, words in terms.items()
         }
+        self.any = {  # one pass per type first: most sentences of a corpus name no illness
+            kind: re.compile("|".join(_pattern(t) for t in words), re.IGNORECASE)
+            for kind, words in terms.items()
+        }
 
     def find(self, sentence: str) -> dict[str, list[str]]:
         """``{type: [terms found]}`` for the types the sentence mentions."""
         found = {}
         for kind, patterns in self.patterns.items():
+            if not self.any[kind].search(sentence):
+                continue
             hits = [term for term, pattern in patterns if pattern.search(sentence)]
             if hits:
                 found[kind] = hits
@@ -112,7 +118,8 @@ def read_corpus(source: str, text_column: str = "text") -> list[str]:
                 return _nonempty(path.read_text(encoding="utf-8").splitlines(), source)
             except UnicodeDecodeError:
                 raise InputError("not UTF-8 text", key="corpus", value=path) from None
-    elif path.exists() or source.startswith((".", "/", "~")) or source.count("/") != 1:
+    elif (path.exists() or source.startswith((".", "/", "~")) or source.count("/") != 1
+          or path.suffix in (".txt", ".jsonl", ".json", ".parquet")):  # fmt: skip
         raise InputError("no such file (a .txt, .jsonl or .parquet file, or a Hub dataset id "
                          "owner/name)", key="corpus", value=source)  # fmt: skip
     else:
