@@ -19,7 +19,7 @@ from typing import Any
 from scd import __version__
 from scd.audit import corpus as corpora
 from scd.audit import report
-from scd.audit.scm import N_COMPONENTS, SCMModel, cross_validate, load_seeds
+from scd.audit.scm import N_COMPONENTS, SCMModel, SeedSentence, cross_validate, load_seeds
 from scd.errors import InputError
 from scd.io import atomic_output_dir, check_output_dir
 
@@ -43,17 +43,17 @@ def load_encoder(encoder: str, device: str | None = None) -> Any:
 def train_scm(
     model: Any,
     encoder_key: str,
-    seeds: list[str],
+    sentences: list[SeedSentence],
     cache: Path | None,
     progress: bool = True,
     batch_size: int = 64,
     validate: bool = False,
 ) -> tuple[SCMModel, dict[str, Any]]:
-    """The SCM model of an encoder and seed files: loaded from ``cache`` or trained (and, with
-    ``validate``, cross-validated: :func:`scd.audit.scm.cross_validate`)."""
+    """The SCM model of an encoder and seed sentences (:func:`scd.audit.scm.load_seeds`): loaded
+    from ``cache`` or trained (and, with ``validate``, cross-validated:
+    :func:`scd.audit.scm.cross_validate`)."""
     from scd.pipeline.state import cache_key
 
-    sentences = load_seeds(seeds)
     texts = [s.text for s in sentences]
     seeds_hash = corpora.fingerprint(f"{s.text}\t{s.label}" for s in sentences)
     key = cache_key(kind="scm_model", encoder=encoder_key, n_components=N_COMPONENTS,
@@ -112,25 +112,26 @@ def audit_scm(
             raise InputError(f"needs {module} (pip install 'scd[audit]')", key="encoder",
                              value=encoder) from None  # fmt: skip
     out = check_output_dir(out, "scd_scm_audit")
-    load_seeds(seeds)  # checked before anything loads
+    sentences = load_seeds(seeds)  # checked before anything loads
     matcher = corpora.TermMatcher(corpora.load_terms(terms, language))
     aq27 = _read_aq27(aq27_run) if aq27_run else None
     documents = corpora.read_corpus(source, text_column)
-    rows = []
+    rows, n_sentences = [], 0
     for d, document in enumerate(documents):
-        for sentence in corpora.split_sentences(document):
+        split = corpora.split_sentences(document)
+        n_sentences += len(split)
+        for sentence in split:
             found = matcher.find(sentence)
             if found:
                 terms_of = {f"{kind}_terms": found.get(kind, []) for kind in matcher.patterns}
                 rows.append({"document": d, "sentence": sentence, **terms_of})
-    n_sentences = sum(len(corpora.split_sentences(d)) for d in documents)
     if not rows:
         raise InputError(f"none of its {n_sentences:,} sentences mentions an illness term",
                          key="corpus", value=source)  # fmt: skip
     model = load_encoder(encoder, device)
     cache = Path(cache) if cache is not None else None
     key = model_fingerprint(encoder)
-    scm, scm_info = train_scm(model, key, seeds, cache, progress, batch_size, validate)
+    scm, scm_info = train_scm(model, key, sentences, cache, progress, batch_size, validate)
     texts = [r["sentence"] for r in rows]
     scores = scm.score(corpora.encode(model, texts, embeddings(cache), key, progress, batch_size))
     for r, (warmth, competence) in zip(rows, scores):
