@@ -218,7 +218,14 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
                      "Sentence,Target CSV files or a directory of them (data/ of "
                      "github.com/katiefraser/computational-SCM)")  # fmt: skip
     scm.add_argument("--encoder", default="sentence-transformers/all-mpnet-base-v2",
-                     help="sentence-transformers model: a directory or Hub id")  # fmt: skip
+                     help="sentence encoder: a sentence-transformers model, or a language model "
+                     "(mean-pooled hidden states): a directory, .gguf file or Hub id")  # fmt: skip
+    scm.add_argument(
+        "--encoder-layers",
+        type=_positive,
+        metavar="N",
+        help="keep only the encoder's first N layers (e.g. 15 of SmolLM2-135M's 30: VALIDATION.md)",
+    )
     scm.add_argument("--terms", help="illness terms YAML {type: [terms]} (default: the AQ-27 "
                      "lists of --language)")  # fmt: skip
     scm.add_argument("--language", choices=("en", "es"), default="en", help="default terms")

@@ -159,7 +159,8 @@ def _audit_scm(args: argparse.Namespace) -> None:
     from scd.audit.audit import audit_scm
 
     summary = audit_scm(
-        args.corpus, args.out, seeds=args.seeds, encoder=args.encoder, terms=args.terms,
+        args.corpus, args.out, seeds=args.seeds, encoder=args.encoder,
+        encoder_layers=args.encoder_layers, terms=args.terms,
         language=args.language, text_column=args.text_column, aq27_run=args.aq27_run,
         cache=args.cache, device=args.device, batch_size=args.batch_size,
         validate=args.cross_validate, progress=not args.no_progress,

@@ -28,16 +28,73 @@ __all__ = ["DEFAULT_ENCODER", "audit_scm", "load_encoder", "train_scm"]
 DEFAULT_ENCODER = "sentence-transformers/all-mpnet-base-v2"  # Mina et al. 2024 (English)
 
 
-def load_encoder(encoder: str, device: str | None = None) -> Any:
-    """A sentence-transformers model from a local directory or a Hub id (no remote code)."""
-    from sentence_transformers import SentenceTransformer
+def load_encoder(encoder: str, device: str | None = None, layers: int | None = None) -> Any:
+    """A sentence encoder: a sentence-transformers model as it is, or any other transformers
+    model (a language model's directory, ``.gguf`` file or Hub id: see
+    :func:`scd.models.resolve.resolve_model`) with mean pooling over its last hidden states.
+    With ``layers``, only the first ``layers`` transformer layers are kept (a language model's
+    middle layers place the SCM seed adjectives better than its last: VALIDATION.md). No
+    remote code.
 
+    Raises:
+        InputError: an encoder that cannot be found or loaded, or ``layers`` outside 1..depth.
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from sentence_transformers.util import is_sentence_transformer_model
+    from transformers.utils import logging as hf_logging
+
+    from scd.models.resolve import resolve_model
+
+    path = resolve_model(encoder, key="--encoder")
+    config_kwargs = None
+    if layers is not None:
+        depth = _depth(path, encoder)
+        if not 1 <= layers <= depth:
+            raise InputError(f"expected 1 to {depth} (the layers of {encoder})",
+                             key="encoder_layers", value=layers)  # fmt: skip
+        config_kwargs = {"num_hidden_layers": layers}
+    verbosity = hf_logging.get_verbosity()
+    if layers is not None:  # the dropped layers' weights are reported as unexpected: expected
+        hf_logging.set_verbosity_error()
     try:
-        return SentenceTransformer(encoder, device=device, trust_remote_code=False)
+        if is_sentence_transformer_model(path):
+            return SentenceTransformer(path, device=device, trust_remote_code=False,
+                                       config_kwargs=config_kwargs)  # fmt: skip
+        text_only = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
+        module = Transformer(  # no remote code by default; plain text, not a chat message
+            path, config_kwargs=config_kwargs, module_output_name="token_embeddings",
+            modality_config=text_only,
+        )  # fmt: skip
+        tokenizer = module.tokenizer
+        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token  # causal LMs often have none
+        tokenizer.padding_side = "right"  # left pads would shift a causal LM's positions
+        pooling = Pooling(module.get_embedding_dimension(), "mean")
+        return SentenceTransformer(modules=[module, pooling], device=device)
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise InputError(f"cannot load a sentence-transformers model ({first})", key="encoder",
+        raise InputError(f"cannot load a sentence encoder ({first})", key="encoder",
                          value=encoder) from None  # fmt: skip
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _depth(path: str, encoder: str) -> int:
+    """The number of transformer layers in the config of ``path``."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"--encoder-layers needs the encoder's config.json ({first})",
+                         key="encoder", value=encoder) from None  # fmt: skip
+    depth = getattr(config, "num_hidden_layers", None)
+    if config.get_text_config() is not config or not isinstance(depth, int):
+        raise InputError("--encoder-layers needs a config with num_hidden_layers at its top "
+                         "level (not a multimodal one)", key="encoder", value=encoder)  # fmt: skip
+    return depth
 
 
 def train_scm(
@@ -86,6 +143,7 @@ def audit_scm(
     *,
     seeds: list[str],
     encoder: str = DEFAULT_ENCODER,
+    encoder_layers: int | None = None,
     terms: str | None = None,
     language: str = "en",
     text_column: str = "text",
@@ -103,6 +161,7 @@ def audit_scm(
         InputError: a bad corpus, seed file, terms file, encoder or AQ-27 run, an output
             directory of something else, or no sentence that mentions an illness term.
     """
+    from scd.models.resolve import resolve_model
     from scd.pipeline.state import model_fingerprint
 
     for module in ("sentence_transformers", "sklearn"):
@@ -128,9 +187,12 @@ def audit_scm(
     if not rows:
         raise InputError(f"none of its {n_sentences:,} sentences mentions an illness term",
                          key="corpus", value=source)  # fmt: skip
-    model = load_encoder(encoder, device)
+    local = resolve_model(encoder, key="--encoder")  # a directory (GGUF converted) or a Hub id
+    model = load_encoder(local, device, encoder_layers)
     cache = Path(cache) if cache is not None else None
-    key = model_fingerprint(encoder)
+    key = model_fingerprint(local)
+    if encoder_layers is not None:
+        key += f"@layers={encoder_layers}"
     scm, scm_info = train_scm(model, key, sentences, cache, progress, batch_size, validate)
     texts = [r["sentence"] for r in rows]
     scores = scm.score(corpora.encode(model, texts, embeddings(cache), key, progress, batch_size))
@@ -141,7 +203,8 @@ def audit_scm(
         "n_documents": len(documents), "n_sentences": n_sentences, "n_matched": len(rows),
         **report.summarize_scores(by_type), "bias_map": report.bias_map_rows(by_type, aq27),
         "scm_model": scm_info,
-        "run": {"corpus": source, "encoder": encoder, "seeds": list(seeds), "terms": terms,
+        "run": {"corpus": source, "encoder": encoder, "encoder_layers": encoder_layers,
+                "seeds": list(seeds), "terms": terms,
                 "language": language, "aq27_run": aq27_run, "scd_version": __version__},
     }  # fmt: skip
     _write(out, rows, summary, report.density_png(by_type, f"SCM: {Path(source).name}"))

@@ -1,0 +1,79 @@
+"""A language model as the SCM encoder (tiny random-weight Llamas around real tokenizers): its
+first N layers are kept with their trained weights, batches are padded without shifting a causal
+model's positions, a bad N is one line, and N is part of the cache key."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from scd.audit.audit import load_encoder
+from scd.cli import main
+from scd.errors import InputError
+
+TEXTS = ["these people are always kind", "a", "these people are always clumsy and slow"]
+
+
+def _mean_hidden(path, text: str, layers: int) -> np.ndarray:
+    """The mean over a text's tokens of the last hidden state of the model cut to ``layers``,
+    one text at a time (no padding), straight from transformers."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(path, num_hidden_layers=layers).eval()
+    with torch.no_grad():
+        hidden = model(**AutoTokenizer.from_pretrained(path)(text, return_tensors="pt"))
+    return hidden.last_hidden_state[0].mean(0).numpy()
+
+
+@pytest.mark.parametrize("template", ["llama-2-chat", "llama-3.1-instruct"])
+def test_a_language_model_keeps_its_first_layers(template, tiny_chat_models) -> None:
+    from transformers import AutoModel
+
+    path = tiny_chat_models[template]  # llama-2-chat pads on the left and has no pad token
+    encoder = load_encoder(str(path), "cpu", layers=1)
+    inner = encoder[0].auto_model
+    assert inner.config.num_hidden_layers == 1 and len(inner.layers) == 1
+    full = AutoModel.from_pretrained(path)
+    trained = full.layers[0].state_dict()
+    assert all(torch.equal(t, trained[k]) for k, t in inner.layers[0].state_dict().items())
+    batch = encoder.encode(TEXTS, batch_size=3)  # padded to the longest text
+    for text, vector in zip(TEXTS, batch):
+        assert np.allclose(vector, _mean_hidden(path, text, 1), atol=1e-5), text
+    assert not np.allclose(batch, load_encoder(str(path), "cpu").encode(TEXTS), atol=1e-3)
+
+
+def test_more_layers_than_the_model_has_is_refused(tiny_chat_models) -> None:
+    with pytest.raises(InputError, match=r"--encoder-layers 3: expected 1 to 2"):
+        load_encoder(str(tiny_chat_models["qwen3"]), "cpu", layers=3)
+
+
+def test_the_layer_count_is_part_of_the_cache_key(
+    tiny_chat_models, scm_seeds, corpus_file, tmp_path, capsys
+) -> None:
+    cache = tmp_path / "cache"
+    argv = ["audit", "scm", "--corpus", str(corpus_file), "--seeds", str(scm_seeds),
+            "--encoder", str(tiny_chat_models["llama-3.1-instruct"]), "--cache", str(cache),
+            "--no-progress"]  # fmt: skip
+    warmth = {}
+    for layers in ("1", "2"):
+        out = tmp_path / f"out{layers}"
+        assert main([*argv, "--encoder-layers", layers, "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["run"]["encoder_layers"] == int(layers)
+        assert summary["scm_model"]["encoder"].endswith(f"@layers={layers}")
+        warmth[layers] = summary["types"]["mental"]["warmth"]["mean"]
+    assert len(list((cache / "scm-model").iterdir())) == 2  # one SCM model per layer count
+    assert warmth["1"] != warmth["2"]
+    capsys.readouterr()
+    code = main([*argv, "--encoder-layers", "9", "--out", str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--encoder-layers 9" in err, err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_layers_of_an_encoder_without_a_config_are_refused(planted_encoder) -> None:
+    with pytest.raises(InputError, match=r"--encoder .*needs the encoder's config.json"):
+        load_encoder(str(planted_encoder), "cpu", layers=1)
