@@ -28,17 +28,34 @@ def _mean_hidden(path, text: str, layers: int) -> np.ndarray:
     return hidden.last_hidden_state[0].mean(0).numpy()
 
 
-@pytest.mark.parametrize("template", ["llama-2-chat", "llama-3.1-instruct"])
-def test_a_language_model_keeps_its_first_layers(template, tiny_chat_models) -> None:
+@pytest.fixture(scope="module")
+def tiny_gpt2(real_tokenizers, tmp_path_factory) -> str:
+    """A tiny GPT-2 (learned absolute positions: a left pad would shift every real token)
+    around the Llama-2-chat tokenizer (pads on the left, has no pad token)."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tokenizer = AutoTokenizer.from_pretrained(real_tokenizers / "llama-2-chat")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4,
+                        n_positions=64, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    out = tmp_path_factory.mktemp("gpt2") / "tiny-gpt2"
+    GPT2LMHeadModel(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama-2-chat", "llama-3.1-instruct"])
+def test_a_language_model_keeps_its_first_layers(family, tiny_chat_models, tiny_gpt2) -> None:
     from transformers import AutoModel
 
-    path = tiny_chat_models[template]  # llama-2-chat pads on the left and has no pad token
+    path = tiny_gpt2 if family == "gpt2" else tiny_chat_models[family]
     encoder = load_encoder(str(path), "cpu", layers=1)
     inner = encoder[0].auto_model
-    assert inner.config.num_hidden_layers == 1 and len(inner.layers) == 1
+    layers = inner.h if family == "gpt2" else inner.layers
+    assert inner.config.num_hidden_layers == 1 and len(layers) == 1
     full = AutoModel.from_pretrained(path)
-    trained = full.layers[0].state_dict()
-    assert all(torch.equal(t, trained[k]) for k, t in inner.layers[0].state_dict().items())
+    trained = (full.h if family == "gpt2" else full.layers)[0].state_dict()
+    assert all(torch.equal(t, trained[k]) for k, t in layers[0].state_dict().items())
     batch = encoder.encode(TEXTS, batch_size=3)  # padded to the longest text
     for text, vector in zip(TEXTS, batch):
         assert np.allclose(vector, _mean_hidden(path, text, 1), atol=1e-5), text

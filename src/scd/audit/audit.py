@@ -23,7 +23,7 @@ from scd.audit.scm import N_COMPONENTS, SCMModel, SeedSentence, cross_validate, 
 from scd.errors import InputError
 from scd.io import atomic_output_dir, check_output_dir
 
-__all__ = ["DEFAULT_ENCODER", "audit_scm", "load_encoder", "train_scm"]
+__all__ = ["DEFAULT_ENCODER", "audit_scm", "encoder_key", "load_encoder", "train_scm"]
 
 DEFAULT_ENCODER = "sentence-transformers/all-mpnet-base-v2"  # Mina et al. 2024 (English)
 
@@ -67,12 +67,14 @@ def load_encoder(encoder: str, device: str | None = None, layers: int | None = N
             modality_config=text_only,
         )  # fmt: skip
         tokenizer = module.tokenizer
-        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-            tokenizer.pad_token = tokenizer.eos_token  # causal LMs often have none
+        if tokenizer.pad_token is None:  # causal LMs often have none; batches need one
+            if tokenizer.eos_token is None:
+                raise ValueError("its tokenizer has neither a pad nor an end-of-sequence token")
+            tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "right"  # left pads would shift a causal LM's positions
         pooling = Pooling(module.get_embedding_dimension(), "mean")
         return SentenceTransformer(modules=[module, pooling], device=device)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, ImportError, RuntimeError) as err:  # not found, bad weights
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise InputError(f"cannot load a sentence encoder ({first})", key="encoder",
                          value=encoder) from None  # fmt: skip
@@ -86,15 +88,27 @@ def _depth(path: str, encoder: str) -> int:
 
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        composite = config.get_text_config() is not config
     except (OSError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise InputError(f"--encoder-layers needs the encoder's config.json ({first})",
                          key="encoder", value=encoder) from None  # fmt: skip
     depth = getattr(config, "num_hidden_layers", None)
-    if config.get_text_config() is not config or not isinstance(depth, int):
+    if composite or not isinstance(depth, int):
         raise InputError("--encoder-layers needs a config with num_hidden_layers at its top "
                          "level (not a multimodal one)", key="encoder", value=encoder)  # fmt: skip
     return depth
+
+
+def encoder_key(path: str, layers: int | None) -> str:
+    """What names an encoder's embeddings in caches: its content, how it is read (a language
+    model: plain text, mean-pooled) and the layers kept."""
+    from sentence_transformers.util import is_sentence_transformer_model
+
+    from scd.pipeline.state import model_fingerprint
+
+    key = model_fingerprint(path) + ("" if is_sentence_transformer_model(path) else "@text-mean")
+    return key if layers is None else f"{key}@layers={layers}"
 
 
 def train_scm(
@@ -162,7 +176,6 @@ def audit_scm(
             directory of something else, or no sentence that mentions an illness term.
     """
     from scd.models.resolve import resolve_model
-    from scd.pipeline.state import model_fingerprint
 
     for module in ("sentence_transformers", "sklearn"):
         try:
@@ -190,9 +203,7 @@ def audit_scm(
     local = resolve_model(encoder, key="--encoder")  # a directory (GGUF converted) or a Hub id
     model = load_encoder(local, device, encoder_layers)
     cache = Path(cache) if cache is not None else None
-    key = model_fingerprint(local)
-    if encoder_layers is not None:
-        key += f"@layers={encoder_layers}"
+    key = encoder_key(local, encoder_layers)
     scm, scm_info = train_scm(model, key, sentences, cache, progress, batch_size, validate)
     texts = [r["sentence"] for r in rows]
     scores = scm.score(corpora.encode(model, texts, embeddings(cache), key, progress, batch_size))
