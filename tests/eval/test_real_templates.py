@@ -300,7 +300,7 @@ def test_training_puts_the_loss_on_the_scored_option_and_the_end_of_turn(
 def test_a_mismatch_between_training_and_scoring_is_refused(models, sft_dir):
     import pyarrow.parquet as pq
 
-    from scd.train.trainer import check_trained_tokens
+    from scd.train.sft_rows import check_trained_tokens
 
     trainer, _ = _trainer(models("llama-2-chat"), sft_dir, sft_dir.parent / "t")
     rows = pq.read_table(sft_dir / "train.parquet").to_pylist()

@@ -49,7 +49,7 @@ def _manifest(sft: Path) -> dict:
 
 
 def test_scd_train_takes_the_source_split_from_the_settings_file(tmp_path, custom) -> None:
-    from scd.train.trainer import prepare_data
+    from scd.train.sft_rows import prepare_data
 
     out = tmp_path / "s12"
     sft = prepare_data(_recipe(tmp_path, custom, "data.setting=12"), out)

@@ -28,11 +28,10 @@ from scd import __version__
 from scd.errors import InputError
 from scd.io import write_json
 from scd.train.recipe import Recipe, recipe_to_dict
+from scd.train.sft_rows import check_trained_tokens, prepare_data, training_rows
 from scd.train.tracking import redact, start_run
 
-__all__ = [
-    "build_trainer", "check_trained_tokens", "lora_config", "prepare_data", "sft_config", "train",
-]  # fmt: skip
+__all__ = ["build_trainer", "lora_config", "sft_config", "train"]
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -43,20 +42,6 @@ def _is_cuda(recipe: Recipe) -> bool:
     if recipe.train.device == "cuda" and not torch.cuda.is_available():
         raise InputError("train.device: cuda was asked for but no CUDA GPU is available")
     return torch.cuda.is_available()
-
-
-def prepare_data(recipe: Recipe, out: Path) -> Path:
-    """Return the SFT data directory of the run, generating it (:func:`scd.data_gen.sft.
-    prepare_sft`, into ``out/data``) when the recipe asks for it."""
-    from scd.data_gen.sft import prepare_sft
-
-    d = recipe.data
-    if d.sft:
-        if not (Path(d.sft) / "train.parquet").is_file():
-            raise InputError(f"data.sft {d.sft}: no train.parquet (run `scd generate sft`)")
-        return Path(d.sft)
-    prepare_sft(d, out / "data", [d.setting], out / "data" / "sft")
-    return out / "data" / "sft"
 
 
 def lora_config(recipe: Recipe) -> Any:
@@ -147,55 +132,6 @@ def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
     return model
 
 
-def _training_rows(data: Any, formatter: Any) -> Any:
-    """The SFT rows as TRL gets them: rendered the way the evaluator scores (thinking off for
-    chat templates; the plain prompt format for models without one)."""
-    return data.map(
-        lambda r: formatter.sft_example(r["prompt"], r["completion"]),
-        remove_columns=["prompt", "completion"],
-        desc="Formatting SFT rows",
-    )
-
-
-def check_trained_tokens(
-    dataset: Any, rows: list[dict[str, Any]], formatter: Any, sample: int = 64
-) -> int:
-    """Check, on TRL's tokenized dataset, that training trains what evaluation scores.
-
-    For the first ``sample`` scd rows: the tokens before the completion are the evaluator's
-    prompt ids, and the completion (the tokens under the loss) starts with the evaluator's option
-    ids for the row's ``answer`` and goes on (the end-of-turn is trained too). Returns the number
-    of rows checked.
-
-    Raises:
-        InputError: a mismatch, naming the row and both token sequences.
-    """
-    checked = 0
-    for i, row in enumerate(rows):
-        if checked >= sample:
-            break
-        if not row.get("answer"):
-            continue
-        ids = dataset[i]["input_ids"]
-        mask = dataset[i].get("completion_mask")
-        if mask is None:
-            mask = [int(x != -100) for x in dataset[i]["labels"]]
-        start = mask.index(1) if 1 in mask else len(ids)
-        user = next(m["content"] for m in row["prompt"] if m["role"] == "user")
-        prompt = formatter.encode([user])[0]
-        option = list(formatter.reply_ids(row["answer"]))
-        trained = [t for t, m in zip(ids, mask) if m]
-        if ids[:start] != prompt or trained[: len(option)] != option or len(trained) <= len(option):
-            decode = formatter.tokenizer.convert_ids_to_tokens
-            raise InputError(
-                f"training would not train what evaluation scores (row {row.get('prompt_id')}): "
-                f"trained {decode(trained)} after {len(ids[:start])} prompt tokens; the evaluator "
-                f"scores {decode(option)} after {len(prompt)}"
-            )
-        checked += 1
-    return checked
-
-
 def _log_line(state: Any, logs: dict[str, Any]) -> str:
     """One readable line for a training log entry ("step 10/50  loss 0.4739  lr 3.0e-04 ...")."""
     if "train_runtime" in logs:
@@ -270,8 +206,8 @@ def build_trainer(
     ``args``: the run's ``SFTConfig`` (default: :func:`sft_config`). It exists before the model
     is loaded, so that a DeepSpeed ZeRO-3 config reaches ``from_pretrained``.
 
-    The rows go to TRL as the evaluator formats them (:func:`_training_rows`), and TRL's
-    tokenized dataset is checked against the evaluator's tokens (:func:`check_trained_tokens`).
+    The rows go to TRL as the evaluator formats them, and TRL's tokenized dataset is checked
+    against the evaluator's tokens (:mod:`scd.train.sft_rows`).
     ``progress``: a progress bar with one line per logging step (``verbose``: the libraries' own
     output -- dataset bars, warnings, raw log dicts); without it, nothing is printed.
 
@@ -302,7 +238,7 @@ def build_trainer(
         tokenizer.pad_token = tokenizer.eos_token
     formatter = Formatter(tokenizer)
     check_rows = data["train"].select(range(min(256, len(data["train"])))).to_list()
-    data = _training_rows(data.select_columns(["prompt", "completion"]), formatter)
+    data = training_rows(data.select_columns(["prompt", "completion"]), formatter)
     trainer = SFTTrainer(
         model=_load_model(recipe, model_path, cuda),
         args=args,

@@ -1,0 +1,76 @@
+"""The SFT rows a training run sees: its data directory (given, or generated from the recipe),
+the rows rendered the way the evaluator scores them, and the check that TRL's tokenization trains
+exactly the tokens evaluation scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scd.errors import InputError
+from scd.train.recipe import Recipe
+
+__all__ = ["check_trained_tokens", "prepare_data", "training_rows"]
+
+
+def prepare_data(recipe: Recipe, out: Path) -> Path:
+    """Return the SFT data directory of the run, generating it (:func:`scd.data_gen.sft.
+    prepare_sft`, into ``out/data``) when the recipe asks for it."""
+    from scd.data_gen.sft import prepare_sft
+
+    d = recipe.data
+    if d.sft:
+        if not (Path(d.sft) / "train.parquet").is_file():
+            raise InputError(f"data.sft {d.sft}: no train.parquet (run `scd generate sft`)")
+        return Path(d.sft)
+    prepare_sft(d, out / "data", [d.setting], out / "data" / "sft")
+    return out / "data" / "sft"
+
+
+def training_rows(data: Any, formatter: Any) -> Any:
+    """The SFT rows as TRL gets them: rendered the way the evaluator scores (thinking off for
+    chat templates; the plain prompt format for models without one)."""
+    return data.map(
+        lambda r: formatter.sft_example(r["prompt"], r["completion"]),
+        remove_columns=["prompt", "completion"],
+        desc="Formatting SFT rows",
+    )
+
+
+def check_trained_tokens(
+    dataset: Any, rows: list[dict[str, Any]], formatter: Any, sample: int = 64
+) -> int:
+    """Check, on TRL's tokenized dataset, that training trains what evaluation scores.
+
+    For the first ``sample`` scd rows: the tokens before the completion are the evaluator's
+    prompt ids, and the completion (the tokens under the loss) starts with the evaluator's option
+    ids for the row's ``answer`` and goes on (the end-of-turn is trained too). Returns the number
+    of rows checked.
+
+    Raises:
+        InputError: a mismatch, naming the row and both token sequences.
+    """
+    checked = 0
+    for i, row in enumerate(rows):
+        if checked >= sample:
+            break
+        if not row.get("answer"):
+            continue
+        ids = dataset[i]["input_ids"]
+        mask = dataset[i].get("completion_mask")
+        if mask is None:
+            mask = [int(x != -100) for x in dataset[i]["labels"]]
+        start = mask.index(1) if 1 in mask else len(ids)
+        user = next(m["content"] for m in row["prompt"] if m["role"] == "user")
+        prompt = formatter.encode([user])[0]
+        option = list(formatter.reply_ids(row["answer"]))
+        trained = [t for t, m in zip(ids, mask) if m]
+        if ids[:start] != prompt or trained[: len(option)] != option or len(trained) <= len(option):
+            decode = formatter.tokenizer.convert_ids_to_tokens
+            raise InputError(
+                f"training would not train what evaluation scores (row {row.get('prompt_id')}): "
+                f"trained {decode(trained)} after {len(ids[:start])} prompt tokens; the evaluator "
+                f"scores {decode(option)} after {len(prompt)}"
+            )
+        checked += 1
+    return checked
