@@ -68,7 +68,7 @@ def test_more_layers_than_the_model_has_is_refused(tiny_chat_models) -> None:
 
 
 def test_the_layer_count_is_part_of_the_cache_key(
-    tiny_chat_models, scm_seeds, corpus_file, tmp_path, capsys
+    tiny_chat_models, scm_seeds, corpus_file, tmp_path, capsys, monkeypatch
 ) -> None:
     cache = tmp_path / "cache"
     argv = ["audit", "scm", "--corpus", str(corpus_file), "--seeds", str(scm_seeds),
@@ -85,9 +85,12 @@ def test_the_layer_count_is_part_of_the_cache_key(
     assert len(list((cache / "scm-model").iterdir())) == 2  # one SCM model per layer count
     assert warmth["1"] != warmth["2"]
     capsys.readouterr()
+    monkeypatch.chdir(tiny_chat_models["llama-3.1-instruct"].parent)  # the error names it as given
+    argv[argv.index("--encoder") + 1] = "./llama-3.1-instruct"
     code = main([*argv, "--encoder-layers", "9", "--out", str(tmp_path / "bad")])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "--encoder-layers 9" in err, err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--encoder-layers 9: expected 1 to 2 (the layers of ./llama-3.1-instruct)" in err, err
     assert not (tmp_path / "bad").exists()
 
 

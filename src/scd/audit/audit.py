@@ -200,8 +200,8 @@ def audit_scm(
     if not rows:
         raise InputError(f"none of its {n_sentences:,} sentences mentions an illness term",
                          key="corpus", value=source)  # fmt: skip
-    local = resolve_model(encoder, key="--encoder")  # a directory (GGUF converted) or a Hub id
-    model = load_encoder(local, device, encoder_layers)
+    model = load_encoder(encoder, device, encoder_layers)  # errors name what the user gave
+    local = resolve_model(encoder, key="--encoder", say=lambda _: None)  # converted: cached
     cache = Path(cache) if cache is not None else None
     key = encoder_key(local, encoder_layers)
     scm, scm_info = train_scm(model, key, sentences, cache, progress, batch_size, validate)
