@@ -5,7 +5,8 @@
 
 1. Cross-validated accuracy of the SCM model on the seed sentences (Fraser et al.'s protocol:
    5 folds over seed adjectives; :func:`scd.audit.scm.cross_validate`) for each encoder, and for
-   language models at every tenth of their depth (``--encoder-layers``).
+   language models at every tenth of their depth (``--encoder-layers``), and with the layer
+   count chosen inside each training fold (nested: the test adjectives never pick it).
 2. With ``--fraser-cv DIR`` (``data/cross_validation`` of github.com/katiefraser/computational-SCM,
    GPL-3.0, not shipped here): the same models on Fraser et al.'s own fold files and their four
    functional tests (basic functionality, negation, semantic composition, syntax).
@@ -91,6 +92,36 @@ def depth_of(path: str) -> int | None:
     return AutoConfig.from_pretrained(path).num_hidden_layers
 
 
+def nested_layers(seeds, by_layers: dict, repeats: int) -> tuple[float, list[int]]:
+    """Basic functionality with the layer count chosen without the test adjectives: in each
+    outer fold, a 4-fold cross-validation over the training adjectives picks the layers, then
+    the SCM model is fit on all of them and tested on the held-out ones."""
+    import numpy as np
+
+    from scd.audit.scm import QUADRANTS, SCMModel, accuracy, adjective_folds, cross_validate
+
+    at = {s.text: i for i, s in enumerate(seeds)}
+    rows = lambda v, part: v[[at[s.text] for s in part]]  # noqa: E731
+    means, picks = [], []
+    for k in range(repeats):
+        fold_of = adjective_folds(seeds, 5, k)  # the outer folds of cross_validate(seed=k)
+        scores = []
+        for f in range(5):
+            train = [s for s in seeds if all(fold_of.get(w) != f for w in s.words)]
+            inner = {}
+            for n, v in by_layers.items():
+                run = cross_validate(train, lambda t, v=v: v[[at[x] for x in t]], 4, seed=k)
+                inner[n] = run["basic"]["mean"]
+            best = max(inner, key=inner.get)
+            picks.append(best)
+            test = [s for s in seeds if s.label not in QUADRANTS and fold_of[s.words[0]] == f]
+            model = SCMModel.fit(rows(by_layers[best], train), [s.label for s in train])
+            found = model.score(rows(by_layers[best], test))
+            scores.append(accuracy(found, [s.label for s in test]))
+        means.append(float(np.mean(scores)))
+    return float(np.mean(means)), picks
+
+
 def fraser_folds(where: Path, encoder, n_folds: int = 5) -> dict[str, str]:
     """Fraser et al.'s fold files: per functional test, the mean (sd) accuracy over folds."""
     import csv
@@ -169,6 +200,9 @@ def main() -> None:
 
     def basic(encoder) -> tuple[list[float], list[float]]:
         vectors = encoder.encode(texts, normalize_embeddings=True, batch_size=64)
+        return basic_of(vectors)
+
+    def basic_of(vectors) -> tuple[list[float], list[float]]:
         runs = [cross_validate(seeds, lambda t: vectors[[at[x] for x in t]], seed=k)
                 for k in range(args.repeats)]  # fmt: skip
         return [r["basic"]["mean"] for r in runs], [r["composition"]["mean"] for r in runs]
@@ -181,7 +215,7 @@ def main() -> None:
           "mean over 5 folds\n")  # fmt: skip
     print("| Encoder | layers | Basic functionality (held-out adjectives) | Composition | s |")
     print("|---|---|---|---|---|")
-    sweeps, fraser = {}, {}
+    sweeps, fraser, nested = {}, {}, {}
     for spec in encoders:
         path, layers = split_spec(spec)
         path = resolve_model(path, key="--encoder")
@@ -196,13 +230,19 @@ def main() -> None:
             fraser[f"{name} ({shown} layers)"] = fraser_folds(args.fraser_cv, encoder)
         if depth:
             step = max(1, depth // 10)
-            sweeps[name] = [(n, basic(load_encoder(path, "cpu", n))[0])
-                            for n in range(step, depth + 1, step)]  # fmt: skip
+            by_layers = {n: load_encoder(path, "cpu", n).encode(texts, normalize_embeddings=True)
+                         for n in range(step, depth + 1, step)}  # fmt: skip
+            sweeps[name] = [(n, basic_of(v)[0]) for n, v in by_layers.items()]
+            nested[name] = nested_layers(seeds, by_layers, args.repeats)
     for name, sweep in sweeps.items():
         cells = ", ".join(f"{n}: {sum(m) / len(m):.1%}" for n, m in sweep)
         print(
             f"\n{name}, basic functionality by layers kept (mean of the fold assignments): {cells}"
         )
+        score, picks = nested[name]
+        chosen = ", ".join(f"{n} ×{picks.count(n)}" for n in sorted(set(picks)))
+        print(f"  layers chosen inside each training fold (nested, 4 inner folds): {score:.1%};"
+              f" chosen: {chosen}")  # fmt: skip
     if fraser:
         print("\nOn Fraser et al.'s own fold files (mean (sd) over their 5 folds):\n")
         print("| Encoder | Basic functionality | Negation | Semantic composition | Syntax |")

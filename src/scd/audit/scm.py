@@ -33,8 +33,8 @@ from scd.errors import InputError
 from scd.io import atomic_output_dir
 
 __all__ = [
-    "FILLER", "LABELS", "N_COMPONENTS", "SCMModel", "SeedSentence", "accuracy", "cross_validate",
-    "load_seeds",
+    "FILLER", "LABELS", "N_COMPONENTS", "SCMModel", "SeedSentence", "accuracy", "adjective_folds",
+    "cross_validate", "load_seeds",
 ]  # fmt: skip
 
 TARGET = "<target>"
@@ -184,6 +184,18 @@ def accuracy(scores: np.ndarray, labels: Sequence[str]) -> float:
     return float(np.mean(right)) if right else float("nan")
 
 
+def adjective_folds(seeds: list[SeedSentence], folds: int = 5, seed: int = 0) -> dict[str, int]:
+    """Each seed adjective's fold: a seeded shuffle per label (warm, cold, comp, incomp) dealt
+    round-robin, so that every fold holds a share of each."""
+    rng = np.random.default_rng(seed)
+    fold_of: dict[str, int] = {}
+    for label in ("warm", "cold", "comp", "incomp"):
+        words = sorted({w for s in seeds if s.label == label for w in s.words} - set(fold_of))
+        for i, word in enumerate(rng.permutation(words)):
+            fold_of[str(word)] = i % folds
+    return fold_of
+
+
 def cross_validate(
     seeds: list[SeedSentence],
     embed: Callable[[list[str]], np.ndarray],
@@ -195,12 +207,7 @@ def cross_validate(
     the sentences of the other adjectives; test one-adjective sentences of the held-out ones
     ("basic functionality") and pairs of two held-out adjectives ("composition")."""
     vectors = embed([s.text for s in seeds])
-    rng = np.random.default_rng(seed)
-    fold_of: dict[str, int] = {}
-    for label in ("warm", "cold", "comp", "incomp"):
-        words = sorted({w for s in seeds if s.label == label for w in s.words} - set(fold_of))
-        for i, word in enumerate(rng.permutation(words)):
-            fold_of[str(word)] = i % folds
+    fold_of = adjective_folds(seeds, folds, seed)
     results = []
     for f in range(folds):
         held = [any(fold_of.get(w) == f for w in s.words) for s in seeds]
