@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["InputError", "RunFailed"]
+__all__ = ["InputError", "RunFailed", "first_line"]
 
 _UNSET: Any = object()
+
+
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """A library error's first line (its type's name when it has no message), cut to ``limit``
+    characters: the cause inside a one-line :class:`InputError`."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]
 
 
 class InputError(ValueError):

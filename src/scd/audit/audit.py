@@ -20,7 +20,7 @@ from scd import __version__
 from scd.audit import corpus as corpora
 from scd.audit import report
 from scd.audit.scm import N_COMPONENTS, SCMModel, SeedSentence, cross_validate, load_seeds
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.io import atomic_output_dir, check_output_dir
 
 __all__ = ["DEFAULT_ENCODER", "audit_scm", "encoder_key", "load_encoder", "train_scm"]
@@ -75,7 +75,7 @@ def load_encoder(encoder: str, device: str | None = None, layers: int | None = N
         pooling = Pooling(module.get_embedding_dimension(), "mean")
         return SentenceTransformer(modules=[module, pooling], device=device)
     except (OSError, ValueError, ImportError, RuntimeError) as err:  # not found, bad weights
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        first = first_line(err)
         raise InputError(f"cannot load a sentence encoder ({first})", key="encoder",
                          value=encoder) from None  # fmt: skip
     finally:
@@ -90,7 +90,7 @@ def _depth(path: str, encoder: str) -> int:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         composite = config.get_text_config() is not config
     except (OSError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        first = first_line(err)
         raise InputError(f"--encoder-layers needs the encoder's config.json ({first})",
                          key="encoder", value=encoder) from None  # fmt: skip
     depth = getattr(config, "num_hidden_layers", None)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 
 __all__ = ["TermMatcher", "encode", "load_terms", "read_corpus", "split_sentences"]
 
@@ -151,7 +151,7 @@ def _hub_rows(name: str) -> list[dict[str, Any]]:
     try:
         return load_dataset(name, split="train").to_list()
     except Exception as err:  # noqa: BLE001 -- network, auth, missing dataset
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        first = first_line(err)
         raise InputError(f"cannot load the dataset ({first})", key="corpus", value=name) from None
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from scd import __version__
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.io import atomic_output_dir, data_dir, sha256_file, write_json
 
 __all__ = ["GGUFInfo", "convert_gguf", "gguf_cache_dir", "inspect_gguf"]
@@ -77,7 +77,7 @@ def inspect_gguf(path: Path | str) -> GGUFInfo:
         size = path.stat().st_size
         end = max((t.data_offset + int(t.n_bytes) for t in reader.tensors), default=0)
     except (ValueError, IndexError, OSError, KeyError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        first = first_line(err)
         raise InputError(
             f"{path}: not a complete GGUF file (truncated or corrupt: {first})"
         ) from None
@@ -198,7 +198,7 @@ def convert_gguf(
     except InputError:
         raise
     except Exception as err:  # transformers' GGUF loader raises many types  # noqa: BLE001
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        first = first_line(err, 300)
         raise InputError(f"{path}: cannot convert this GGUF file ({first})") from None
     _sha256(path, root, remember=True)
     say(f"converted {path.name} in {time.perf_counter() - started:.0f} s")

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 
 __all__ = ["check_model_spec", "is_gguf", "resolve_model"]
 
@@ -90,7 +90,7 @@ def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = 
         try:
             local = hf_hub_download(repo, filename)
         except Exception as err:  # network, auth, missing file  # noqa: BLE001
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            first = first_line(err)
             raise InputError(
                 f"{key} {spec}: cannot download {filename} from {repo} ({first})"
             ) from None

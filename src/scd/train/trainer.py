@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from scd import __version__
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.io import write_json
 from scd.train.recipe import Recipe, recipe_to_dict
 from scd.train.sft_rows import check_trained_tokens, prepare_data, training_rows
@@ -123,7 +123,7 @@ def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
     try:
         model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     except (OSError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        first = first_line(err)
         raise InputError(f"model {recipe.model}: cannot load a causal LM ({first})") from None
     if recipe.quantization == "4bit":
         model = prepare_model_for_kbit_training(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.data_gen.stigma_probes import read_stigma_table
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.eval.engines import SharedEngine
 from scd.eval.runner import CausalModel, CausalTask, require_adapter, run_task
 from scd.eval.stigma import aq27, mlm, sds, sentiment
@@ -49,10 +49,10 @@ def model_kind(model: str) -> str:
     try:
         archs = AutoConfig.from_pretrained(model).architectures or []
     except (OSError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        first = first_line(err)
         raise InputError(
             "cannot load a model config (a local model directory or a Hub id "
-            f"is expected): {first[:200]}",
+            f"is expected): {first}",
             key="model",
             value=model,
         ) from None

@@ -24,7 +24,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.eval.stigma.sds import RECORD_KEYS
 from scd.eval.stigma.stats import ATTITUDES, p_negative
 
@@ -97,10 +97,8 @@ def load_masked_lm(model: str, adapter: str | None, device: str) -> tuple[Any, A
         tokenizer = AutoTokenizer.from_pretrained(model)
         lm = AutoModelForMaskedLM.from_pretrained(model)
     except (OSError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise InputError(
-            f"cannot load a masked LM: {first[:200]}", key="model", value=model
-        ) from None
+        first = first_line(err)
+        raise InputError(f"cannot load a masked LM: {first}", key="model", value=model) from None
     if tokenizer.mask_token is None:
         raise InputError("the tokenizer has no mask token", key="model", value=model)
     if adapter:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.eval.stigma.stats import gap, pearson
 from scd.vocabulary import SENTIMENT_COLUMNS
 
@@ -42,10 +42,8 @@ def load_classifier(model: str, adapter: str | None, device: str) -> tuple[Any, 
     try:
         config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise InputError(
-            f"cannot load a model config: {first[:200]}", key="model", value=model
-        ) from None
+        first = first_line(err)
+        raise InputError(f"cannot load a model config: {first}", key="model", value=model) from None
     archs = config.architectures or []
     if not any(a.endswith("ForSequenceClassification") for a in archs):
         raise InputError(
