@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import scd.eval.engines as engines
-from scd.pipeline.runner import run_recipe
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.recipe import recipe_from_dict
 from scd.quickstart import QUICKSTART_RECIPE
-from scd.train.recipe import recipe_from_dict
 
 
 def _reset_evaluations(run_dir: Path, cache: Path) -> None:
@@ -43,7 +43,7 @@ def _evaluate(recipe, run_dir: Path, cache: Path, share: bool) -> tuple[float, i
         return make(*args, **kwargs)
 
     engines.make_engine = counting
-    import scd.eval.runner as eval_runner
+    import scd.eval.tasks as eval_runner
 
     eval_runner.make_engine = counting
     try:

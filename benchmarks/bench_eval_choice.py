@@ -27,18 +27,18 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
 
+    from scd.config.engine import EngineSpec
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
-    from scd.eval.bias import load_work
+    from scd.eval.benchmarks.bias.task import load_work
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
-    from scd.eval.formatting import Formatter, load_tokenizer, parse_answer
-    from scd.options import EngineSpec
+    from scd.models.formatting import Formatter, load_tokenizer, parse_answer
 
     tmp = Path(tempfile.mkdtemp())
     model = args.model
     if model is None:
-        from scd.eval.toy_model import build_toy_model
+        from scd.models.toy import build_toy_model
 
         model = str(tmp / "toy")
         build_toy_model(model)

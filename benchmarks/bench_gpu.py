@@ -50,13 +50,13 @@ def build_model(tokenizer: Path, out: Path, tiny: bool) -> Path:
 def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: int | None) -> dict:
     import torch
 
+    from scd.config.engine import EngineSpec
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
-    from scd.eval.bias import load_work
+    from scd.eval.benchmarks.bias.task import load_work
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
-    from scd.eval.formatting import Formatter, load_tokenizer
-    from scd.options import EngineSpec
+    from scd.models.formatting import Formatter, load_tokenizer
 
     prompts = out / "prompts"
     if not (prompts / "manifest.json").is_file():
@@ -89,7 +89,7 @@ def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: 
 
 
 def bench_training(model: Path, descriptors: Path, out: Path, steps: int) -> dict:
-    from scd.train.recipe import recipe_from_dict
+    from scd.pipeline.recipe import recipe_from_dict
     from scd.train.trainer import train
 
     shutil.copy(descriptors, out / "descriptors.json")

@@ -41,15 +41,15 @@ def main() -> None:
 
     import tempfile
 
+    from scd.config.engine import EngineSpec
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
-    from scd.eval.bbq_data import load_bbq, prompt_text, stratified_subset
-    from scd.eval.bias import load_work
+    from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text, stratified_subset
+    from scd.eval.benchmarks.bias.task import load_work
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
-    from scd.eval.formatting import Formatter, load_tokenizer
     from scd.models import resolve_model
-    from scd.options import EngineSpec
+    from scd.models.formatting import Formatter, load_tokenizer
 
     model = resolve_model(args.model)
     tok = load_tokenizer(model)

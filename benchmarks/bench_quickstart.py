@@ -14,9 +14,9 @@ import shutil
 import time
 from pathlib import Path
 
-from scd.pipeline.runner import run_recipe
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.recipe import recipe_from_dict
 from scd.quickstart import QUICKSTART_RECIPE
-from scd.train.recipe import recipe_from_dict
 
 BUDGET_S = 300
 

@@ -15,9 +15,10 @@ import shutil
 import time
 from pathlib import Path
 
-from scd.pipeline.runner import ensure_toy_model, run_recipe
+from scd.models.toy import ensure_toy_model
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.recipe import recipe_from_dict
 from scd.quickstart import QUICKSTART_RECIPE
-from scd.train.recipe import recipe_from_dict
 
 
 def _tables(run: Path) -> dict[str, str]:

@@ -22,13 +22,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
 
-    from scd.train.recipe import load_recipe
+    from scd.pipeline.recipe import load_recipe
     from scd.train.trainer import train
 
     tmp = Path(tempfile.mkdtemp())
     model = args.model
     if model is None:
-        from scd.eval.toy_model import build_toy_model
+        from scd.models.toy import build_toy_model
 
         model = str(tmp / "toy")
         build_toy_model(model)

@@ -59,15 +59,17 @@ def run_smollm2(model: str, out: Path, hb: Path | None, bbq: Path | None) -> dic
 
 
 def run_gemma(model: str, out: Path, bbq: Path | None) -> dict:
-    recipe = _json(out / RUN_ID / "run.json")["recipe"]
+    recipe = _json(out / RUN_ID / "recipe.json")["recipe"]
     ev, prompts = recipe["eval"], out / RUN_ID / "data" / "prompts"
     where = out / "gemma-3-270m"
-    common = ["--seed", str(ev["seed"]), "--batch-size", str(ev["batch_size"])]
+    batch = ["--batch-size", str(ev["batch_size"])]
     times = {
-        "bias": _scd("eval", "bias", "--model", model, "--prompts", str(prompts),
-                     "--limit", str(ev["bias"]["limit"]), *common, "--out", str(where / "bias")),
+        "bias": _scd("eval", "bias", "--model", model, "--prompts", str(prompts), "--limit",
+                     str(ev["bias"]["limit"]), "--seed", str(ev["bias"]["seed"]), *batch,
+                     "--out", str(where / "bias")),
         "bbq": _scd("eval", "bbq", "--model", model, "--data", str(bbq or ev["bbq"]["data"]),
-                    "--limit", str(ev["bbq"]["limit"]), *common, "--out", str(where / "bbq")),
+                    "--limit", str(ev["bbq"]["limit"]), "--seed", str(ev["bbq"]["seed"]), *batch,
+                    "--out", str(where / "bbq")),
     }  # fmt: skip
     return {"wall_seconds": {k: round(v, 1) for k, v in times.items()}}
 
@@ -135,8 +137,8 @@ def report(out: Path, info: dict) -> str:
     if (gemma / "bbq" / "summary.json").is_file():
         bbq["Gemma 3 270M base"] = _json(gemma / "bbq" / "summary.json")
     lines += ["**BBQ** (6 of 11 categories, stratified subset)", "", *bbq_rows(bbq)]
-    sds = {"before": _json(Path(layout["base"]["stigma-sds"]) / "summary.json"),
-           "after": _json(run / "setting-1/eval/stigma-sds/summary.json")}  # fmt: skip
+    sds = {"before": _json(Path(layout["base"]["sds"]) / "summary.json"),
+           "after": _json(run / "setting-1/eval/sds/summary.json")}  # fmt: skip
     lines += ["**SDS stigma gap** (P(Unlikely), stigmatized − non-stigmatized, 95% BCa CI)", "",
               "| SmolLM2 | stigmatized | non-stigmatized | gap |", "|---|---|---|---|"]  # fmt: skip
     for name, s in sds.items():

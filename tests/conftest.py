@@ -116,7 +116,7 @@ def toy_prompts(toy_descriptors: Path, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="session")
 def toy_model(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
     """The toy model with a bias planted on religion and nationality."""
-    from scd.eval.toy_model import build_toy_model
+    from scd.models.toy import build_toy_model
 
     out = tmp_path_factory.mktemp("toy") / "model"
     with announce(pytestconfig, "building the planted-bias toy model (about a minute)"):

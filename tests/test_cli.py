@@ -115,9 +115,10 @@ def test_cuda_without_a_gpu_is_one_line(toy_model, prompts, tmp_path):
 
 @pytest.mark.parametrize(
     ("override", "needle"),
-    [("train.batch_size=-1", "train.batch_size: expected a positive number, got -1"),
+    [("train.per_device_train_batch_size=-1",
+      "train.per_device_train_batch_size: expected a positive number, got -1"),
      ("train.learning_rate=-1e-4", "train.learning_rate: expected a number > 0"),
-     ("train.epochs=0", "train.epochs: expected > 0"),
+     ("train.num_train_epochs=0", "train.num_train_epochs: expected a number > 0"),
      ("train.max_steps=0", "train.max_steps"),
      ("lora.dropout=1.5", "lora.dropout"),
      ("data.max_train=0", "data.max_train")],
@@ -126,7 +127,7 @@ def test_recipe_numbers_that_would_hang_training_are_refused(tmp_path, override,
     recipe = REPO / "recipes" / "quickstart.yaml"
     for command in ("train", "run"):
         _fails([command, str(recipe), "--set", override, "--outputs", str(tmp_path)],
-               "quickstart.yaml", needle)  # fmt: skip
+               f"--set {override}: ", needle)  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 
@@ -198,7 +199,7 @@ def test_setting_8_over_a_list_without_some_axes_says_what_it_used(prompts, tmp_
 def test_scd_train_takes_the_quickstart_recipe_as_scd_run_does(toy_model, tmp_path):
     import shutil
 
-    from scd.pipeline.state import cache_key
+    from scd.io import cache_key
 
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)  # as scd run caches it

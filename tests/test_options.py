@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from scd.cli import build_parser, main
+from scd.config.engine import EngineSpec
+from scd.config.schema import SFTOptions
 from scd.errors import InputError
-from scd.options import EngineSpec, SFTOptions
 
 
 def _flags(*argv: str) -> dict[str, object]:
@@ -37,7 +38,7 @@ def test_every_evaluation_takes_every_engine_option_with_its_default(command) ->
 
 
 def test_recipe_and_command_line_share_the_engine_and_sft_options() -> None:
-    from scd.train.recipe import DataSpec, EvalSpec
+    from scd.config.schema import DataSpec, EvalSpec
 
     eval_keys = {f.name for f in dataclasses.fields(EvalSpec)}
     assert {f.name for f in dataclasses.fields(EngineSpec)} <= eval_keys
@@ -47,7 +48,7 @@ def test_recipe_and_command_line_share_the_engine_and_sft_options() -> None:
 
 
 def test_one_check_refuses_a_value_on_the_command_line_and_in_a_recipe(tmp_path, capsys) -> None:
-    from scd.train.recipe import recipe_from_dict
+    from scd.pipeline.recipe import recipe_from_dict
 
     with pytest.raises(SystemExit) as exit_:  # argparse's one-line error
         main(["eval", "bias", "--model", "m", "--prompts", "p", "--out", str(tmp_path / "o"),
@@ -80,47 +81,74 @@ def test_engines_take_a_spec_and_no_loose_options() -> None:
 
 
 def test_cache_keys_resolve_the_auto_dtype() -> None:
+    import torch
+
     assert EngineSpec(device="cpu").cache_identity()["dtype"] == "float32"
     assert EngineSpec(device="cuda").cache_identity()["dtype"] == "bfloat16"  # no GPU needed
-    assert EngineSpec("vllm").cache_identity()["dtype"] == "auto"  # vLLM's own: the model's
+    here = "bfloat16" if torch.cuda.is_available() else "float32"  # one rule for every engine
+    assert EngineSpec("vllm").cache_identity()["dtype"] == here
     assert EngineSpec(device="cpu", dtype="float16").cache_identity()["dtype"] == "float16"
 
 
 def test_speed_options_are_recorded_and_a_run_resumes_with_others(
     toy_model: Path, toy_prompts: Path, tmp_path: Path
 ) -> None:
-    from scd.eval.bias import evaluate_bias
+    from scd.eval.benchmarks import get
 
     out = tmp_path / "out"
-    first = evaluate_bias(str(toy_model), toy_prompts, out, limit=30, progress=False,
-                          engine=EngineSpec(device="cpu", batch_size=4))  # fmt: skip
+    first = get("bias").evaluate(
+        str(toy_model),
+        out,
+        prompts=toy_prompts,
+        limit=30,
+        progress=False,
+        engine=EngineSpec(device="cpu", batch_size=4),
+    )
     pinned = json.loads((out / "run.json").read_text())
     assert pinned["dtype"] == "auto" and "batch_size" not in pinned
     assert first["run"]["engine"]["batch_size"] == 4
-    again = evaluate_bias(str(toy_model), toy_prompts, out, limit=30, progress=False,
-                          engine=EngineSpec(device="cpu", batch_size=16))  # fmt: skip
+    again = get("bias").evaluate(
+        str(toy_model),
+        out,
+        prompts=toy_prompts,
+        limit=30,
+        progress=False,
+        engine=EngineSpec(device="cpu", batch_size=16),
+    )
     assert again["overall"] == first["overall"] and again["run"]["engine"]["batch_size"] == 16
     with pytest.raises(InputError, match="another configuration .*system_prompt"):
-        evaluate_bias(str(toy_model), toy_prompts, out, limit=30, progress=False,
-                      engine=EngineSpec(device="cpu", system_prompt="Be fair."))  # fmt: skip
+        get("bias").evaluate(
+            str(toy_model),
+            out,
+            prompts=toy_prompts,
+            limit=30,
+            progress=False,
+            engine=EngineSpec(device="cpu", system_prompt="Be fair."),
+        )
 
 
 def test_errors_name_the_flag_or_the_recipe_key() -> None:
-    from scd.pipeline.runner import in_recipe_terms
+    from scd.pipeline.recipe import in_recipe_terms
 
     err = InputError("above the model's context length 2048", key="max_model_len", value=8192)
     assert str(err) == "--max-model-len 8192: above the model's context length 2048"
-    run = str(in_recipe_terms(err, "base/bias"))
+    run = str(in_recipe_terms(err, "base/bias", "eval.bias"))
     assert run == "stage base/bias: eval.max_model_len 8192: above the model's context length 2048"
     limit = InputError("expected a positive number", key="limit", value=0)
-    assert str(in_recipe_terms(limit, "base/bbq")).startswith("stage base/bbq: eval.bbq.limit 0:")
-    assert str(in_recipe_terms(limit, "base/bias")).startswith("stage base/bias: eval.bias.limit")
+    bbq, bias = (
+        in_recipe_terms(limit, "base/bbq", "eval.bbq"),
+        in_recipe_terms(limit, "b", "eval.bias"),
+    )
+    assert str(bbq).startswith("stage base/bbq: eval.bbq.limit 0:")
+    assert str(bias).startswith("stage b: eval.bias.limit")
+    seed = InputError("expected an integer", key="seed", value="x")
+    assert str(in_recipe_terms(seed, "prompts", None)).startswith("stage prompts: data.seed x:")
     plain = InputError("data.prompts: x has no prompts.parquet")
     assert str(in_recipe_terms(plain, None)) == "data.prompts: x has no prompts.parquet"
 
 
 def test_scd_run_reports_the_stage_and_recipe_key(toy_model: Path, tmp_path: Path, capsys) -> None:
-    from scd.pipeline.state import cache_key
+    from scd.io import cache_key
 
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)

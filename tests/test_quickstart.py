@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from scd.pipeline.recipe import recipe_from_dict
 from scd.quickstart import QUICKSTART_RECIPE
-from scd.train.recipe import recipe_from_dict, recipe_to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,5 +29,5 @@ def test_every_recipe_ships_in_the_package() -> None:
 def test_quickstart_runs_recipes_quickstart_yaml() -> None:
     recipe = yaml.safe_load((REPO / "recipes" / "quickstart.yaml").read_text())
     assert recipe == QUICKSTART_RECIPE
-    resolved = recipe_to_dict(recipe_from_dict(QUICKSTART_RECIPE))
+    resolved = recipe_from_dict(QUICKSTART_RECIPE).to_dict()
     assert resolved["model"] == "toy" and resolved["wandb"]["enabled"] is False

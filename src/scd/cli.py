@@ -20,16 +20,11 @@ import sys
 from collections.abc import Sequence
 
 from scd import commands
+from scd.config.engine import EngineSpec
+from scd.config.options import add_options, argument_type, positive
+from scd.config.schema import SFTOptions
 from scd.errors import InputError, RunFailed
-from scd.options import (
-    DENOMINATORS,
-    MODES,
-    EngineSpec,
-    SFTOptions,
-    add_options,
-    argument_type,
-    positive,
-)
+from scd.eval.benchmarks import REGISTRY
 
 __all__ = ["main", "build_parser"]
 
@@ -57,6 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # --prompt is not --prompts
         super().__init__(*args, **kwargs)
         _Parser.parsers.append(self)
 
@@ -138,69 +134,30 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    ev = sub.add_parser("eval", help="evaluate a model: bias %%, BBQ, stigma probes")
+    ev = sub.add_parser("eval", help="evaluate a model: " + ", ".join(REGISTRY))
     esub = ev.add_subparsers(dest="what", required=True, parser_class=_Parser)
-    bias = esub.add_parser("bias", help="bias %% on contact prompts (records, summary, tables)")
-    bias.add_argument("--model", required=True, help=MODEL_HELP)
-    bias.add_argument("--prompts", required=True, help="directory with prompts.parquet")
-    bias.add_argument(
-        "--mode",
-        choices=MODES,
-        default="choice",
-        help="choice: the most probable option; generate: greedy text parsed to an option",
-    )
-    bias.add_argument("--max-new-tokens", type=_positive, default=8, help="generate mode")
-    bias.add_argument(
-        "--denominator",
-        choices=DENOMINATORS,
-        default="all",
-        help="all: unparsed answers count in the total (the paper); parsed: they don't",
-    )
-    _add_model_args(bias, "prompts", "descriptor prompts (whole sets; the baselines of their "
-                    "templates come on top)")  # fmt: skip
-
-    bbq = esub.add_parser("bbq", help="BBQ accuracy and bias scores (Parrish et al.)")
-    bbq.add_argument("--model", required=True, help=MODEL_HELP)
-    bbq.add_argument(
-        "--data",
-        required=True,
-        nargs="+",
-        help="BBQ directory of <Category>.jsonl, JSONL files, or a Hub dataset id",
-    )
-    bbq.add_argument("--categories", help="comma-separated categories (default: all present)")
-    _add_model_args(bbq, "items")
-
-    st = esub.add_parser("stigma", help="stigma probes (SDS, AQ-27, sentiment, masked LM)")
-    st.add_argument(
-        "--probe",
-        required=True,
-        choices=("sds", "aq27", "sentiment", "mlm"),
-        help="sds, aq27: causal LM; aq27, mlm: masked LM; sentiment: a classifier",
-    )
-    st.add_argument("--model", required=True, help=MODEL_HELP)
-    st.add_argument("--prompts", required=True, help="directory from `scd generate stigma`")
-    st.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    st.add_argument("--top-k", type=_positive, default=50, help="mlm: predictions per prompt")
-    st.add_argument("--lexicon", help="mlm: word,attitude CSV (default: packaged likely/unlikely)")
-    st.add_argument("--negative-label", help="sentiment: the classifier's negative label")
-    st.add_argument("--mlm-run", help="sentiment: a finished mlm run dir; adds Pearson r")
-    st.add_argument("--seed", type=int, default=0, help="seed of the bootstrap CIs")
-    add_options(st, EngineSpec)
-    st.add_argument("--chunk-size", type=_positive, default=256, help="prompts per resumable chunk")
-    st.add_argument("--out", required=True, help="output directory (re-run to resume)")
+    for name, bench in REGISTRY.items():
+        parser = esub.add_parser(name, help=bench.help.replace("%", "%%"))
+        _add_eval_args(parser, [bench.Options])
+    probes = commands.stigma_probes()
+    st = esub.add_parser("stigma", help=f"a stigma probe: the same as scd eval {'|'.join(probes)}")
+    st.add_argument("--probe", required=True, choices=probes, help="which probe")
+    _add_eval_args(st, [REGISTRY[p].Options for p in probes])
 
 
-def _add_model_args(parser: argparse.ArgumentParser, unit: str, subset: str = "") -> None:
-    """The options every evaluation shares: adapter, engine, subset, batching, output."""
+def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None:
+    """What every evaluation takes (model, adapter, engine, output) and its benchmark's options
+    (several benchmarks' for an alias: each flag once)."""
+    import dataclasses
+
+    parser.add_argument("--model", required=True, help=MODEL_HELP)
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    parser.add_argument(
-        "--limit", type=_positive, help=f"a stratified, seeded subset of ~N {subset or unit}"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
     add_options(parser, EngineSpec)
-    parser.add_argument(
-        "--chunk-size", type=_positive, default=512, help=f"{unit} per resumable chunk"
-    )
+    added = {"model", "adapter", *(f.name for f in dataclasses.fields(EngineSpec))}
+    for cls in options:
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in added]
+        add_options(parser, cls, names)
+        added.update(names)
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
 
 
@@ -287,19 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--address", help="ray: the cluster (default: a local one; 'auto': the "
                      "cluster this node belongs to)")  # fmt: skip
-    report = sub.add_parser("report", help="the report of a run dir (or tables of eval dirs)")
-    report.add_argument(
-        "target",
-        help="a run directory of `scd run`; or bbq (Table 15) / stigma (one probe's before/after "
-        "table) with --runs",
-    )
-    report.add_argument(
-        "--runs",
-        nargs="+",
-        metavar="NAME=DIR",
-        help='bbq/stigma: result dirs of `scd eval bbq|stigma`, e.g. "Without FT=out/base"',
-    )
-    report.add_argument("--out", help="bbq/stigma: write Markdown here (and .json beside it)")
+    report = sub.add_parser("report", help="the report of a run dir (or a table of eval dirs)")
+    report.add_argument("target", help="a run directory of `scd run`; or a benchmark ("
+                        f"{', '.join(REGISTRY)}, stigma) with --runs: its runs side by "
+                        "side")  # fmt: skip
+    report.add_argument("--runs", nargs="+", metavar="NAME=DIR", help="with a benchmark: result "
+                        'dirs of `scd eval <benchmark>`, e.g. "Without FT=out/base"')  # fmt: skip
+    report.add_argument("--out", help="with a benchmark: write Markdown here (and .json beside it)")
     merge = sub.add_parser("merge", help="merge a LoRA adapter into its base model")
     merge.add_argument("--adapter", required=True, help="adapter directory")
     merge.add_argument("--base", help="base model (default: the adapter's base_model_name_or_path)")
@@ -351,9 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("generate", "contact"): commands._generate_contact,
         ("generate", "sft"): commands._generate_sft,
         ("generate", "stigma"): commands._generate_stigma,
-        ("eval", "bias"): commands._eval_bias,
-        ("eval", "bbq"): commands._eval_bbq,
-        ("eval", "stigma"): commands._eval_stigma,
+        **{("eval", name): commands._eval for name in (*REGISTRY, "stigma")},
         ("audit", "scm"): commands._audit_scm,
         ("report", None): commands._report,
         ("run", None): commands._run,

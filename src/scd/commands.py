@@ -7,13 +7,12 @@ The parser lives in :mod:`scd.cli`; heavy modules are imported inside each handl
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scd.errors import InputError
 
 if TYPE_CHECKING:
-    from scd.options import EngineSpec
-    from scd.train.recipe import Recipe
+    from scd.config.schema import Recipe
 
 
 def _generate_contact(args: argparse.Namespace) -> None:
@@ -57,10 +56,11 @@ def _generate_stigma(args: argparse.Namespace) -> None:
 
 
 def _generate_sft(args: argparse.Namespace) -> None:
+    from scd.config.options import flag_values
+    from scd.config.schema import SFTOptions
     from scd.data_gen.sft import write_sft
-    from scd.options import SFTOptions
 
-    options = _fields_of(args, SFTOptions)
+    options = flag_values(args, SFTOptions)
     info = write_sft(
         args.prompts, args.setting, args.out, eval_prompts=args.eval_prompts, **options
     )
@@ -75,84 +75,35 @@ def _generate_sft(args: argparse.Namespace) -> None:
     )
 
 
-def _eval_bias(args: argparse.Namespace) -> None:
-    from scd.eval.bias import evaluate_bias
+def stigma_probes() -> list[str]:
+    """The registered stigma probes (``scd eval stigma --probe P`` is ``scd eval P``)."""
+    from scd.eval.benchmarks import REGISTRY
+    from scd.eval.benchmarks.stigma.common import StigmaProbe
 
-    summary = evaluate_bias(
-        args.model,
-        args.prompts,
-        args.out,
-        adapter=args.adapter,
-        engine=_engine_spec(args),
-        mode=args.mode,
-        limit=args.limit,
-        seed=args.seed,
-        max_new_tokens=args.max_new_tokens,
-        denominator=args.denominator,
-        chunk_size=args.chunk_size,
-    )
-    overall = summary["overall"]
-    print(
-        f"bias {overall['pct']:.2f}% [{overall['ci_low']:.2f}, {overall['ci_high']:.2f}] "
-        f"over {overall['n']:,} descriptor prompts (+{summary['n_baseline_records']:,} "
-        f"descriptor-free baselines, reported apart) -> {args.out}/tables.md"
-    )
+    return [name for name, b in REGISTRY.items() if isinstance(b, StigmaProbe)]
 
 
-def _fields_of(args: argparse.Namespace, cls: type) -> dict[str, Any]:
-    """The values of the flags generated from ``cls``'s fields (:func:`scd.options.add_options`)."""
+def _eval(args: argparse.Namespace) -> None:
+    """``scd eval <benchmark>``: its options from its flags, the engine's from theirs (an option
+    of the other backend is refused when the engine is made)."""
     import dataclasses
 
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    from scd.config.engine import EngineSpec
+    from scd.config.options import flag_values
+    from scd.eval.benchmarks import REGISTRY
 
-
-def _engine_spec(args: argparse.Namespace) -> EngineSpec:
-    """The engine flags as given (None: the engine's default; a flag of the other backend is
-    refused when the engine is made)."""
-    from scd.options import EngineSpec
-
-    return EngineSpec(**_fields_of(args, EngineSpec))
-
-
-def _eval_bbq(args: argparse.Namespace) -> None:
-    from scd.eval.bbq import evaluate_bbq
-
-    categories = [c.strip() for c in args.categories.split(",")] if args.categories else None
-    data = args.data[0] if len(args.data) == 1 else args.data
-    summary = evaluate_bbq(
-        args.model, data, args.out, adapter=args.adapter, engine=_engine_spec(args),
-        categories=categories, limit=args.limit, seed=args.seed, chunk_size=args.chunk_size,
-    )  # fmt: skip
-    acc = summary["overall"]["accuracy"]
-    print(f"BBQ accuracy {acc['accuracy']:.3f} over {acc['n']:,} items -> {args.out}/tables.md")
-
-
-def _eval_stigma(args: argparse.Namespace) -> None:
-    from scd.eval.stigma import evaluate_stigma
-
-    summary = evaluate_stigma(
-        args.probe,
-        args.model,
-        args.prompts,
-        args.out,
-        adapter=args.adapter,
-        engine=_engine_spec(args),
-        seed=args.seed,
-        chunk_size=args.chunk_size,
-        top_k=args.top_k,
-        lexicon=args.lexicon,
-        negative_label=args.negative_label,
-        mlm_run=args.mlm_run,
-    )
-    if "gap" in summary:
-        g = summary["gap"]
-        fmt = lambda x: "–" if x is None else f"{x:+.3f}"  # noqa: E731
-        head = f"gap stigmatized - non-stigmatized {fmt(g['gap'])} [{fmt(g['ci_low'])}, "
-        print(f"{head}{fmt(g['ci_high'])}] -> {args.out}/tables.md")
-    else:
-        o = summary["overall"]
-        diff = "–" if o["mean_diff"] is None else f"{o['mean_diff']:+.3f}"
-        print(f"mental - physical {diff} over {o['n']} frames -> {args.out}/tables.md")
+    bench = REGISTRY[args.probe if args.what == "stigma" else args.what]
+    options = flag_values(args, bench.Options)
+    if args.what == "stigma":  # the alias has every probe's flags: another probe's is refused
+        for probe in stigma_probes():
+            for f in dataclasses.fields(REGISTRY[probe].Options):
+                value = getattr(args, f.name, f.default)
+                if f.name not in options and f.metadata.get("flag") and value != f.default:
+                    raise InputError(f"an option of the {probe} probe, not of {bench.name}",
+                                     key=f.name, value=value)  # fmt: skip
+    engine = EngineSpec(**flag_values(args, EngineSpec))
+    summary = bench.evaluate(args.model, args.out, adapter=args.adapter, engine=engine, **options)
+    print(f"{bench.describe(summary)} -> {args.out}/tables.md")
 
 
 def _audit_scm(args: argparse.Namespace) -> None:
@@ -172,36 +123,39 @@ def _audit_scm(args: argparse.Namespace) -> None:
 
 
 def _report_tables(args: argparse.Namespace) -> None:
-    """``scd report bbq|stigma --runs NAME=DIR ...``: one table over several result dirs."""
+    """``scd report <benchmark> --runs NAME=DIR ...``: one table over several result dirs."""
     import json
     from pathlib import Path
 
-    if args.target == "bbq":
-        from scd.eval.bbq import table15 as table
-        from scd.eval.bbq import table15_data as data
-    else:
-        from scd.eval.stigma import stigma_table as table
-        from scd.eval.stigma import stigma_table_data as data
+    from scd.eval.benchmarks import get
+    from scd.io import json_text
+
     runs = {}
     for item in args.runs:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise InputError(f"--runs {item}: expected NAME=DIR (e.g. 'base=out/base')")
         runs[name] = Path(path)
-    text = table(runs)
+    target = args.target
+    if target == "stigma":  # which probe: the first run says
+        summary = Path(next(iter(runs.values()))) / "summary.json"
+        target = json.loads(summary.read_text()).get("probe", "") if summary.is_file() else "sds"
+    table = get(target).table(runs)
     if args.out:
         out = Path(args.out)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(data(runs), indent=2) + "\n")
+        out.write_text(table.markdown)
+        out.with_suffix(".json").write_text(json_text(table.rows))
         print(f"{args.target} table -> {out}")
     else:
-        print(text)
+        print(table.markdown)
 
 
 def _report(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    if args.target in ("bbq", "stigma"):
+    from scd.eval.benchmarks import REGISTRY
+
+    if args.target in (*REGISTRY, "stigma"):
         if not args.runs:
             raise InputError(
                 f"scd report {args.target}: --runs NAME=DIR [NAME=DIR ...] is required"
@@ -210,7 +164,7 @@ def _report(args: argparse.Namespace) -> None:
         return
     if args.runs or args.out:
         raise InputError(
-            "--runs/--out go with `scd report bbq|stigma`; `scd report RUN_DIR` has none"
+            "--runs/--out go with `scd report <benchmark>`; `scd report RUN_DIR` has none"
         )
     from scd.report.build import build_report
 
@@ -218,25 +172,28 @@ def _report(args: argparse.Namespace) -> None:
     print(f"report -> {md}, {html}")
 
 
-def _warn_recipe(recipe: Recipe) -> None:
+def _load_recipe(args: argparse.Namespace) -> Recipe:
+    """The recipe of ``scd train|run``, its renamed keys and surprises said once (rank 0)."""
     import os
     import sys
 
-    from scd.train.recipe import recipe_warnings
+    from scd.config.checks import recipe_warnings
+    from scd.pipeline.recipe import load_recipe
 
-    if os.environ.get("RANK", "0") == "0":  # once under torchrun / accelerate
-        for warning in recipe_warnings(recipe):
-            print(f"scd: warning: {warning}", file=sys.stderr)
+    main = os.environ.get("RANK", "0") == "0"  # once under torchrun / accelerate
+    say = (lambda m: print(f"scd: warning: {m}", file=sys.stderr)) if main else (lambda m: None)
+    recipe = load_recipe(args.recipe, args.set, say=say)
+    for warning in recipe_warnings(recipe):
+        say(warning)
+    return recipe
 
 
 def _run(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from scd.pipeline.runner import run_recipe
-    from scd.train.recipe import load_recipe
+    from scd.pipeline.launch import run_recipe
 
-    recipe = load_recipe(args.recipe, args.set)
-    _warn_recipe(recipe)
+    recipe = _load_recipe(args)
     run_id = args.run_id or recipe.run.name or Path(args.recipe).stem
     if not run_id or "/" in run_id or run_id in (".", "..", "cache"):
         raise InputError(f"--run-id {run_id!r}: expected a plain directory name other than cache")
@@ -248,7 +205,7 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _toy_model(args: argparse.Namespace) -> None:
-    from scd.eval.toy_model import build_toy_model
+    from scd.models.toy import build_toy_model
 
     axes = tuple(a.strip() for a in args.bias_axes.split(",") if a.strip())
     info = build_toy_model(args.out, bias_axes=axes, seed=args.seed, progress=True)
@@ -262,21 +219,19 @@ def _train(args: argparse.Namespace) -> None:
     import dataclasses
     from pathlib import Path
 
-    from scd.train.recipe import load_recipe
     from scd.train.trainer import train
 
-    recipe = load_recipe(args.recipe, args.set)
-    _warn_recipe(recipe)
+    recipe = _load_recipe(args)
     changes = {}
     if recipe.output_dir is None:  # as scd run names its runs
         name = recipe.run.name or Path(args.recipe).stem
         changes["output_dir"] = str(Path(args.outputs) / "train" / name)
         print(f"output_dir: {changes['output_dir']}")
     if recipe.model == "toy":  # built once and cached, shared with scd run
-        from scd.pipeline.runner import ensure_toy_model
+        from scd.models.toy import ensure_toy_model
 
-        cache = Path(args.outputs) / "cache"
-        changes["model"] = str(ensure_toy_model(recipe.toy_model, cache, progress=True))
+        cache, toy = Path(args.outputs) / "cache", recipe.toy_model
+        changes["model"] = str(ensure_toy_model(toy.bias_axes, toy.seed, cache, progress=True))
     recipe = dataclasses.replace(recipe, **changes)
     info = train(recipe, resume=args.resume, use_wandb=not args.no_wandb, verbose=args.verbose)
     if info:

@@ -1,4 +1,5 @@
-"""Small file helpers shared by every stage: atomic output files and directories, hashes, JSON."""
+"""Small file helpers shared by every stage: atomic output files and directories, hashes, and
+JSON, YAML and Parquet readers whose errors are one line naming the file."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 
 __all__ = [
-    "atomic_file", "atomic_output_dir", "check_output_dir", "data_dir", "json_text",
-    "sha256_file", "write_json",
+    "atomic_file", "atomic_output_dir", "cache_key", "check_output_dir", "data_dir", "json_text",
+    "read_json", "read_parquet", "read_yaml", "sha256_file", "write_json",
 ]  # fmt: skip
 
 MARKER = "manifest.json"
@@ -115,6 +116,80 @@ def sha256_file(path: Path | str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _input_error(path: Path | str, detail: str, key: str | None) -> InputError:
+    """An error naming ``path``: after the option ``key`` (``--terms PATH: ...``) when given."""
+    return InputError(detail, key=key, value=path) if key else InputError(f"{path}: {detail}")
+
+
+def _read_text(path: Path | str, key: str | None) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = getattr(err, "strerror", None) or first_line(err)  # "No such file or directory"
+        raise _input_error(path, f"cannot read ({reason})", key) from None
+
+
+def read_json(path: Path | str, *, key: str | None = None) -> Any:
+    """The parsed contents of a UTF-8 JSON file.
+
+    Args:
+        path: the file.
+        key: the option that named the file, if one did (errors then start with ``--key PATH``).
+
+    Raises:
+        InputError: one line naming the file: it cannot be read, or is not valid JSON (the
+            parser's message and line).
+    """
+    try:
+        return json.loads(_read_text(path, key))
+    except json.JSONDecodeError as err:
+        raise _input_error(path, f"not valid JSON ({err.msg}, line {err.lineno})", key) from None
+
+
+def read_yaml(path: Path | str, *, key: str | None = None) -> Any:
+    """The parsed contents of a UTF-8 YAML file (``yaml.safe_load``); ``key`` as in
+    :func:`read_json`.
+
+    Raises:
+        InputError: one line naming the file: it cannot be read, or is not valid YAML (the
+            parser's message and line).
+    """
+    import yaml
+
+    try:
+        return yaml.safe_load(_read_text(path, key))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark else ""
+        detail = f"not valid YAML ({getattr(err, 'problem', None) or first_line(err)}{where})"
+        raise _input_error(path, detail, key) from None
+
+
+def read_parquet(path: Path | str, columns: Iterable[str] = (), *, key: str | None = None) -> Any:
+    """A Parquet file as an Arrow table that has (at least) ``columns``; ``key`` as in
+    :func:`read_json`.
+
+    Raises:
+        InputError: one line naming the file: it is not readable Parquet, or lacks a column.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # pyarrow raises several kinds
+        raise _input_error(path, f"not a readable Parquet file ({err})", key) from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise _input_error(path, f"missing columns {missing}", key)
+    return table
+
+
+def cache_key(**parts: Any) -> str:
+    """A short, stable key for the JSON-serialisable ``parts``."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def json_text(data: Any) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from scd.pipeline.runner import run_recipe
-from scd.train.recipe import recipe_from_dict
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.recipe import recipe_from_dict
 
 __all__ = ["QUICKSTART_RECIPE", "run_quickstart"]
 

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from scd.audit.corpus import TermMatcher, load_terms, read_corpus, split_sentences
-from scd.audit.report import bias_map, summarize_scores
 from scd.audit.scm import SCMModel, accuracy, cross_validate, load_seeds
+from scd.audit.summary import bias_map, summarize_scores
 from scd.cli import main
 
 

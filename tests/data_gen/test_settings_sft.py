@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from scd.data_gen.settings import load_settings, split_masks
+from scd.config.settings import load_settings, split_masks
 from scd.data_gen.sft import write_sft
 from scd.errors import InputError
 

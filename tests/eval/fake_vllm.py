@@ -155,7 +155,7 @@ class FakeLLM:
 
 
 def install(monkeypatch: Any) -> type[FakeLLM]:
-    """Put the fake ``vllm`` package in ``sys.modules`` and pretend a CUDA GPU exists."""
+    """Put the fake ``vllm`` package in ``sys.modules``; vLLM's platform: a CUDA GPU."""
     with contextlib.suppress(ImportError):  # TRL probes for vllm when imported: not the fake
         import trl  # noqa: F401
     vllm = types.ModuleType("vllm")
@@ -167,6 +167,6 @@ def install(monkeypatch: Any) -> type[FakeLLM]:
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.lora", lora)
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
-    monkeypatch.setattr("scd.eval.engines.vllm.cuda_available", lambda: True)
+    monkeypatch.setattr("scd.eval.engines.vllm.vllm_platform", lambda: "cuda")
     FakeLLM.instances = []
     return FakeLLM

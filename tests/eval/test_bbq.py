@@ -8,17 +8,11 @@ from pathlib import Path
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
+from scd.config.engine import EngineSpec
 from scd.errors import InputError
-from scd.eval.bbq import (
-    bbq_metrics,
-    bias_labels,
-    evaluate_bbq,
-    load_bbq,
-    prompt_text,
-    table15,
-    table15_data,
-)
-from scd.options import EngineSpec
+from scd.eval.benchmarks import get
+from scd.eval.benchmarks.bbq.data import bias_labels, load_bbq, prompt_text
+from scd.eval.benchmarks.bbq.metrics import bbq_metrics, table15
 
 SHARED_CATEGORIES = (
     "Age",
@@ -168,7 +162,7 @@ def runs(toy_model: Path, shared_data: Path, tmp_path_factory) -> tuple[Path, Pa
     base = tmp_path_factory.mktemp("bbq")
     kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))
     for name in ("a", "b"):
-        evaluate_bbq(str(toy_model), shared_data / "bbq" / "data", base / name, **kw)
+        get("bbq").evaluate(str(toy_model), base / name, data=shared_data / "bbq" / "data", **kw)
     return base / "a", base / "b"
 
 
@@ -193,17 +187,32 @@ def test_runner_end_to_end(runs: tuple[Path, Path], toy_model: Path, shared_data
     assert "| Model | All | Age |" in (a / "tables.md").read_text()
     # resume: cut into the third chunk, re-run, same bytes
     (a / "records.jsonl").write_bytes(b"".join(raw.splitlines(True)[:150]) + b'{"torn')
-    evaluate_bbq(str(toy_model), shared_data / "bbq" / "data", a, limit=300, seed=3,
-                 chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))  # fmt: skip
+    get("bbq").evaluate(
+        str(toy_model),
+        a,
+        data=shared_data / "bbq" / "data",
+        limit=300,
+        seed=3,
+        chunk_size=64,
+        progress=False,
+        engine=EngineSpec(batch_size=32),
+    )
     assert (a / "records.jsonl").read_bytes() == raw
     with pytest.raises(InputError, match="another configuration"):
-        evaluate_bbq(str(toy_model), shared_data / "bbq" / "data", a, limit=300, seed=4,
-                     chunk_size=64, progress=False)  # fmt: skip
+        get("bbq").evaluate(
+            str(toy_model),
+            a,
+            data=shared_data / "bbq" / "data",
+            limit=300,
+            seed=4,
+            chunk_size=64,
+            progress=False,
+        )
 
 
 def test_table15(runs: tuple[Path, Path]) -> None:
     a, b = runs
-    md = table15({"Without FT": a, "FT-Setting 1": b})
+    md = table15({"Without FT": a, "FT-Setting 1": b}).markdown
     lines = md.splitlines()
     header = next(x for x in lines if x.startswith("| Model"))
     assert header == (
@@ -211,9 +220,9 @@ def test_table15(runs: tuple[Path, Path]) -> None:
     )
     rows = [x for x in lines if x.startswith("| Without FT") or x.startswith("| FT-Setting 1")]
     assert len(rows) == 4 and rows[0].startswith("| Without FT") and rows[1].startswith("| FT-")
-    data = table15_data({"Without FT": a})
+    rows15 = table15({"Without FT": a}).rows
     acc = json.loads((a / "summary.json").read_text())["overall"]["accuracy"]["accuracy"]
-    assert data["rows"][0]["accuracy"]["All"] == acc
+    assert rows15[0]["category"] == "All" and rows15[0]["accuracy"] == acc
     assert f"{acc:.3f}" in rows[0]
     with pytest.raises(InputError, match="no summary.json"):
         table15({"x": a / "missing"})
@@ -261,6 +270,6 @@ def test_command_line_eval_and_table15(
     )
     text = table.read_text()
     assert "Without FT" in text and "FT-Setting 1" in text
-    assert json.loads(table.with_suffix(".json").read_text())["rows"][0]["name"] == "Without FT"
+    assert json.loads(table.with_suffix(".json").read_text())[0]["model"] == "Without FT"
     assert main(["report", "bbq", "--runs", "nodir"]) == 2
     assert "NAME=DIR" in capsys.readouterr().err

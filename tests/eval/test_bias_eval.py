@@ -9,11 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from scd.eval.bias import evaluate_bias, load_work, stratified_sets
+from scd.config.engine import EngineSpec
+from scd.eval.benchmarks import get
+from scd.eval.benchmarks.bias.task import load_work, stratified_sets
 from scd.eval.engines import ChoiceRequest
 from scd.eval.engines.hf import HFEngine
-from scd.eval.formatting import Formatter, load_tokenizer
-from scd.options import EngineSpec
+from scd.models.formatting import Formatter, load_tokenizer
 
 
 def _records(out: Path) -> list[dict]:
@@ -24,7 +25,7 @@ def _records(out: Path) -> list[dict]:
 def full_eval(toy_model: Path, toy_prompts: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval") / "full"
     spec = EngineSpec(batch_size=64)
-    evaluate_bias(str(toy_model), toy_prompts, out, engine=spec, progress=False)
+    get("bias").evaluate(str(toy_model), out, prompts=toy_prompts, engine=spec, progress=False)
     return out
 
 
@@ -95,16 +96,18 @@ def test_padding_side_and_batch_size_change_no_answer(toy_model: Path, toy_promp
 
 
 def test_generate_mode_parses_the_same_answers(toy_model: Path, toy_prompts: Path, tmp_path):
-    evaluate_bias(
+    get("bias").evaluate(
         str(toy_model),
-        toy_prompts,
         tmp_path / "gen",
+        prompts=toy_prompts,
         mode="generate",
         limit=150,
         seed=1,
         progress=False,
     )
-    evaluate_bias(str(toy_model), toy_prompts, tmp_path / "cho", limit=150, seed=1, progress=False)
+    get("bias").evaluate(
+        str(toy_model), tmp_path / "cho", prompts=toy_prompts, limit=150, seed=1, progress=False
+    )
     gen, cho = _records(tmp_path / "gen"), _records(tmp_path / "cho")
     assert [r["prompt_id"] for r in gen] == [r["prompt_id"] for r in cho]
     assert all(r["generated"] is not None and r["option_logprobs"] is None for r in gen)

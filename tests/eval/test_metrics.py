@@ -9,8 +9,10 @@ import math
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
+from scd.config.vocabulary import CONTACTS, SCALES
+from scd.config.vocabulary import SCENARIO_TABLE_ORDER as SCENARIOS
 from scd.errors import InputError
-from scd.eval.metrics import (
+from scd.eval.benchmarks.bias.metrics import (
     bias_rate,
     bias_table,
     format_cell,
@@ -19,8 +21,6 @@ from scd.eval.metrics import (
     summarize,
     tables_markdown,
 )
-from scd.vocabulary import CONTACTS, SCALES
-from scd.vocabulary import SCENARIO_TABLE_ORDER as SCENARIOS
 
 OPTIONS = {
     "certainty": ["Yes", "No"],

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from scd.config.engine import EngineSpec
 from scd.errors import InputError
-from scd.eval.bbq_data import load_bbq, prompt_text
-from scd.eval.bias import evaluate_bias, load_work
+from scd.eval.benchmarks import get
+from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text
+from scd.eval.benchmarks.bias.task import load_work
 from scd.eval.engines import ChoiceRequest
 from scd.eval.engines.hf import HFEngine
-from scd.eval.formatting import Formatter, load_tokenizer, parse_answer
-from scd.options import EngineSpec
+from scd.models.formatting import Formatter, load_tokenizer, parse_answer
 
 # name: (BOS tokens in a prompt, text the prompt ends with, the template's end-of-turn tokens)
 EXPECT = {
@@ -177,9 +178,16 @@ def _plant_yes(src: Path, out: Path) -> tuple[Path, str]:
 @pytest.mark.parametrize("name", ["llama-2-chat", "llama-3.1-instruct", "qwen3", "plain"])
 def test_generate_mode_stops_at_the_end_of_turn_and_parses(name, models, toy_prompts, tmp_path):
     planted, token = _plant_yes(models(name), tmp_path / "planted")
-    summary = evaluate_bias(str(planted), toy_prompts, tmp_path / "gen", mode="generate",
-                            limit=30, seed=0, progress=False,
-                            engine=EngineSpec(device="cpu"))  # fmt: skip
+    summary = get("bias").evaluate(
+        str(planted),
+        tmp_path / "gen",
+        prompts=toy_prompts,
+        mode="generate",
+        limit=30,
+        seed=0,
+        progress=False,
+        engine=EngineSpec(device="cpu"),
+    )
     records = [json.loads(x) for x in (tmp_path / "gen/records.jsonl").read_text().splitlines()]
     assert token.lstrip("▁Ġ") == "Yes"
     assert records and all(r["generated"] == "Yes" for r in records)
@@ -259,7 +267,7 @@ def sft_dir(toy_prompts: Path, tmp_path_factory) -> Path:
 
 
 def _trainer(model: Path, sft: Path, out: Path, *extra: str):
-    from scd.train.recipe import recipe_from_dict
+    from scd.pipeline.recipe import recipe_from_dict
     from scd.train.trainer import build_trainer
 
     data = {"model": str(model), "output_dir": str(out), "data": {"sft": str(sft)},

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from vllm_reference import option_logprob  # tests/eval/vllm_reference.py
 
 from scd.cli import main
-from scd.eval.bias import evaluate_bias
-from scd.eval.engines.vllm import option_logprob
+from scd.eval.benchmarks import get
 from scd.eval.records import RecordLog
-from scd.options import EngineSpec
 
 
 def _cmd(model: Path, prompts: Path, out: Path) -> list[str]:
@@ -171,7 +170,9 @@ def test_adapter_for_another_base_is_rejected(toy_model, toy_prompts, tmp_path, 
 
 
 def test_changed_options_into_the_same_out_are_refused(toy_model, toy_prompts, tmp_path, capsys):
-    evaluate_bias(str(toy_model), toy_prompts, tmp_path / "o", limit=30, progress=False)
+    get("bias").evaluate(
+        str(toy_model), tmp_path / "o", prompts=toy_prompts, limit=30, progress=False
+    )
     _fails(
         capsys,
         [
@@ -231,27 +232,3 @@ def test_vllm_option_logprob_sums_the_option_positions() -> None:
     prompt_logprobs = [None, {5: Lp(-0.5)}, {9: Lp(-1.0)}, {4: Lp(-0.25)}, {7: -2.0}]
     assert option_logprob(prompt_logprobs, tokens, 2) == pytest.approx(-2.25)
     assert option_logprob(prompt_logprobs, tokens, 1) == pytest.approx(-2.0)
-
-
-_HAS_GPU_VLLM = importlib.util.find_spec("vllm") is not None and (
-    importlib.util.find_spec("torch") is not None and __import__("torch").cuda.is_available()
-)
-
-
-@pytest.mark.gpu
-@pytest.mark.vllm
-@pytest.mark.skipif(not _HAS_GPU_VLLM, reason="needs vLLM and a CUDA GPU")
-def test_vllm_engine_agrees_with_hf(toy_model, toy_prompts, tmp_path) -> None:
-    hf = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "hf", limit=600, progress=False)
-    vl = evaluate_bias(
-        str(toy_model),
-        toy_prompts,
-        tmp_path / "vllm",
-        limit=600,
-        engine=EngineSpec("vllm", gpu_memory_utilization=0.3),
-        progress=False,
-    )
-    a = [json.loads(x) for x in (tmp_path / "hf/records.jsonl").read_text().splitlines()]
-    b = [json.loads(x) for x in (tmp_path / "vllm/records.jsonl").read_text().splitlines()]
-    assert [r["chosen"] for r in a] == [r["chosen"] for r in b]
-    assert abs(hf["overall"]["pct"] - vl["overall"]["pct"]) < 0.5

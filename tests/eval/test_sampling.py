@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from scd.eval.bbq_data import load_bbq, stratified_subset
-from scd.eval.bias import STRATA, load_work, stratified_sets
+from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
+from scd.eval.benchmarks.bias.task import STRATA, load_work, stratified_sets
 from scd.eval.sampling import stratified_sample
 
 

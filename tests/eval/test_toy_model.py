@@ -12,8 +12,8 @@ import torch
 from scd.data_gen.contact import generate_contact_table
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
-from scd.eval.toy_model import build_toy_model, toy_descriptors_path
 from scd.io import sha256_file
+from scd.models.toy import build_toy_model, toy_descriptors_path
 
 PLANTED = ("religion", "nationality")
 

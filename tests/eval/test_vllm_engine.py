@@ -4,20 +4,20 @@ transformers engine's."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import fake_vllm  # tests/eval/fake_vllm.py (pytest puts this directory on sys.path)
 import pytest
+from vllm_reference import reference_score  # tests/eval/vllm_reference.py
 
+from scd.config.engine import EngineSpec
 from scd.errors import InputError
-from scd.eval.bias import evaluate_bias
+from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest, SharedEngine, make_engine
 from scd.eval.engines.hf import HFEngine
 from scd.eval.engines.vllm import VLLMEngine, lora_rank_for
-from scd.eval.formatting import load_tokenizer
-from scd.options import EngineSpec
+from scd.models.formatting import load_tokenizer
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_scores_read_next_token_logprobs_not_prompt_logprobs(fake, toy_model: Pa
     assert by_prefix[(*p0, 5)] == [9, 11] and by_prefix[(*p0, 5, 11)] == [3]
     assert by_prefix[(*p0, 12)] == [9]
     # the reference path (prompt_logprobs) gives the same numbers
-    _close(engine.reference_score(reqs), got)
+    _close(reference_score(engine, reqs), got)
 
 
 def test_requests_share_the_prompt_prefix(fake, toy_model: Path) -> None:
@@ -99,7 +99,7 @@ def test_requests_share_the_prompt_prefix(fake, toy_model: Path) -> None:
     assert all(starts)
     assert fast == sum(len(p) for p in prompts) + 3 * 3  # each prompt once + 3 option tokens
     llm.requests.clear()
-    engine.reference_score(reqs)
+    reference_score(engine, reqs)
     slow = sum(r.computed_tokens for r in llm.requests)
     assert slow == sum((len(r.prompt_ids) + len(o)) for r in reqs for o in r.option_ids)
     assert slow > 3 * fast
@@ -200,10 +200,22 @@ def test_options_of_the_other_backend_are_refused(fake, toy_model: Path) -> None
 def test_evaluate_bias_on_vllm_equals_hf(
     fake, toy_model: Path, toy_prompts: Path, tmp_path
 ) -> None:
-    hf = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "hf", limit=60,
-                       engine=EngineSpec(device="cpu"), progress=False)  # fmt: skip
-    vl = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "vllm", limit=60,
-                       engine=VLLM, progress=False)  # fmt: skip
+    hf = get("bias").evaluate(
+        str(toy_model),
+        tmp_path / "hf",
+        prompts=toy_prompts,
+        limit=60,
+        engine=EngineSpec(device="cpu"),
+        progress=False,
+    )
+    vl = get("bias").evaluate(
+        str(toy_model),
+        tmp_path / "vllm",
+        prompts=toy_prompts,
+        limit=60,
+        engine=VLLM,
+        progress=False,
+    )
     a = [json.loads(x) for x in (tmp_path / "hf/records.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (tmp_path / "vllm/records.jsonl").read_text().splitlines()]
     assert [r["chosen"] for r in a] == [r["chosen"] for r in b]
@@ -211,24 +223,3 @@ def test_evaluate_bias_on_vllm_equals_hf(
         assert x["option_logprobs"] == pytest.approx(y["option_logprobs"], abs=1e-4)
     assert hf["overall"]["pct"] == vl["overall"]["pct"]
     assert all(r.params.prompt_logprobs is None for r in fake.instances[-1].requests)
-
-
-_HAS_GPU_VLLM = importlib.util.find_spec("vllm") is not None and (
-    __import__("torch").cuda.is_available()
-)
-
-
-@pytest.mark.gpu
-@pytest.mark.vllm
-@pytest.mark.skipif(not _HAS_GPU_VLLM, reason="needs vLLM and a CUDA GPU")
-def test_real_vllm_next_token_scores_equal_prompt_logprobs(toy_model: Path, adapters) -> None:
-    """On real vLLM: logprob_token_ids scoring equals the prompt_logprobs reference, for the
-    base model and through a LoRARequest."""
-    tok = load_tokenizer(str(toy_model))
-    reqs = _requests(toy_model)
-    spec = EngineSpec("vllm", dtype="float32", gpu_memory_utilization=0.3)
-    engine = make_engine(spec, str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])])
-    for adapter in (None, str(adapters["a"])):
-        engine.use_adapter(adapter)
-        _close(engine.score(reqs), engine.reference_score(reqs))
-    engine.close()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from scd.pipeline.runner import run_recipe
-from scd.pipeline.state import cache_key
+from scd.io import cache_key
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.recipe import recipe_from_dict
 from scd.quickstart import QUICKSTART_RECIPE
-from scd.train.recipe import recipe_from_dict
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from scd.cli import main
-from scd.pipeline.runner import run_recipe
-from scd.pipeline.state import cache_key
+from scd.io import cache_key
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.recipe import recipe_from_dict
 from scd.quickstart import QUICKSTART_RECIPE
-from scd.train.recipe import recipe_from_dict
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -133,20 +133,23 @@ def test_a_killed_worker_is_retried_to_the_same_tables(local_tables, tmp_path, t
 def test_sharded_evaluations_equal_the_unsharded_one(
     cluster, toy_model: Path, toy_prompts: Path, tmp_path
 ) -> None:
-    from scd.eval.bias import evaluate_bias
+    from scd.eval.benchmarks import get
     from scd.pipeline.ray_launcher import _launch_shards
 
     kw = {"limit": 120, "progress": False, "chunk_size": 16}
-    whole = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "whole", **kw)
-    turn = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "turn", shards=3, **kw)
+    whole = get("bias").evaluate(str(toy_model), tmp_path / "whole", prompts=toy_prompts, **kw)
+    turn = get("bias").evaluate(
+        str(toy_model), tmp_path / "turn", prompts=toy_prompts, shards=3, **kw
+    )
     records = (tmp_path / "whole" / "records.jsonl").read_text()
     assert records and (tmp_path / "turn" / "records.jsonl").read_text() == records
     assert turn["overall"] == whole["overall"]
     assert len(list((tmp_path / "turn" / "shards").iterdir())) == 3
     # on Ray: record for record; log-probabilities to 1e-5 (a Ray worker computes with one
     # thread and the shards batch other prompts together: float sums differ in the last digits)
-    on_ray = evaluate_bias(str(toy_model), toy_prompts, tmp_path / "ray", shards=2,
-                           launch=_launch_shards, **kw)  # fmt: skip
+    on_ray = get("bias").evaluate(
+        str(toy_model), tmp_path / "ray", prompts=toy_prompts, shards=2, launch=_launch_shards, **kw
+    )
     a = [json.loads(x) for x in records.splitlines()]
     b = [json.loads(x) for x in (tmp_path / "ray" / "records.jsonl").read_text().splitlines()]
     floats = ("option_logprobs", "option_probs")
@@ -174,7 +177,7 @@ def test_a_task_with_several_gpus_trains_under_torchrun(toy_model: Path, tmp_pat
     ranks here), one adapter."""
     import dataclasses
 
-    from scd.pipeline.runner import _torchrun_train
+    from scd.pipeline.run import torchrun_train as _torchrun_train
 
     recipe = recipe_from_dict({**RECIPE, "model": str(toy_model)}, "test")
     recipe = dataclasses.replace(recipe, output_dir=str(tmp_path / "adapter"))

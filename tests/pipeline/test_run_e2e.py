@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from scd.cli import main
-from scd.pipeline.state import cache_key
+from scd.io import cache_key
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -97,8 +97,10 @@ def test_killed_run_resumes_to_the_same_tables(
         f"eval.bbq.data={shared_data / 'bbq' / 'data'}",
         "eval.bbq.categories=[Age, Religion]",
         "eval.bbq.limit=40",
-        "eval.stigma.probes=[sds, aq27]",
-        "eval.stigma.limit_conditions=2",
+        "eval.sds.enabled=true",
+        "eval.sds.limit_conditions=2",
+        "eval.aq27.enabled=true",
+        "eval.aq27.limit_conditions=2",
     ]
     recipe = str(REPO / "recipes" / "quickstart.yaml")
     cmd = [sys.executable, "-m", "scd", "run", recipe, "--outputs", str(root.parent), "--run-id",
@@ -145,13 +147,13 @@ def test_killed_run_resumes_to_the_same_tables(
     assert {"n", "accuracy_ci_low", "accuracy_ci_high"} <= set(table15.columns)
     assert (run_dir / "figures" / "bbq.png").is_file()
     report = (run_dir / "report.md").read_text()
-    assert "Table 15" in report and "## Stigma probes" in report
+    assert "Table 15" in report and "## Stigma: P(negative attitude) (sds probe)" in report
     assert "Categories: 2 of BBQ's 11" in report and "*Figure 3." in report
-    assert "| BBQ | 40 items (limit 40, stratified) of 2 categories" in report
+    assert "; 40 items per model" in report  # the subset BBQ's limit asked for
     for probe in ("sds", "aq27"):
         assert (run_dir / "tables" / f"stigma-{probe}.md").is_file()
         assert len(pd.read_csv(run_dir / "tables" / f"stigma-{probe}.csv")) >= 2
-        assert (run_dir / "setting-1" / "eval" / f"stigma-{probe}" / "summary.json").is_file()
+        assert (run_dir / "setting-1" / "eval" / probe / "summary.json").is_file()
     offline = list(run_dir.rglob("offline-run-*"))
     assert len(offline) >= 2, offline  # the training run and the report run
     # the training run got the tuned model's results: continued by id after the evaluations
@@ -160,7 +162,7 @@ def test_killed_run_resumes_to_the_same_tables(
     segments = sorted(adapter.glob(f"wandb/wandb/offline-run-*-{run_id}"))
     assert len(segments) == 2, segments
     last = (segments[-1] / f"run-{run_id}.wandb").read_bytes()
-    assert b"heldout/bias_pct" in last and b"stigma-sds/gap" in last and b"bbq/s_dis" in last
+    assert b"bias/bias_pct" in last and b"sds/gap" in last and b"bbq/s_dis" in last
     # no secret was written anywhere
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html", ".csv"):
@@ -187,9 +189,9 @@ def test_a_finished_run_reads_its_results_where_they_were_cached(
 ) -> None:
     """Resumed with another cache directory, a finished run still finds (and reports) the base
     evaluation where its first invocation cached it."""
-    from scd.pipeline.runner import run_recipe
+    from scd.pipeline.launch import run_recipe
+    from scd.pipeline.recipe import recipe_from_dict
     from scd.quickstart import QUICKSTART_RECIPE
-    from scd.train.recipe import recipe_from_dict
 
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     other = tmp_path / "other-cache"

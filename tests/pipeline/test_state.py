@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from scd.errors import InputError
-from scd.pipeline.runner import validate_inputs
-from scd.pipeline.state import RunState, cache_key, model_fingerprint
-from scd.train.recipe import load_recipe, recipe_from_dict
+from scd.io import cache_key
+from scd.models import model_fingerprint
+from scd.pipeline.recipe import load_recipe, recipe_from_dict, validate_inputs
+from scd.pipeline.state import RunState
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "recipes" / "quickstart.yaml"
@@ -57,7 +58,7 @@ def test_fingerprints_follow_content(tmp_path: Path) -> None:
         ("eval.backend=tgi", "eval.backend"),
         ("run.settings=[1, 9]", "setting 9"),
         ("run.settings=[3, 3]", "run.settings"),
-        ("eval.stigma.probes=[sentiment]", "eval.stigma.probes"),
+        ("eval.sentiment.enabled=true", "eval.sentiment.enabled: scores sequence classifiers"),
         ("eval.bbq.enabled=true", "eval.bbq.data"),
         ("eval.bias.limit=0", "eval.bias.limit"),
         ("run.name=../x", "run.name"),

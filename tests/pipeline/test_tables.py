@@ -7,8 +7,13 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from scd.data_gen.settings import load_settings
-from scd.report.tables import before_after, table10_frame, table_markdown, transfer_frame
+from scd.config.settings import load_settings
+from scd.eval.benchmarks.bias.transfer import (
+    before_after,
+    table10_frame,
+    table_markdown,
+    transfer_frame,
+)
 
 SCALES = ("certainty", "likelihood", "frequency")
 

@@ -195,7 +195,7 @@ def build_toy_causal_lm(out: Path | str, seed: int = 0) -> dict[str, Any]:
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from scd.eval.stigma.sds import OPTIONS, causal_text
+    from scd.eval.benchmarks.stigma.sds import OPTIONS, causal_text
 
     _, _, corpus = _corpus(None)
     tokenizer = _tokenizer([*corpus, causal_text("<mask>"), " ".join(OPTIONS), "Answer:"])

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from scd.cli import main
+from scd.config.engine import EngineSpec
 from scd.errors import InputError
-from scd.eval.stigma import evaluate_stigma, stigma_table, stigma_table_data
-from scd.eval.stigma.mlm import load_lexicon, pll_word_l2r
-from scd.options import EngineSpec
+from scd.eval.benchmarks import get
+from scd.eval.benchmarks.stigma.mlm import load_lexicon, pll_word_l2r
 
 SHARED_LEXICON = Path(__file__).resolve().parents[2].parent / "shared/data/stigma"
 
@@ -23,7 +23,7 @@ SHARED_LEXICON = Path(__file__).resolve().parents[2].parent / "shared/data/stigm
 @pytest.fixture(scope="module")
 def mlm_run(toy_mlm: Path, stigma_probe_prompts: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "mlm"
-    evaluate_stigma("mlm", str(toy_mlm), stigma_probe_prompts, out, progress=False)
+    get("mlm").evaluate(str(toy_mlm), out, prompts=stigma_probe_prompts, progress=False)
     return out
 
 
@@ -39,17 +39,16 @@ def test_mlm_probe_recovers_planted_gap(mlm_run: Path) -> None:
         r["mass"]["negative"]
         / (r["mass"]["positive"] + r["mass"]["negative"] + r["mass"]["neutral"])
     )
-    assert "Gap (stigmatized − non-stigmatized)" in (mlm_run / "tables.md").read_text()
+    assert "| Gap [95% CI] | +" in (mlm_run / "tables.md").read_text()
 
 
 def test_sentiment_probe_gap_and_pearson(
     toy_classifier: Path, stigma_probe_prompts: Path, mlm_run: Path, tmp_path: Path
 ) -> None:
-    s = evaluate_stigma(
-        "sentiment",
+    s = get("sentiment").evaluate(
         str(toy_classifier),
-        stigma_probe_prompts,
         tmp_path / "s",
+        prompts=stigma_probe_prompts,
         progress=False,
         mlm_run=mlm_run,
     )
@@ -77,7 +76,7 @@ def test_pll_word_l2r_against_naive_loop(toy_mlm: Path) -> None:
             naive += torch.log_softmax(model(input_ids=x).logits[0, i], -1)[ids[i]].item()
     assert pll_word_l2r(model, tok, text) == pytest.approx(naive, abs=1e-4)
     # multi-token words: a word's later tokens stay masked while its earlier ones are scored
-    from scd.eval.stigma.mlm import pll_scores
+    from scd.eval.benchmarks.stigma.mlm import pll_scores
 
     grouped = [None, 0, 0, 1, 2, 2, 2, 3, None]
     toks = ids[: len(grouped) - 1] + [ids[-1]]
@@ -105,7 +104,7 @@ def test_causal_aq27_differences_equal_full_sentence_loglik(
 ) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    s = evaluate_stigma("aq27", str(toy_causal), tiny_prompts, tmp_path / "a", progress=False)
+    s = get("aq27").evaluate(str(toy_causal), tmp_path / "a", prompts=tiny_prompts, progress=False)
     assert s["n_frames"] == 27 * 4 and set(s["dimensions"]) == set(s["dimensions"])
     assert len(s["dimensions"]) == 9 and s["scoring"] == "causal_prior_corrected"
     recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
@@ -121,7 +120,7 @@ def test_causal_aq27_differences_equal_full_sentence_loglik(
     )
     assert a["score_raw"] - b["score_raw"] == pytest.approx(want, abs=1e-4)
     # the prior: the same illness in the neutral sentence, given that sentence's prefix
-    from scd.eval.stigma.aq27 import neutral_frame
+    from scd.eval.benchmarks.stigma.aq27 import neutral_frame
 
     row = next(
         r for r in read_stigma_table(tiny_prompts, "aq27") if r["prompt_id"] == a["prompt_id"]
@@ -137,8 +136,8 @@ def test_causal_sds_probability_and_resume(
     toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "sds"
-    first = evaluate_stigma(
-        "sds", str(toy_causal), tiny_prompts, out, progress=False, chunk_size=16
+    first = get("sds").evaluate(
+        str(toy_causal), out, prompts=tiny_prompts, progress=False, chunk_size=16
     )
     recs = (out / "records.jsonl").read_text().splitlines()
     r = json.loads(recs[0])
@@ -147,41 +146,42 @@ def test_causal_sds_probability_and_resume(
     assert len(recs) == 28 * 3  # 1 + 1 conditions (one form each) + the baseline
     # resume after a crash mid-file: truncate to 20 records plus a torn line
     (out / "records.jsonl").write_text("\n".join(recs[:20]) + "\n" + recs[20][:7])
-    again = evaluate_stigma(
-        "sds", str(toy_causal), tiny_prompts, out, progress=False, chunk_size=16
+    again = get("sds").evaluate(
+        str(toy_causal), out, prompts=tiny_prompts, progress=False, chunk_size=16
     )
     assert (out / "records.jsonl").read_text().splitlines() == recs
     assert again["gap"] == first["gap"]
     with pytest.raises(InputError, match="another configuration"):
-        evaluate_stigma("sds", str(toy_causal), tiny_prompts, out, progress=False, seed=1)
+        get("sds").evaluate(str(toy_causal), out, prompts=tiny_prompts, progress=False, seed=1)
 
 
 def test_before_after_table(toy_mlm: Path, mlm_run: Path, stigma_probe_prompts: Path, tmp_path):
-    data = stigma_table_data({"base": mlm_run, "tuned": mlm_run})
-    assert data["gap"]["tuned"]["change"] == 0.0
-    text = stigma_table({"base": mlm_run, "tuned": mlm_run})
+    table = get("mlm").table({"base": mlm_run, "tuned": mlm_run})
+    gap = next(r for r in table.rows if r["run"] == "tuned" and r["scope"] == "gap")
+    assert gap["change"] == 0.0 and table.name == "stigma-mlm"
+    text = table.markdown
     assert "| Gap [95% CI] |" in text and "| base | tuned |" in text
 
 
 def test_wrong_model_for_probe_and_bad_lexicon(
     toy_mlm: Path, toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
-    with pytest.raises(InputError, match="masked model does not fit --probe sds"):
-        evaluate_stigma("sds", str(toy_mlm), tiny_prompts, tmp_path / "a", progress=False)
-    with pytest.raises(InputError, match="causal model does not fit --probe mlm"):
-        evaluate_stigma("mlm", str(toy_causal), tiny_prompts, tmp_path / "b", progress=False)
+    with pytest.raises(InputError, match="masked model does not fit the sds probe"):
+        get("sds").evaluate(str(toy_mlm), tmp_path / "a", prompts=tiny_prompts, progress=False)
+    with pytest.raises(InputError, match="causal model does not fit the mlm probe"):
+        get("mlm").evaluate(str(toy_causal), tmp_path / "b", prompts=tiny_prompts, progress=False)
     with pytest.raises(InputError, match="runs on hf only"):
         vllm = EngineSpec("vllm")
-        evaluate_stigma("mlm", str(toy_mlm), tiny_prompts, tmp_path / "c", engine=vllm)
+        get("mlm").evaluate(str(toy_mlm), tmp_path / "c", prompts=tiny_prompts, engine=vllm)
     bad = tmp_path / "lex.csv"
     bad.write_text("token,label\nfine,positive\n")
     with pytest.raises(InputError, match="lex.csv: expected columns word,attitude"):
-        evaluate_stigma("mlm", str(toy_mlm), tiny_prompts, tmp_path / "d", lexicon=bad)
+        get("mlm").evaluate(str(toy_mlm), tmp_path / "d", prompts=tiny_prompts, lexicon=bad)
     bad.write_text("word,attitude\nfine,great\n")
     with pytest.raises(InputError, match="line 2: attitude 'great'"):
         load_lexicon(bad)
     with pytest.raises(InputError, match="no sds.parquet"):
-        evaluate_stigma("sds", str(toy_causal), tmp_path, tmp_path / "e")
+        get("sds").evaluate(str(toy_causal), tmp_path / "e", prompts=tmp_path)
     assert not any((tmp_path / x).exists() for x in "abcde")
 
 
@@ -247,7 +247,7 @@ def test_aq27_finds_no_bias_where_only_name_lengths_differ(
     toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
     model = _length_only_model(toy_causal, tmp_path / "uniform")
-    s = evaluate_stigma("aq27", str(model), tiny_prompts, tmp_path / "a", progress=False)
+    s = get("aq27").evaluate(str(model), tmp_path / "a", prompts=tiny_prompts, progress=False)
     recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
     raw = {}
     for r in recs:
@@ -264,7 +264,7 @@ def test_aq27_finds_no_bias_where_only_name_lengths_differ(
 
 def test_aq27_finds_a_planted_association(toy_causal: Path, tiny_prompts: Path, tmp_path: Path):
     model = _length_only_model(toy_causal, tmp_path / "planted", plant=",")
-    s = evaluate_stigma("aq27", str(model), tiny_prompts, tmp_path / "a", progress=False)
+    s = get("aq27").evaluate(str(model), tmp_path / "a", prompts=tiny_prompts, progress=False)
     from scd.data_gen.stigma_probes import read_stigma_table
 
     rest = {r["prompt_id"]: r["frame"].split("<mask>", 1)[1]
@@ -287,7 +287,7 @@ def test_aq27_finds_a_planted_association(toy_causal: Path, tiny_prompts: Path, 
 def test_reporting_stigma_does_not_import_torch() -> None:
     """``scd report stigma`` reads summaries only: the stigma package loads torch lazily."""
     code = (
-        "import sys, scd.cli, scd.eval.stigma, scd.eval.stigma.evaluate, scd.eval.stigma.report\n"
+        "import sys, scd.cli, scd.commands, scd.eval.benchmarks, scd.eval.benchmarks.stigma.aq27\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

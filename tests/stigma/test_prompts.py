@@ -148,7 +148,7 @@ def test_bad_input(tmp_path: Path) -> None:
 
 
 def test_spanish_aq27_agrees_in_gender_and_gives_names_a_clause(tmp_path: Path, toy_mlm) -> None:
-    from scd.eval.stigma import evaluate_stigma
+    from scd.eval.benchmarks import get
 
     en, es = load_aq27_spec(), load_aq27_spec(language="es")
     assert es.language == "es" and {i: d for i, d, _, _ in es.items} == AQ27_MAP
@@ -166,5 +166,5 @@ def test_spanish_aq27_agrees_in_gender_and_gives_names_a_clause(tmp_path: Path, 
         load_aq27_spec(language="fr")
     small = tmp_path / "es-small"
     generate_stigma(small, language="es", limit_conditions=1)
-    summary = evaluate_stigma("aq27", str(toy_mlm), small, tmp_path / "run", progress=False)
+    summary = get("aq27").evaluate(str(toy_mlm), tmp_path / "run", prompts=small, progress=False)
     assert summary["n_records"] == 27 * 4 * 2 and summary["scoring"] == "pll_word_l2r"

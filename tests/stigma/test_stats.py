@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from scd.eval.stigma.stats import cronbach_alpha, gap, mental_vs_physical, p_negative, pearson
+from scd.eval.benchmarks.stigma.stats import (
+    cronbach_alpha,
+    gap,
+    mental_vs_physical,
+    p_negative,
+    pearson,
+)
 
 
 def test_p_negative_formula_of_seed_002() -> None:

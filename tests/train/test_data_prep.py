@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from scd.cli import main
-from scd.data_gen.settings import settings_path
+from scd.config.settings import settings_path
 from scd.errors import InputError
-from scd.train.recipe import load_recipe
+from scd.pipeline.recipe import load_recipe
 
 EVAL_NAMES = ("Buddhist", "Sikh")  # the second prompt set: not among the toy descriptors
 
@@ -69,12 +69,12 @@ def test_scd_train_takes_the_source_split_from_the_settings_file(tmp_path, custo
 def test_scd_run_takes_the_source_split_from_the_settings_file(
     tmp_path, custom, monkeypatch
 ) -> None:
-    from scd.pipeline.runner import _Run
+    from scd.pipeline.run import Run
 
     monkeypatch.setattr("scd.train.trainer.train", lambda *a, **k: None)  # data only
     recipe = _recipe(tmp_path, custom, "data.setting=2", "run.settings=[2, 12]")
     printed: list[str] = []
-    run = _Run(recipe, tmp_path / "run", tmp_path / "cache", False, printed.append)
+    run = Run(recipe, tmp_path / "run", tmp_path / "cache", progress=False, say=printed.append)
     run.generate()
     assert run.eval_prompts == tmp_path / "run" / "data" / "eval_prompts"
     for n in (2, 12):
@@ -96,7 +96,9 @@ def test_a_bad_settings_file_is_one_line_naming_the_key(tmp_path, custom, capsys
     with pytest.raises(InputError, match=r"recipe.yaml: setting 12: expected one of"):
         _recipe(tmp_path, custom, "data.setting=12", "data.settings_file=null")
     missing = tmp_path / "nowhere.yaml"
-    with pytest.raises(InputError, match=rf"recipe.yaml: data.settings_file: {missing} is not"):
+    with pytest.raises(
+        InputError, match=rf"--set data.settings_file={missing}: data.settings_file"
+    ):
         _recipe(tmp_path, custom, f"data.settings_file={missing}")
     custom["settings"].write_text("3: {split: sideways}\n")
     with pytest.raises(InputError, match=r"recipe.yaml: data.settings_file: .*sideways"):

@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 from scd.cli import main
+from scd.config.checks import recipe_warnings
+from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
 from scd.errors import InputError
-from scd.train.recipe import VLLM_LORA_RANKS, load_recipe, recipe_warnings
+from scd.pipeline.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
@@ -39,9 +41,10 @@ def test_every_recipe_validates_and_opens_with_its_command(path: Path) -> None:
         assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.dropout) == (64, 16, 0.1)
         # constant, as the paper ran it: its 3% warmup had no effect under transformers'
         # constant schedule, so the recipe states 0 (and loading it warns about nothing)
-        assert (t.learning_rate, t.lr_scheduler, t.warmup_ratio) == (3e-4, "constant", 0.0)
+        assert (t.learning_rate, t.lr_scheduler_type, t.warmup_steps) == (3e-4, "constant", 0.0)
         assert recipe_warnings(recipe) == []
-        assert (t.batch_size, t.grad_accum, t.max_grad_norm, t.epochs) == (6, 2, 0.3, 1.0)
+        assert (t.per_device_train_batch_size, t.gradient_accumulation_steps, t.max_grad_norm,
+                t.num_train_epochs) == (6, 2, 0.3, 1.0)  # fmt: skip
         assert (t.optim, t.bf16, t.seed, t.gradient_checkpointing) == (
             "paged_adamw_32bit",
             True,
@@ -84,8 +87,8 @@ def test_overrides_are_typed(tmp_path: Path) -> None:
     recipe = load_recipe(path, ["train.learning_rate=1e-4", "lora.r=16", "wandb.enabled=false"])
     assert recipe.train.learning_rate == 1e-4 and recipe.lora.r == 16
     assert recipe.wandb.enabled is False
-    with pytest.raises(InputError, match="train.batch_size: expected an integer"):
-        load_recipe(path, ["train.batch_size=big"])
+    with pytest.raises(InputError, match="train.per_device_train_batch_size: expected an int"):
+        load_recipe(path, ["train.per_device_train_batch_size=big"])
 
 
 def test_bad_recipe_on_the_command_line_is_one_line(tmp_path: Path, capsys) -> None:
@@ -95,29 +98,48 @@ def test_bad_recipe_on_the_command_line_is_one_line(tmp_path: Path, capsys) -> N
 
 
 def test_every_problem_of_a_recipe_is_reported_at_once(tmp_path: Path, capsys) -> None:
-    bad = "train:\n  batch_size: 0\nlora:\n  dropout: 1.5\neval:\n  dtype: float8\n"
+    bad = "train:\n  max_length: 0\nlora:\n  dropout: 1.5\neval:\n  dtype: float8\n"
     assert main(["train", str(_recipe(tmp_path, bad))]) == 2
     lines = capsys.readouterr().err.splitlines()
-    keys = ("lora.dropout", "train.batch_size", "eval.dtype")  # in the recipe's key order
+    keys = ("lora.dropout", "train.max_length", "eval.dtype")  # in the recipe's key order
     assert len(lines) == 3 and "Traceback" not in "".join(lines), lines
     for line, key in zip(lines, keys):
         assert line.startswith("scd: error: ") and "recipe.yaml" in line and f" {key}: " in line
 
 
 def test_constant_schedule_with_warmup_warns(tmp_path: Path) -> None:
-    from scd.train.recipe import recipe_from_dict
+    from scd.pipeline.recipe import recipe_from_dict
 
     base = {"model": "toy", "data": {"descriptors": "toy"}}
-    recipe = recipe_from_dict({**base, "train": {"warmup_ratio": 0.03}})
+    recipe = recipe_from_dict({**base, "train": {"warmup_steps": 0.03}})
     (warning,) = recipe_warnings(recipe)
-    assert "ignores train.warmup_ratio 0.03" in warning and "constant_with_warmup" in warning
-    both = {"warmup_ratio": 0.03, "lr_scheduler": "constant_with_warmup"}
+    assert "ignores train.warmup_steps 0.03" in warning and "constant_with_warmup" in warning
+    both = {"warmup_steps": 0.03, "lr_scheduler_type": "constant_with_warmup"}
     assert recipe_warnings(recipe_from_dict({**base, "train": both})) == []
+
+
+def test_old_key_names_still_work_with_a_one_line_notice(tmp_path: Path) -> None:
+    said: list[str] = []
+    old = _recipe(tmp_path, "train: {epochs: 2, batch_size: 3, grad_accum: 4, lr_scheduler: "
+                  "linear, warmup_ratio: 0.1}\neval: {seed: 7, stigma: {probes: [sds], "
+                  "limit_conditions: 2}}\n")  # fmt: skip
+    recipe = load_recipe(old, ["train.epochs=3"], say=said.append)
+    t = recipe.train
+    assert (t.num_train_epochs, t.per_device_train_batch_size, t.gradient_accumulation_steps,
+            t.lr_scheduler_type, t.warmup_steps) == (3, 3, 4, "linear", 0.1)  # fmt: skip
+    assert recipe.eval.sds.enabled and recipe.eval.sds.limit_conditions == 2
+    assert not recipe.eval.aq27.enabled
+    assert recipe.eval.bias.seed == recipe.eval.bbq.seed == 7
+    assert len(said) == 9 and all(line.count("\n") == 0 for line in said)
+    assert any(s.startswith("--set train.epochs=3: train.epochs is now train.num_train_epochs")
+               for s in said)  # fmt: skip
+    with pytest.warns(FutureWarning, match="train.epochs is now train.num_train_epochs"):
+        load_recipe(old)
 
 
 def test_engine_keys_belong_to_their_backend() -> None:
     from scd.errors import InputError
-    from scd.train.recipe import recipe_from_dict
+    from scd.pipeline.recipe import recipe_from_dict
 
     base = {"model": "toy", "data": {"descriptors": "toy"}}
     with pytest.raises(InputError, match="eval.batch_size: an option of the hf backend"):

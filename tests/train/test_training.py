@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from scd.eval.bias import evaluate_bias
-from scd.train.recipe import VLLM_LORA_RANKS, load_recipe
+from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
+from scd.eval.benchmarks import get
+from scd.pipeline.recipe import load_recipe
 from scd.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,9 +116,11 @@ def test_lora_changes_and_base_stays(trained: Path, toy_model: Path) -> None:
 @pytest.mark.slow
 def test_training_cuts_held_out_bias_by_half(trained: Path, toy_model: Path, tmp_path) -> None:
     heldout = trained / "data" / "sft" / "heldout"
-    before = evaluate_bias(str(toy_model), heldout, tmp_path / "before", progress=False)
-    after = evaluate_bias(
-        str(toy_model), heldout, tmp_path / "after", adapter=str(trained), progress=False
+    before = get("bias").evaluate(
+        str(toy_model), tmp_path / "before", prompts=heldout, progress=False
+    )
+    after = get("bias").evaluate(
+        str(toy_model), tmp_path / "after", prompts=heldout, adapter=str(trained), progress=False
     )
     b, a = before["overall"]["pct"], after["overall"]["pct"]
     assert b > 15  # the planted bias is there before

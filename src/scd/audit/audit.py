@@ -18,10 +18,10 @@ from typing import Any
 
 from scd import __version__
 from scd.audit import corpus as corpora
-from scd.audit import report
+from scd.audit import summary as report
 from scd.audit.scm import N_COMPONENTS, SCMModel, SeedSentence, cross_validate, load_seeds
 from scd.errors import InputError, first_line
-from scd.io import atomic_output_dir, check_output_dir
+from scd.io import atomic_output_dir, cache_key, check_output_dir
 
 __all__ = ["DEFAULT_ENCODER", "audit_scm", "encoder_key", "load_encoder", "train_scm"]
 
@@ -105,7 +105,7 @@ def encoder_key(path: str, layers: int | None) -> str:
     model: plain text, mean-pooled) and the layers kept."""
     from sentence_transformers.util import is_sentence_transformer_model
 
-    from scd.pipeline.state import model_fingerprint
+    from scd.models import model_fingerprint
 
     key = model_fingerprint(path) + ("" if is_sentence_transformer_model(path) else "@text-mean")
     return key if layers is None else f"{key}@layers={layers}"
@@ -123,8 +123,6 @@ def train_scm(
     """The SCM model of an encoder and seed sentences (:func:`scd.audit.scm.load_seeds`): loaded
     from ``cache`` or trained (and, with ``validate``, cross-validated:
     :func:`scd.audit.scm.cross_validate`)."""
-    from scd.pipeline.state import cache_key
-
     texts = [s.text for s in sentences]
     seeds_hash = corpora.fingerprint(f"{s.text}\t{s.label}" for s in sentences)
     key = cache_key(kind="scm_model", encoder=encoder_key, n_components=N_COMPONENTS,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from scd.errors import InputError, first_line
+from scd.io import atomic_file, read_parquet, read_yaml
 
 __all__ = ["TermMatcher", "encode", "load_terms", "read_corpus", "split_sentences"]
 
@@ -36,18 +37,12 @@ def split_sentences(text: str) -> list[str]:
 def load_terms(path: Path | str | None = None, language: str = "en") -> dict[str, list[str]]:
     """Illness terms by type (``mental``, ``physical``): a YAML mapping, or the AQ-27 word lists
     of ``language`` (Mina et al. 2024, Appendix A.1)."""
-    import yaml
-
     if path is None:
         from scd.data_gen.stigma_probes import load_aq27_spec
 
         spec = load_aq27_spec(language=language)
         return {kind: list(terms) for kind, terms in spec.illnesses.items()}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise InputError(f"cannot read a terms YAML ({type(err).__name__})", key="terms",
-                         value=path) from None  # fmt: skip
+    data = read_yaml(path, key="terms")
     if (
         not isinstance(data, dict)
         or not data
@@ -105,14 +100,7 @@ def read_corpus(source: str, text_column: str = "text") -> list[str]:
         if path.suffix in (".jsonl", ".json"):
             rows = _json_lines(path)
         elif path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                table = pq.read_table(path)
-            except Exception as err:  # noqa: BLE001 -- pyarrow raises several kinds
-                raise InputError(f"not a readable Parquet file ({err})", key="corpus",
-                                 value=path) from None  # fmt: skip
-            rows = table.to_pylist()
+            rows = read_parquet(path, key="corpus").to_pylist()
         else:
             try:
                 return _nonempty(path.read_text(encoding="utf-8").splitlines(), source)
@@ -181,8 +169,6 @@ def encode(
     vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
                            convert_to_numpy=True, show_progress_bar=progress)  # fmt: skip
     if path is not None:
-        from scd.io import atomic_file
-
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_file(path) as tmp, open(tmp, "wb") as handle:
             np.save(handle, vectors, allow_pickle=False)

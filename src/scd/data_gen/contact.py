@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from scd import __version__
+from scd.config.vocabulary import COUNT_COLUMNS, PROMPT_COLUMNS
 from scd.data_gen.descriptors import Descriptor, DescriptorSet
 from scd.data_gen.templates import (
     ACTIONS,
@@ -25,29 +26,22 @@ from scd.data_gen.templates import (
     Scale,
     Template,
     compile_prompt,
-    file_sha256,
     load_scales,
     load_templates,
     scales_path,
     templates_path,
 )
-from scd.io import atomic_output_dir, write_json
-from scd.vocabulary import COUNT_COLUMNS, PROMPT_COLUMNS
+from scd.errors import InputError
+from scd.io import atomic_output_dir, read_parquet, sha256_file, write_json
 
 __all__ = [
-    "BASELINE_AXIS",
-    "COLUMNS",
-    "COUNT_COLUMNS",
-    "baseline_descriptors",
-    "generate_contact_table",
-    "read_baseline",
-    "read_prompts",
-    "write_prompts",
-]
+    "BASELINE_AXIS", "COLUMNS", "COUNT_COLUMNS", "baseline_descriptors", "generate_contact_table",
+    "read_baseline", "read_prompts", "write_prompts",
+]  # fmt: skip
 
 BASELINE_AXIS = "baseline"
 
-COLUMNS = PROMPT_COLUMNS  # prompts.parquet, defined in scd.vocabulary
+COLUMNS = PROMPT_COLUMNS  # prompts.parquet, defined in scd.config.vocabulary
 
 
 def set_id(template: Template, action: str, scale: str, descriptor: str) -> str:
@@ -193,8 +187,8 @@ def write_prompts(
     info = manifest(
         table,
         descriptors,
-        templates={"path": tpath.name, "sha256": file_sha256(tpath)},
-        scales={"path": spath.name, "sha256": file_sha256(spath)},
+        templates={"path": tpath.name, "sha256": sha256_file(tpath)},
+        scales={"path": spath.name, "sha256": sha256_file(spath)},
     )
     baseline = generate_contact_table(
         baseline_descriptors(), load_templates(tpath), load_scales(spath)
@@ -208,8 +202,6 @@ def write_prompts(
 
 def read_prompts(directory: Path | str) -> pa.Table:
     """Read ``DIR/prompts.parquet`` (the output of ``scd generate contact``)."""
-    from scd.errors import InputError
-
     path = Path(directory) / "prompts.parquet"
     if not Path(directory).is_dir():
         raise InputError("no such directory", key="prompts", value=directory)
@@ -217,14 +209,7 @@ def read_prompts(directory: Path | str) -> pa.Table:
         raise InputError(
             "no prompts.parquet (run `scd generate contact`)", key="prompts", value=directory
         )
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise InputError(f"{path}: not a readable parquet file ({err})") from None
-    missing = [c for c in COLUMNS if c not in table.column_names]
-    if missing:
-        raise InputError(f"{path}: missing columns {missing}")
-    return table
+    return read_parquet(path, COLUMNS)
 
 
 def read_baseline(directory: Path | str) -> pa.Table | None:

@@ -7,27 +7,22 @@ wheelchairs", "students who have depression").
 
 from __future__ import annotations
 
-import hashlib
 import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from scd.data_gen.stigma_conditions import load_stigma_conditions
 from scd.errors import InputError
-from scd.io import atomic_file, data_dir
+from scd.io import atomic_file, data_dir, read_json, sha256_file
 
 __all__ = [
-    "Descriptor",
-    "DescriptorSet",
-    "HOLISTIC_BIAS_URL",
-    "HOLISTIC_BIAS_VERSIONS",
-    "data_dir",
-    "load_holistic_bias",
-    "load_stigma_descriptors",
-    "resolve_descriptors",
-]
+    "Descriptor", "DescriptorSet", "HOLISTIC_BIAS_URL", "HOLISTIC_BIAS_VERSIONS", "data_dir",
+    "load_holistic_bias", "load_stigma_descriptors", "resolve_descriptors",
+]  # fmt: skip
 
 HOLISTIC_BIAS_VERSIONS = ("v1.0", "v1.1")
 HOLISTIC_BIAS_URL = (
@@ -64,23 +59,8 @@ class DescriptorSet:
     skipped: list[str] = field(default_factory=list)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read ({err})") from None
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _holistic_bias_entries(path: Path, drop_dispreferred: bool) -> list[Descriptor]:
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected an object axis -> bucket -> list of descriptors")
     out: list[Descriptor] = []
@@ -112,7 +92,7 @@ def _noun_phrase_entries(
     path: Path, drop_dispreferred: bool, skipped: list[str]
 ) -> list[Descriptor]:
     """Turn ``standalone_noun_phrases.json`` entries into phrases placed after the noun."""
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected an object axis -> list of noun phrases")
     out: list[Descriptor] = []
@@ -180,13 +160,13 @@ def load_holistic_bias(
     source: dict[str, Any] = {
         "kind": "holistic_bias_format",
         "path": str(path),
-        "sha256": _sha256(path),
+        "sha256": sha256_file(path),
         "drop_dispreferred": drop_dispreferred,
     }
     if noun_phrases is not None:
         noun_phrases = Path(noun_phrases)
         entries += _noun_phrase_entries(noun_phrases, drop_dispreferred, skipped)
-        source["noun_phrases"] = {"path": str(noun_phrases), "sha256": _sha256(noun_phrases)}
+        source["noun_phrases"] = {"path": str(noun_phrases), "sha256": sha256_file(noun_phrases)}
     if not entries:
         raise InputError(f"{path}: no descriptors (expected axis -> bucket -> list of descriptors)")
     kept, dropped = _dedupe(entries)
@@ -199,10 +179,6 @@ def load_stigma_descriptors() -> DescriptorSet:
     Axis = the paper's category, bucket = the condition ("Latina/Latino"), text = the phrase after
     the noun ("who are Latinas", "who have depression").
     """
-    from importlib.resources import files
-
-    from scd.data_gen.stigma_conditions import load_stigma_conditions
-
     entries = []
     for cond in load_stigma_conditions():
         for form in cond.forms:
@@ -217,7 +193,7 @@ def load_stigma_descriptors() -> DescriptorSet:
             )
     kept, dropped = _dedupe(entries)
     packaged = Path(str(files("scd.data_gen") / "data" / "stigma_conditions.yaml"))
-    source = {"kind": "stigma", "path": packaged.name, "sha256": _sha256(packaged)}
+    source = {"kind": "stigma", "path": packaged.name, "sha256": sha256_file(packaged)}
     return DescriptorSet(kept, source, dropped)
 
 
@@ -261,8 +237,6 @@ def resolve_descriptors(
     if spec == "stigma":
         return load_stigma_descriptors()
     if spec == "toy":  # the small packaged list of the toy model and the quickstart
-        from importlib.resources import files
-
         toy = Path(str(files("scd.data_gen") / "data" / "toy_descriptors.json"))
         result = load_holistic_bias(toy, drop_dispreferred=drop_dispreferred)
         result.source.update(kind="toy", path=toy.name)

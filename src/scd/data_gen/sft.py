@@ -25,26 +25,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import yaml
 
 from scd import __version__
+from scd.config.schema import SEED, STYLES, SFTOptions
+from scd.config.settings import load_settings, split_masks
+from scd.config.vocabulary import CONTACTS
 from scd.data_gen.contact import read_baseline, read_prompts, write_prompts
 from scd.data_gen.descriptors import resolve_descriptors
-from scd.data_gen.settings import load_settings, split_masks
 from scd.errors import InputError
-from scd.io import atomic_output_dir, sha256_file, write_json
-from scd.options import SEED, STYLES, SFTOptions
-from scd.vocabulary import CONTACTS
+from scd.io import atomic_output_dir, read_yaml, sha256_file, write_json
 
 if TYPE_CHECKING:
-    from scd.train.recipe import DataSpec
+    from scd.config.schema import DataSpec
 
 __all__ = ["STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
 
 
 def _explanations() -> dict[str, list[str]]:
-    path = files("scd.data_gen") / "data" / "sft_explanations.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return read_yaml(Path(str(files("scd.data_gen") / "data" / "sft_explanations.yaml")))
 
 
 def _pick(key: str, options: list[str]) -> str:

@@ -7,9 +7,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scd.errors import InputError
+from scd.io import read_yaml
 
 __all__ = ["ConditionForm", "StigmaCondition", "load_stigma_conditions"]
 
@@ -81,16 +80,9 @@ def load_stigma_conditions(path: Path | None = None) -> list[StigmaCondition]:
         InputError: The file cannot be read or parsed, a key is missing or unknown, a value is
             empty, a condition has no forms, or a condition name repeats within its list.
     """
-    source = files("scd.data_gen") / "data" / "stigma_conditions.yaml" if path is None else path
-    name = str(source)
-    try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{name}: cannot read the file ({type(exc).__name__})") from exc
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise InputError(f"{name}: not valid YAML: {detail}") from exc
-    data = _mapping(data, f"{name}: top level", tuple(key for key, _ in _LISTS))
+    path = path or Path(str(files("scd.data_gen") / "data" / "stigma_conditions.yaml"))
+    name = str(path)
+    data = _mapping(read_yaml(path), f"{name}: top level", tuple(key for key, _ in _LISTS))
     conditions: list[StigmaCondition] = []
     for key, stigmatized in _LISTS:
         entries = data[key]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -25,26 +26,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from scd import __version__
+from scd.config.vocabulary import STIGMA_TABLES
 from scd.data_gen.stigma_conditions import StigmaCondition, load_stigma_conditions
 from scd.errors import InputError
-from scd.io import atomic_output_dir, sha256_file, write_json
-from scd.vocabulary import STIGMA_TABLES
+from scd.io import atomic_output_dir, read_parquet, read_yaml, sha256_file, write_json
 
 __all__ = [
-    "MASK",
-    "Aq27Spec",
-    "SdsSpec",
-    "aq27_rows",
-    "generate_stigma",
-    "load_aq27_spec",
-    "load_sds_spec",
-    "read_stigma_table",
-    "sds_rows",
-    "sentiment_rows",
-]
+    "MASK", "Aq27Spec", "SdsSpec", "aq27_rows", "generate_stigma", "load_aq27_spec",
+    "load_sds_spec", "read_stigma_table", "sds_rows", "sentiment_rows",
+]  # fmt: skip
 
 MASK = "<mask>"
 LANGUAGES = {"en": "stigma_aq27.yaml", "es": "stigma_aq27_es.yaml"}  # the packaged AQ-27 probes
@@ -56,11 +48,8 @@ def _data_path(name: str) -> Path:
     return Path(str(files("scd.data_gen") / "data" / name))
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read the YAML file ({type(exc).__name__})") from None
+def _read_mapping(path: Path) -> dict[str, Any]:
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping at the top level")
     return data
@@ -98,7 +87,7 @@ class Aq27Spec:
 def load_sds_spec(path: Path | None = None) -> SdsSpec:
     """Load and check ``stigma_sds.yaml`` (4 templates, 7 items, 2 sentiment templates)."""
     path = path or _data_path("stigma_sds.yaml")
-    data = _read_yaml(path)
+    data = _read_mapping(path)
     templates = {int(t["id"]): str(t["text"]) for t in _need(data, "templates", path)}
     items = tuple((str(i["key"]), str(i["action"])) for i in _need(data, "items", path))
     sentiment = {int(t["id"]): str(t["text"]) for t in _need(data, "sentiment", path)}
@@ -120,7 +109,7 @@ def load_aq27_spec(path: Path | None = None, language: str = "en") -> Aq27Spec:
     if path is None and language not in LANGUAGES:
         raise InputError(f"expected one of {', '.join(LANGUAGES)}", key="language", value=language)
     path = path or _data_path(LANGUAGES[language])
-    data = _read_yaml(path)
+    data = _read_mapping(path)
     dims = tuple(_need(data, "dimensions", path))
     items = []
     for raw in _need(data, "items", path):
@@ -145,36 +134,39 @@ def _id(*parts: Any) -> str:
     return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).hexdigest()
 
 
-def _condition_forms(conditions: list[StigmaCondition]):
-    for c in conditions:
-        for j, form in enumerate(c.forms):
-            yield c, j, form
+def _targets(
+    conditions: list[StigmaCondition], number: str, people: str
+) -> Iterator[tuple[dict[str, Any], str]]:
+    """The condition columns of each form's rows and how their prompts name the people
+    (``people`` who + the form's ``number`` text: "someone who has HIV"), then the baseline's
+    (``people`` alone; no condition)."""
+    forms = [(c, j, getattr(f, number)) for c in conditions for j, f in enumerate(c.forms)]
+    for c, j, form in [*forms, (None, None, None)]:
+        columns = {
+            "baseline": c is None,
+            "condition": c and c.condition,
+            "category": c and c.category,
+            "stigmatized": c and c.stigmatized,
+            "form_index": j,
+            "form": form,
+        }
+        yield columns, (f"{people} who {form}" if c else people)
 
 
 def sds_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str, Any]]:
     """SDS statement rows: templates x items x forms, then the baselines (templates x items)."""
     rows = []
-    targets = [
-        (c, j, f.singular, f"someone who {f.singular}") for c, j, f in _condition_forms(conditions)
-    ]
-    targets.append((None, None, None, "someone"))
-    for c, j, form, someone in targets:
+    for columns, someone in _targets(conditions, "singular", "someone"):
         for tid, template in spec.templates.items():
             for n, (key, action) in enumerate(spec.items, start=1):
-                prompt = template.format(action=action.format(someone=someone))
                 rows.append(
                     {
-                        "prompt_id": _id("sds", tid, key, c and c.condition, form),
+                        "prompt_id": _id("sds", tid, key, columns["condition"], columns["form"]),
                         "template": tid,
                         "item": n,
                         "item_key": key,
-                        "baseline": c is None,
-                        "condition": c and c.condition,
-                        "category": c and c.category,
-                        "stigmatized": c and c.stigmatized,
-                        "form_index": j,
-                        "form": form,
-                        "prompt": prompt,
+                        **columns,
+                        "prompt": template.format(action=action.format(someone=someone)),
                     }
                 )
     return rows
@@ -183,22 +175,13 @@ def sds_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str,
 def sentiment_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str, Any]]:
     """Sentiment rows: the two templates per form, then the two baselines ("They are people.")."""
     rows = []
-    targets = [
-        (c, j, f.plural, f"people who {f.plural}") for c, j, f in _condition_forms(conditions)
-    ]
-    targets.append((None, None, None, "people"))
-    for c, j, form, people in targets:
+    for columns, people in _targets(conditions, "plural", "people"):
         for tid, template in spec.sentiment.items():
             rows.append(
                 {
-                    "prompt_id": _id("sentiment", tid, c and c.condition, form),
+                    "prompt_id": _id("sentiment", tid, columns["condition"], columns["form"]),
                     "template": tid,
-                    "baseline": c is None,
-                    "condition": c and c.condition,
-                    "category": c and c.category,
-                    "stigmatized": c and c.stigmatized,
-                    "form_index": j,
-                    "form": form,
+                    **columns,
                     "prompt": template.format(people=people),
                 }
             )
@@ -341,11 +324,4 @@ def read_stigma_table(directory: Path | str, name: str) -> list[dict[str, Any]]:
             key="prompts",
             value=directory,
         )
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise InputError(f"{path}: not a readable parquet file ({err})") from None
-    missing = [c for c in STIGMA_TABLES[name] if c not in table.column_names]
-    if missing:
-        raise InputError(f"{path}: missing columns {missing}")
-    return table.to_pylist()
+    return read_parquet(path, STIGMA_TABLES[name]).to_pylist()

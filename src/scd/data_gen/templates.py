@@ -8,35 +8,21 @@ that filling in hundreds of descriptors is a string join.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from scd.config.vocabulary import ACTIONS, CONTACTS, PRINCIPLES, SCALES, SCENARIOS
 from scd.errors import InputError
-from scd.vocabulary import ACTIONS, CONTACTS, PRINCIPLES, SCALES, SCENARIOS
+from scd.io import read_yaml
 
 __all__ = [
-    "ACTIONS",
-    "CONTACTS",
-    "PRINCIPLES",
-    "SCALES",
-    "SCENARIOS",
-    "CompiledPrompt",
-    "Scale",
-    "Template",
-    "Variant",
-    "compile_prompt",
-    "load_scales",
-    "load_templates",
-    "render",
-    "templates_path",
-    "scales_path",
-]
+    "ACTIONS", "CONTACTS", "PRINCIPLES", "SCALES", "SCENARIOS", "CompiledPrompt", "Scale",
+    "Template", "Variant", "compile_prompt", "load_scales", "load_templates", "render",
+    "templates_path", "scales_path",
+]  # fmt: skip
 
 _CONTACT_KEYS = {"none": "none", "positive": "positive_contact", "negative": "negative_contact"}
 # a group mention "[descriptor] <noun>"; a stray "[descriptor]" or "<noun>" is an error
@@ -99,17 +85,6 @@ class CompiledPrompt:
     nouns: tuple[str, ...]
 
 
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise InputError(f"{path}: not valid YAML{where}") from None
-
-
 def _check_mentions(path: Path, where: str, text: str) -> None:
     rest = MENTION.sub("", text)
     if "[descriptor]" in rest or "<" in rest or ">" in rest:
@@ -122,7 +97,7 @@ def _check_mentions(path: Path, where: str, text: str) -> None:
 def load_scales(path: Path | str | None = None) -> dict[str, Scale]:
     """Load and validate the prompt scales (certainty, likelihood, frequency)."""
     path = Path(path) if path else scales_path()
-    data = _load_yaml(path)
+    data = read_yaml(path)
     if not isinstance(data, dict) or not data:
         raise InputError(f"{path}: expected a mapping scale name -> question, options, instruction")
     scales = {}
@@ -150,7 +125,7 @@ def load_templates(path: Path | str | None = None) -> list[Template]:
             prompts never mention the group, malformed markup, or duplicate templates.
     """
     path = Path(path) if path else templates_path()
-    data = _load_yaml(path)
+    data = read_yaml(path)
     items = data.get("templates") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise InputError(f"{path}: expected a non-empty list under 'templates'")
@@ -229,8 +204,3 @@ def render(compiled: CompiledPrompt, group: Any) -> str:
         out.append(group(noun))
         out.append(part)
     return "".join(out)
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a data file (recorded in manifests)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

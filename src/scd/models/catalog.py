@@ -14,11 +14,10 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from importlib.resources import files
-
-import yaml
+from pathlib import Path
 
 from scd.errors import InputError
-from scd.io import atomic_file, data_dir, sha256_file
+from scd.io import atomic_file, data_dir, read_yaml, sha256_file
 
 __all__ = ["CatalogEntry", "catalog", "fetch_model"]
 
@@ -39,7 +38,7 @@ class CatalogEntry:
 
 def catalog() -> dict[str, CatalogEntry]:
     """The packaged catalog (``scd/models/data/catalog.yaml``)."""
-    raw = yaml.safe_load((files("scd.models") / "data" / "catalog.yaml").read_text("utf-8"))
+    raw = read_yaml(Path(str(files("scd.models") / "data" / "catalog.yaml")))
     return {
         name: CatalogEntry(
             name=name,

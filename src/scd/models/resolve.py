@@ -21,7 +21,7 @@ from pathlib import Path
 
 from scd.errors import InputError, first_line
 
-__all__ = ["check_model_spec", "is_gguf", "resolve_model"]
+__all__ = ["check_model_spec", "is_gguf", "model_fingerprint", "resolve_model"]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
@@ -96,3 +96,22 @@ def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = 
             ) from None
         return str(convert_gguf(local, say=say))
     return str(convert_gguf(spec, say=say))
+
+
+def model_fingerprint(model: str) -> str:
+    """A short content fingerprint of a local model directory (its ``config.json`` and the names
+    and sizes of its files: hashing many GB of weights would cost more than it protects), or the
+    Hub id itself."""
+    import hashlib
+
+    path = Path(model)
+    if not path.is_dir():
+        return model
+    digest = hashlib.sha256()
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for f in sorted(path.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".json", ".model") and f.is_file():
+            digest.update(f"{f.name}:{f.stat().st_size}\n".encode())
+    return f"{path.name}-{digest.hexdigest()[:16]}"

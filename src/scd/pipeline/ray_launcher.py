@@ -14,7 +14,7 @@ stages and resumes the others (a training at its last checkpoint, an evaluation 
 chunk). A task that fails does not stop the others; the run then fails naming its settings.
 
 With ``eval.shards: N`` the base model's bias evaluation is cut into N slices, each a Ray task
-scoring into its own record log, merged in prompt order (:func:`scd.eval.runner.run_task`).
+scoring into its own record log, merged in prompt order (:func:`scd.eval.tasks.run_task`).
 A setting whose task asks for more than one GPU trains under ``torchrun``, one process per GPU.
 """
 
@@ -25,7 +25,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError, RunFailed
+from scd.errors import InputError, RunFailed, first_line
+from scd.pipeline.recipe import in_recipe_terms, recipe_from_dict
+from scd.pipeline.run import Run
 
 __all__ = ["INSTALL_HINT", "import_ray", "run_on_ray"]
 
@@ -54,17 +56,14 @@ def _worker_env() -> dict[str, str]:
             if k.startswith(_ENV) and not any(s in k for s in secret)}  # fmt: skip
 
 
-def run_on_ray(run: Any, address: str | None) -> tuple[dict[str, str], dict[int, dict]]:
-    """The base evaluations and every setting of ``run`` (a prepared
-    :class:`scd.pipeline.runner._Run`) as Ray tasks; ``(base results, {setting: results})``.
+def run_on_ray(run: Run, address: str | None) -> tuple[dict[str, str], dict[int, dict]]:
+    """The base evaluations and every setting of ``run`` (its inputs generated) as Ray tasks;
+    ``(base results, {setting: results})``.
 
     Raises:
         InputError: Ray is not installed, or the cluster cannot be reached.
         RunFailed: a task failed, after Ray's retries (the others finished first).
     """
-    from scd.pipeline.runner import settings_of
-    from scd.train.recipe import recipe_to_dict
-
     ray = import_ray()
     if not ray.is_initialized():
         try:
@@ -76,8 +75,8 @@ def run_on_ray(run: Any, address: str | None) -> tuple[dict[str, str], dict[int,
                              value=address) from None  # fmt: skip
     r = run.recipe.run.resources
     remote = ray.remote(num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_retries=r.max_retries)
-    job = (recipe_to_dict(run.recipe), str(run.dir), str(run.cache), run.model)
-    refs = {n: remote(_setting_task).remote(*job, n) for n in settings_of(run.recipe)}
+    job = (run.recipe.to_dict(), str(run.dir), str(run.cache), run.model)
+    refs = {n: remote(_setting_task).remote(*job, n) for n in run.recipe.settings}
     refs["base"] = remote(_base_task).remote(*job)  # last: the settings take the first slots
     run.say(f"  {len(refs)} Ray tasks: settings {', '.join(str(n) for n in refs if n != 'base')}"
             ", the base model")  # fmt: skip
@@ -96,30 +95,28 @@ def run_on_ray(run: Any, address: str | None) -> tuple[dict[str, str], dict[int,
 def _cause(err: BaseException) -> str:
     """The first line of the error a task raised (Ray wraps it), or of Ray's own error."""
     cause = getattr(err, "cause", None) or err
+    if isinstance(cause, InputError):
+        return first_line(cause, 1000)
     text = str(cause).strip().splitlines()
-    return (text[-1] if not isinstance(cause, InputError) else text[0]) if text else repr(cause)
+    return text[-1] if text else repr(cause)
 
 
-def _worker_run(data: dict, run_dir: str, cache_dir: str, model: str, name: str) -> Any:
+def _worker_run(data: dict, run_dir: str, cache_dir: str, model: str, name: str) -> Run:
     """The run as a worker sees it: the same directory and state, the prepared inputs."""
-    from scd.pipeline.runner import _Run
-    from scd.train.recipe import recipe_from_dict
-
-    recipe = recipe_from_dict(data, f"{run_dir}/run.json")
-    run = _Run(recipe, Path(run_dir), Path(cache_dir), False, lambda m: print(f"[{name}]{m}"))
+    recipe = recipe_from_dict(data, f"{run_dir}/recipe.json")
+    run = Run(recipe, Path(run_dir), Path(cache_dir), progress=False,
+              say=lambda m: print(f"[{name}]{m}"))  # fmt: skip
     run.model = model
-    run.generate()  # finished by the driver: reads back where the prompts are
+    run.generate()  # finished by the driver: reads back where the inputs are
     run.train_processes = max(1, int(recipe.run.resources.num_gpus))
     return run
 
 
-def _in_terms(run: Any, work: Any) -> Any:
-    from scd.pipeline.runner import in_recipe_terms
-
+def _in_terms(run: Run, work: Any) -> Any:
     try:
         return work()
     except InputError as err:
-        raise in_recipe_terms(err, run.current) from err
+        raise in_recipe_terms(err, *(run.current or (None, None))) from err
     finally:
         run.close_engine()
 
@@ -128,8 +125,7 @@ def _base_task(data: dict, run_dir: str, cache_dir: str, model: str) -> dict[str
     run = _worker_run(data, run_dir, cache_dir, model, "base")
     run.launch = _launch_shards
     run.share_engine([])
-    return _in_terms(run, lambda: run.evaluate(run.base_jobs() + run.other_jobs(), None,
-                                               run.cache / "base", "base"))  # fmt: skip
+    return _in_terms(run, lambda: run.evaluate(None, None))
 
 
 def _setting_task(data: dict, run_dir: str, cache_dir: str, model: str, n: int) -> dict[str, Any]:
@@ -146,12 +142,12 @@ def _setting_task(data: dict, run_dir: str, cache_dir: str, model: str, n: int) 
 
 
 def _launch_shards(jobs: list[tuple[Any, Path]], progress: bool) -> None:
-    """Each shard of a sharded evaluation as a Ray task (:data:`scd.eval.runner.Launch`)."""
+    """Each shard of a sharded evaluation as a Ray task (:data:`scd.eval.tasks.Launch`)."""
     import dataclasses
 
     import ray
 
-    from scd.eval.runner import run_task
+    from scd.eval.tasks import run_task
 
     def shard(task: Any, out: Path) -> None:
         run_task(task, out, progress=False)

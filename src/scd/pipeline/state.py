@@ -1,67 +1,23 @@
-"""A run directory's bookkeeping: the pinned recipe, the finished stages, and cache keys.
+"""A run directory's bookkeeping: the pinned recipe and the finished stages.
 
-``RUN/run.json`` pins the resolved recipe (a different recipe into the same directory is refused
+``RUN/recipe.json`` pins the resolved recipe (a different recipe into the same directory is refused
 with the keys that differ); ``RUN/state.json`` lists the finished stages, rewritten atomically
 after each one, so a killed run resumes at the first unfinished stage (and, inside an evaluation
 or a training, at its last chunk or checkpoint).
-
-Base-model evaluations live in a cache shared by runs (``outputs/cache/``), keyed by a
-fingerprint of the model and of the data, so every recipe over the same model and prompts reuses
-them. A local model's fingerprint is its ``config.json`` plus the names and sizes of its weight
-files (hashing many GB of weights would cost more than it protects); a Hub id is its own
-fingerprint.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from scd.config.loader import pinned
 from scd.errors import InputError
 from scd.io import write_json
 
-__all__ = ["RunState", "cache_key", "model_fingerprint"]
-
-# what may change between a run and its resumption: tracking, and what changes only speed
-UNPINNED = (
-    "wandb", "run.resources", "eval.shards", "eval.batch_size", "eval.device",
-    "eval.tensor_parallel_size", "eval.max_model_len", "eval.gpu_memory_utilization",
-)  # fmt: skip
-
-
-def _pinned(recipe: dict[str, Any]) -> dict[str, Any]:
-    pinned = json.loads(json.dumps(recipe))
-    for key in UNPINNED:
-        *sections, last = key.split(".")
-        node = pinned
-        for section in sections:
-            node = node.get(section, {})
-        node.pop(last, None)
-    return pinned
-
-
-def model_fingerprint(model: str) -> str:
-    """A short content fingerprint of a local model directory, or the Hub id itself."""
-    path = Path(model)
-    if not path.is_dir():
-        return model
-    digest = hashlib.sha256()
-    config = path / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for f in sorted(path.iterdir()):
-        if f.suffix in (".safetensors", ".bin", ".json", ".model") and f.is_file():
-            digest.update(f"{f.name}:{f.stat().st_size}\n".encode())
-    return f"{path.name}-{digest.hexdigest()[:16]}"
-
-
-def cache_key(**parts: Any) -> str:
-    """A short, stable key for the JSON-serialisable ``parts``."""
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+__all__ = ["RunState"]
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -83,16 +39,15 @@ class RunState:
             self.stages = json.loads(state.read_text())["stages"]
 
     def pin(self) -> None:
-        """Write ``run.json``, or check that the directory's run had the same recipe.
+        """Write ``recipe.json``, or check that the directory's run had the same recipe.
 
         Raises:
             InputError: the directory holds a run of another recipe.
         """
-        pinned = _pinned(self.recipe)
-        path = self.path / "run.json"
+        path = self.path / "recipe.json"
         if path.is_file():
-            old = _pinned(json.loads(path.read_text()).get("recipe", {}))
-            changed = _diff(old, pinned)
+            old = pinned(json.loads(path.read_text()).get("recipe", {}))
+            changed = _diff(old, pinned(self.recipe))
             if changed:
                 raise InputError(
                     f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])} "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+from importlib.resources import files
 from pathlib import Path
 
 from markdown_it import MarkdownIt
@@ -31,41 +32,7 @@ _PLACEHOLDER = re.compile(r"^\s*\{\{figure:(" + _NAME + r")\}\}\s*$")
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _NUMERIC = re.compile(r"^[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)\s*%?(\s*±\s*\d[\d,]*(\.\d*)?\s*%?)?$")
 
-CSS = """
-:root { color-scheme: light; }
-* { box-sizing: border-box; }
-body {
-  margin: 0 auto; padding: 2rem 1.5rem 4rem; max-width: 1100px;
-  font: 15px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
-    "Noto Sans", "Liberation Sans", sans-serif;
-  color: #1f2328; background: #fff;
-}
-h1, h2, h3, h4 { line-height: 1.25; margin: 1.8em 0 0.6em; }
-h1 { font-size: 1.9rem; margin-top: 0; padding-bottom: 0.3em; border-bottom: 1px solid #d0d7de; }
-h2 { font-size: 1.45rem; padding-bottom: 0.25em; border-bottom: 1px solid #eaeef2; }
-h3 { font-size: 1.15rem; }
-p, ul, ol { margin: 0.6em 0; }
-a { color: #0969da; }
-code, pre {
-  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
-  font-size: 0.9em;
-}
-code { background: #f3f4f6; padding: 0.1em 0.35em; border-radius: 4px; }
-pre { background: #f6f8fa; padding: 0.8em 1em; border-radius: 6px; overflow-x: auto; }
-pre code { background: none; padding: 0; }
-blockquote { margin: 0.8em 0; padding: 0.1em 1em; color: #57606a; border-left: 4px solid #d0d7de; }
-.table-wrap { overflow-x: auto; margin: 1em 0; }
-table { border-collapse: collapse; font-size: 0.9rem; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #d0d7de; padding: 0.35em 0.7em; vertical-align: top; }
-th { background: #eef1f4; font-weight: 600; text-align: left; }
-tbody tr:nth-child(even) { background: #f6f8fa; }
-tbody tr:hover { background: #eaf2fb; }
-td.num { text-align: right; white-space: nowrap; }
-figure { margin: 1.2em 0; text-align: center; }
-figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
-figcaption { color: #57606a; font-size: 0.85rem; margin-top: 0.3em; }
-@media print { body { max-width: none; padding: 0; } tbody tr:hover { background: none; } }
-"""
+CSS = (files("scd.report") / "report.css").read_text(encoding="utf-8")  # the page's style
 
 
 def _markdown_it() -> MarkdownIt:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from scd.train.recipe import Recipe, recipe_to_dict
-from scd.train.tracking import start_run
+from scd.config.schema import Recipe
+from scd.eval.benchmarks import REGISTRY
+from scd.tracking import start_run
 
 __all__ = ["log_run", "log_tuned_results"]
 
@@ -24,26 +25,18 @@ ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 
 
 def _tuned_summary(results: dict[str, str]) -> dict[str, Any]:
+    """Each result's headline numbers (its benchmark's), under ``<job>/<name>``."""
     summary: dict[str, Any] = {}
     for name, where in results.items():
         path = Path(where) / "summary.json"
-        if not path.is_file():
-            continue
-        s = json.loads(path.read_text())
-        if name == "bias":
-            summary.update({"heldout/bias_pct": s["overall"]["pct"],
-                            "heldout/n": s["overall"]["n"]})  # fmt: skip
-        elif name == "bbq":
-            o = s["overall"]
-            summary.update({"bbq/accuracy": o["accuracy"]["accuracy"], "bbq/s_dis": o["s_dis"],
-                            "bbq/s_amb": o["s_amb"]})  # fmt: skip
-        elif "gap" in s:
-            summary[f"{name}/gap"] = s["gap"]["gap"]
+        if path.is_file() and name in REGISTRY:
+            headline = REGISTRY[name].headline(json.loads(path.read_text()))
+            summary.update({f"{name}/{k}": v for k, v in headline.items()})
     return summary
 
 
 def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, str]) -> bool:
-    """Add a tuned model's results (held-out bias, BBQ, stigma gaps) to the summary of the W&B
+    """Add a tuned model's results (each benchmark's headline numbers) to the summary of the W&B
     run that trained it (its id is in ``train_manifest.json``); return whether a run took them.
 
     ``scd run`` trains every setting before evaluating, so the training run has finished by
@@ -73,7 +66,7 @@ def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
         name=f"{group}/report",
         group=group,
         entity=recipe.wandb.entity,
-        config={"recipe": recipe_to_dict(recipe), "run_id": run_dir.name},
+        config={"recipe": recipe.to_dict(), "run_id": run_dir.name},
         directory=run_dir / "wandb",
         job_type="report",
     )

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scd.config.schema import Recipe
 from scd.errors import InputError
-from scd.train.recipe import Recipe
 
 __all__ = ["check_trained_tokens", "prepare_data", "training_rows"]
 

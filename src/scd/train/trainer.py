@@ -25,11 +25,11 @@ from typing import Any
 import yaml
 
 from scd import __version__
+from scd.config.schema import Recipe
 from scd.errors import InputError, first_line
 from scd.io import write_json
-from scd.train.recipe import Recipe, recipe_to_dict
+from scd.tracking import redact, start_run
 from scd.train.sft_rows import check_trained_tokens, prepare_data, training_rows
-from scd.train.tracking import redact, start_run
 
 __all__ = ["build_trainer", "lora_config", "sft_config", "train"]
 
@@ -60,40 +60,30 @@ def lora_config(recipe: Recipe) -> Any:
 
 
 def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True) -> Any:
-    """TRL SFTConfig of the recipe; CPU runs drop bf16, paged optimizers and checkpointing."""
+    """TRL SFTConfig of the recipe: its ``train`` keys as they are (SFTConfig's own names), and
+    what scd decides -- CPU runs drop bf16, paged optimizers and checkpointing; the loss is on the
+    completion only."""
+    import dataclasses
+
     from trl import SFTConfig
 
-    t = recipe.train
-    optim = t.optim if cuda or not t.optim.startswith("paged_") else "adamw_torch"
+    keys = dataclasses.asdict(recipe.train)
+    del keys["device"]  # scd's own: where training runs
+    keys["per_device_eval_batch_size"] = (keys["per_device_eval_batch_size"]
+                                          or keys["per_device_train_batch_size"])  # fmt: skip
+    if not cuda:
+        keys.update(bf16=False, gradient_checkpointing=False)
+        if keys["optim"].startswith("paged_"):
+            keys["optim"] = "adamw_torch"
     return SFTConfig(
         output_dir=str(out / "checkpoints"),
-        num_train_epochs=t.epochs,
-        max_steps=t.max_steps,
-        per_device_train_batch_size=t.batch_size,
-        per_device_eval_batch_size=t.batch_size,
-        gradient_accumulation_steps=t.grad_accum,
-        learning_rate=t.learning_rate,
-        lr_scheduler_type=t.lr_scheduler,
-        warmup_steps=t.warmup_ratio,  # a float < 1 is a ratio in transformers 5
-        max_grad_norm=t.max_grad_norm,
-        weight_decay=t.weight_decay,
-        gradient_checkpointing=t.gradient_checkpointing and cuda,
-        optim=optim,
-        bf16=t.bf16 and cuda,
+        **keys,
         fp16=False,
         use_cpu=not cuda,
-        seed=t.seed,
-        data_seed=t.seed,
-        max_length=t.max_length,
-        packing=t.packing,
-        padding_free=t.padding_free,
+        data_seed=keys["seed"],
         completion_only_loss=True,
-        logging_steps=t.logging_steps,
         save_strategy="steps",
-        save_steps=t.save_steps,
-        save_total_limit=t.save_total_limit,
-        eval_strategy="steps" if t.eval_steps else "no",
-        eval_steps=t.eval_steps,
+        eval_strategy="steps" if keys["eval_steps"] else "no",
         report_to=report_to,
         project=recipe.wandb.project,  # transformers' own default is "huggingface"
         run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
@@ -218,7 +208,7 @@ def build_trainer(
     from transformers import AutoTokenizer
     from trl import SFTTrainer
 
-    from scd.eval.formatting import Formatter
+    from scd.models.formatting import Formatter
 
     if args is None:
         args = sft_config(recipe, out, cuda, report_to, progress)
@@ -317,7 +307,7 @@ def train(
                 print(f"SFT data generated -> {sft_dir}", flush=True)
     sft_dir = sft_dir or (Path(recipe.data.sft) if recipe.data.sft else out / "data" / "sft")
     manifest = json.loads((sft_dir / "manifest.json").read_text())
-    resolved = redact(recipe_to_dict(recipe))
+    resolved = redact(recipe.to_dict())
     run = None
     if enabled and state.is_main_process:
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,

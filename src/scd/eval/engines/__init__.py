@@ -1,6 +1,9 @@
-"""One inference interface, two engines, chosen by name and imported lazily.
+"""One inference interface, engines chosen by name (:data:`scd.config.engine.ENGINES`) and
+imported lazily; an engine's options are fields of :class:`~scd.config.engine.EngineSpec`.
 
-An engine takes token ids (formatting and tokenization are shared, engine-free code) and offers
+An engine is built as ``Engine(model, spec, tokenizer=..., adapters=...)``, takes token ids
+(formatting and tokenization are shared, engine-free code: :mod:`scd.models.formatting`) and
+offers
 
 - ``score(requests) -> list[list[float]]``: for each :class:`ChoiceRequest`, the summed
   log-probability of each option's tokens after the prompt (CAPPr-style option scoring);
@@ -19,15 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from scd.config.engine import ENGINES, EngineSpec
 from scd.errors import InputError
-from scd.options import EngineSpec
 
-__all__ = ["ENGINES", "ChoiceRequest", "Engine", "SharedEngine", "make_engine", "require_adapter"]
-
-ENGINES = {
-    "hf": ("scd.eval.engines.hf", "HFEngine"),
-    "vllm": ("scd.eval.engines.vllm", "VLLMEngine"),
-}
+__all__ = ["ChoiceRequest", "Engine", "SharedEngine", "make_engine", "require_adapter"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,9 @@ class ChoiceRequest:
 
 class Engine(Protocol):
     """What every engine provides."""
+
+    def __init__(self, model: str, spec: EngineSpec, *, tokenizer: Any = None,
+                 adapters: Sequence[str] = ()) -> None: ...  # fmt: skip
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]: ...
 
@@ -61,7 +62,8 @@ def require_adapter(adapter: str | Path | None) -> None:
 def make_engine(
     spec: EngineSpec, model: str, *, tokenizer: Any = None, adapters: Sequence[str] = ()
 ) -> Engine:
-    """Build the engine ``spec.backend`` ("hf" or "vllm") for ``model`` (path or Hub id).
+    """Build the engine ``spec.backend`` (a name in :data:`~scd.config.engine.ENGINES`) for
+    ``model`` (a directory or Hub id).
 
     ``adapters``: every LoRA adapter the engine will be asked to use (vLLM sizes its LoRA
     slots from them).
@@ -70,8 +72,8 @@ def make_engine(
         InputError: unknown engine name, a bad option or one of the other engine, or the engine
             cannot be used here.
     """
-    module, cls_name = ENGINES[spec.check().backend]
-    cls = getattr(importlib.import_module(module), cls_name)
+    module, cls_name = ENGINES[spec.check().backend].split(":")
+    cls: type[Engine] = getattr(importlib.import_module(module), cls_name)
     return cls(model, spec, tokenizer=tokenizer, adapters=tuple(adapters))
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
-from scd.options import EVAL_BATCH_SIZE, EngineSpec
 
 __all__ = ["HFEngine", "load_model"]
 
@@ -41,14 +41,7 @@ def load_model(model: str, device: str, dtype: str) -> Any:
 
     hf_logging.disable_progress_bar()  # the evaluation has its own progress bar
 
-    torch_dtype = {
-        "auto": None,
-        "float32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-    }[dtype]
-    if torch_dtype is None:
-        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    torch_dtype = getattr(torch, resolve_dtype(dtype, device))
     try:
         lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=False)
     except (OSError, ValueError) as err:

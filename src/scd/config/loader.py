@@ -1,0 +1,276 @@
+"""Reading a recipe: YAML (``yaml.safe_load``) -> renamed keys brought up to date ->
+``--set key=value`` overrides -> the schema's dataclasses (:mod:`scd.config.schema`), every
+problem reported at once, one line each naming the file (or ``--set``) and the key.
+
+The ``eval`` section takes one sub-section per benchmark: the caller passes the benchmarks'
+options classes (``sections``), so that this module knows no benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from scd.config.checks import recipe_problems
+from scd.config.options import one_of, speed_keys
+from scd.config.schema import EvalSpec, Recipe, eval_spec_class
+from scd.errors import InputError
+
+__all__ = ["RENAMED", "load_recipe", "pinned", "recipe_from_dict"]
+
+Say = Callable[[str], None]
+RENAMED = {  # old key -> the keys that replaced it (SFTConfig's own names; sections per benchmark)
+    "train.epochs": ("train.num_train_epochs",),
+    "train.batch_size": ("train.per_device_train_batch_size",),
+    "train.grad_accum": ("train.gradient_accumulation_steps",),
+    "train.lr_scheduler": ("train.lr_scheduler_type",),
+    "train.warmup_ratio": ("train.warmup_steps",),
+    "eval.seed": ("eval.bias.seed", "eval.bbq.seed"),
+    "eval.stigma.limit_conditions": ("eval.sds.limit_conditions", "eval.aq27.limit_conditions"),
+    "eval.stigma.probes": ("eval.<probe>.enabled",),  # [sds, aq27]: eval.sds.enabled: true, ...
+}
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against a field type; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except InputError as err:
+                errors.append(str(err))
+        raise InputError(errors[0] if errors else f"{where}: wrong type")
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise InputError(f"{where}: expected {one_of(typing.get_args(tp))}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise InputError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, typing.get_args(tp)[0], where) for v in value]
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    wrong_kind = isinstance(value, bool) and tp in (int, float)
+    if wrong_kind or (isinstance(tp, type) and not isinstance(value, tp)
+                      and not (tp is float and isinstance(value, int))):  # fmt: skip
+        raise InputError(f"{where}: expected {_TYPE_NAMES.get(tp, tp.__name__)}, got {value!r}")
+    return float(value) if tp is float else value
+
+
+def _build(cls: type, data: Any, where: str, problems: list[tuple[str, str]],
+           sections: Mapping[str, type]) -> Any:  # fmt: skip
+    """``cls`` from ``data``; each unknown key, wrong type or missing key is added to
+    ``problems`` as ``(key, text)`` (a bad value keeps its default), so that all are reported."""
+    if not isinstance(data, dict):
+        problems.append((where, f"{where or 'the recipe'} must be a mapping"))
+        return cls() if cls is not Recipe else None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("key", True)}
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{where}.{name}" if where else name
+        tp = hints.get(name)
+        if isinstance(tp, type) and issubclass(tp, EvalSpec):
+            tp = eval_spec_class(sections)
+        if name not in fields:
+            near = difflib.get_close_matches(str(name), list(fields), n=1)
+            hint = f"did you mean '{where + '.' if where else ''}{near[0]}'?" if near else (
+                f"expected one of {', '.join(fields)}")  # fmt: skip
+            problems.append((key, f"unknown key '{key}' ({hint})"))
+        elif dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value, key, problems, sections)
+        else:
+            try:
+                kwargs[name] = _coerce(value, tp, key)
+            except InputError as err:
+                problems.append((key, str(err)))
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in data:
+            key = f"{where}.{name}" if where else name
+            problems.append((key, f"missing required key '{key}'"))
+    if cls is Recipe and "eval" not in kwargs:
+        kwargs["eval"] = eval_spec_class(sections)()
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a required key is missing or bad: nothing to check further
+        return None
+
+
+def _parse(data: Any, source: str, sections: Mapping[str, type], given: dict[str, str]) -> Recipe:
+    """Build and check a recipe: every problem at once, one line each naming where it came from
+    (the file, or the ``--set`` that gave the key) and the key, in the recipe's key order."""
+    problems: list[tuple[str, str]] = []
+    recipe = _build(Recipe, data, "", problems, sections)
+    if recipe is not None:
+        problems += recipe_problems(recipe)
+    if problems:
+        order = [f.name for f in dataclasses.fields(Recipe)]
+
+        def rank(problem: tuple[str, str]) -> int:
+            section = problem[0].split(".", 1)[0]
+            return order.index(section) if section in order else len(order)
+
+        lines = []
+        for key, text in sorted(dict.fromkeys(problems), key=rank):
+            origin = next((v for k, v in given.items() if key == k or key.startswith(k + ".")),
+                          "")  # fmt: skip
+            lines.append(f"{origin or source}: {text}")
+        raise InputError("\n".join(dict.fromkeys(lines)))
+    return recipe
+
+
+def _pop(tree: dict[str, Any], key: str) -> tuple[bool, Any]:
+    *sections, last = key.split(".")
+    for name in sections:
+        tree = tree.get(name) if isinstance(tree, dict) else None
+    if not isinstance(tree, dict) or last not in tree:
+        return False, None
+    return True, tree.pop(last)
+
+
+def _put(tree: dict[str, Any], key: str, value: Any) -> None:
+    """``tree[a][b][c] = value`` for ``key`` ``a.b.c``, unless it is set (or not a mapping)."""
+    *sections, last = key.split(".")
+    for name in sections:
+        tree = tree.setdefault(name, {})
+        if not isinstance(tree, dict):
+            return
+    tree.setdefault(last, value)
+
+
+def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]:
+    """Old keys moved to their new names (a key given under both keeps the new one's value),
+    each with a one-line notice: to ``say``, else as a ``FutureWarning``."""
+    for old, new in RENAMED.items():
+        found, value = _pop(data, old)
+        if not found:
+            continue
+        if old == "eval.stigma.probes":
+            new = tuple(f"eval.{probe}.enabled" for probe in value or [])
+            value = True
+        for key in new:
+            _put(data, key, value)
+        text = f"{where}: {old} is now {' and '.join(new) or 'eval.<probe>.enabled'}"
+        if say is None:
+            warnings.warn(f"{text} (the old name still works)", FutureWarning, stacklevel=4)
+        else:
+            say(f"{text} (the old name still works)")
+    if data.get("eval", {}).get("stigma") == {}:
+        del data["eval"]["stigma"]
+    return data
+
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    return [leaf for k, v in tree.items()
+            for leaf in (_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and v
+                         else [prefix + str(k)])]  # fmt: skip
+
+
+def _overrides(data: dict[str, Any], overrides: list[str], say: Say | None) -> dict[str, str]:
+    """Apply ``key.sub=value`` overrides (values parsed as YAML, old key names renamed); return
+    ``{key: "--set item"}`` for each key they set."""
+    given = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise InputError(
+                "expected key=value (e.g. train.learning_rate=1e-4)", key="set", value=item
+            )
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        tree: dict[str, Any] = {}
+        _put(tree, key, value)
+        for leaf in _leaves(_rename(tree, say, f"--set {item}")):
+            *sections, last = leaf.split(".")
+            node = data
+            for name in sections:
+                node = node.setdefault(name, {})
+                if not isinstance(node, dict):
+                    raise InputError(f"'{name}' is not a section of the recipe", key="set",
+                                     value=item)  # fmt: skip
+            node[last] = _pop(tree, leaf)[1]
+            given[leaf] = f"--set {item}"
+    return given
+
+
+def recipe_from_dict(
+    data: dict[str, Any],
+    source: str = "recipe",
+    *,
+    sections: Mapping[str, type] | None = None,
+    overrides: list[str] | None = None,
+    say: Say | None = None,
+) -> Recipe:
+    """Validate a recipe given as a mapping (``source`` names it in errors); ``sections``: each
+    benchmark's options class by name (the ``eval.<name>`` sections)."""
+    data = _rename(json.loads(json.dumps(data)), say, source)
+    given = _overrides(data, overrides or [], say)
+    return _parse(data, source, sections or {}, given)
+
+
+def load_recipe(
+    path: Path | str,
+    overrides: list[str] | None = None,
+    *,
+    sections: Mapping[str, type] | None = None,
+    say: Say | None = None,
+) -> Recipe:
+    """Read, override and validate a recipe file (see :func:`recipe_from_dict`).
+
+    Raises:
+        InputError: unreadable YAML, unknown keys, wrong types or inconsistent settings.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: recipe not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: a directory, not a recipe file") from None
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte {err.start}); a YAML recipe is expected"
+        ) from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from None
+    except yaml.YAMLError as err:
+        mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+        line = f" (line {mark.line + 1}: {problem})" if mark and problem else ""
+        raise InputError(f"{path}: not valid YAML{line}") from None
+    data = data if isinstance(data, dict) else {}
+    return recipe_from_dict(data, str(path), sections=sections, overrides=overrides, say=say)
+
+
+def pinned(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe (as data) without the keys that change only speed or tracking: what a run
+    pins, so that a killed run may resume with other values of those."""
+    out = json.loads(json.dumps(recipe))
+    for key in speed_keys(Recipe) + speed_keys(EvalSpec, "eval."):
+        *sections, last = key.split(".")
+        node = out
+        for section in sections:
+            node = node.get(section, {})
+        node.pop(last, None)
+    return out

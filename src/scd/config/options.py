@@ -1,0 +1,207 @@
+"""Options defined once: each is a dataclass field with its type (``Literal`` for a closed set),
+default, help and check. Command-line flags (:func:`add_options`) and recipe keys
+(:mod:`scd.config.loader`) are generated from the same fields, and :func:`field_problems` checks
+a value the same way for both.
+
+A field's metadata (set by :func:`option`) says what else it is: ``speed`` -- it changes only
+speed or memory, so it is recorded but not pinned (a killed run may resume with another value);
+``flag=False`` -- a recipe key only; ``key=False`` -- a flag only (an input that ``scd run``
+provides itself); ``backend`` -- only that engine takes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import field
+from typing import Any, Literal, TypeVar
+
+__all__ = [
+    "Options", "above_zero", "add_options", "argument_type", "device_name", "field_problems",
+    "flag_values", "fraction", "literal_values", "non_negative", "one_of", "option", "positive",
+    "share", "speed_keys",
+]  # fmt: skip
+
+Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
+
+
+def one_of(values: Sequence[Any]) -> str:
+    """``a, b or c``: the allowed values, for an error message."""
+    values = [str(v) for v in values]
+    return ", ".join(values[:-1]) + " or " + values[-1] if len(values) > 1 else values[0]
+
+
+def positive(value: Any) -> str | None:
+    return None if value >= 1 else "expected a positive number"
+
+
+def above_zero(value: Any) -> str | None:
+    return None if value > 0 else "expected a number > 0"
+
+
+def non_negative(value: Any) -> str | None:
+    return None if value >= 0 else "expected >= 0"
+
+
+def fraction(value: Any) -> str | None:
+    return None if 0 <= value < 1 else "expected 0 <= f < 1"
+
+
+def share(value: Any) -> str | None:
+    return None if 0 < value <= 1 else "expected 0 < f <= 1"
+
+
+def device_name(value: Any) -> str | None:
+    ok = re.fullmatch(r"cpu|mps|cuda(:\d+)?", value)
+    return None if ok else "expected cpu, cuda, cuda:N or mps"
+
+
+def option(
+    default: Any = None,
+    help: str = "",
+    *,
+    check: Check | None = None,
+    backend: str | None = None,
+    speed: bool = False,
+    flag: bool = True,
+    key: bool = True,
+    required: bool = False,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A dataclass field that is an option (see the module docstring); ``required``: the flag
+    must be given (``scd run`` fills the value itself); ``factory`` for a mutable default."""
+    meta = {"help": help, "check": check, "backend": backend, "speed": speed, "flag": flag,
+            "key": key, "required": required}  # fmt: skip
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+_O = TypeVar("_O", bound="Options")
+
+
+class Options:
+    """A dataclass of options that checks its own values."""
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        """``(field, what is wrong)`` for each bad value."""
+        return field_problems(self)
+
+    def check(self: _O) -> _O:
+        """``self``, if every option is good.
+
+        Raises:
+            InputError: the first bad option, naming its key and value.
+        """
+        from scd.errors import InputError
+
+        for key, problem in self.problems():
+            raise InputError(problem, key=key, value=getattr(self, key, None))
+        return self
+
+
+def literal_values(tp: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal`` type (or ``Literal | None``), else None."""
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if typing.get_origin(arg) is Literal:
+                return typing.get_args(arg)
+    return None
+
+
+def _optional(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
+def field_problems(obj: Any, cls: type | None = None) -> Iterator[tuple[str, str]]:
+    """``(field, what is wrong)`` for each field of ``obj`` (of ``cls``'s fields) whose value
+    is not one of its ``Literal`` values or fails its ``check``; None passes a check."""
+    hints = typing.get_type_hints(cls or type(obj))
+    for f in dataclasses.fields(cls or obj):
+        check, value = f.metadata.get("check"), getattr(obj, f.name)
+        allowed = literal_values(hints[f.name])
+        if allowed and value not in allowed and not (value is None and _optional(hints[f.name])):
+            yield f.name, f"expected {one_of(allowed)}, got {value}"
+        elif check and value is not None and (problem := check(value)):
+            yield f.name, f"{problem}, got {value}"
+
+
+def speed_keys(cls: type, prefix: str = "") -> list[str]:
+    """The dotted keys of ``cls``'s fields (sections included, recursively) that change only
+    speed or memory: recorded, not pinned."""
+    hints, keys = typing.get_type_hints(cls), []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("speed"):
+            keys.append(prefix + f.name)
+        elif dataclasses.is_dataclass(hints[f.name]):
+            keys += speed_keys(hints[f.name], f"{prefix}{f.name}.")
+    return keys
+
+
+_NAMES = {int: "an integer", float: "a number", str: "a string"}
+
+
+def argument_type(base: type, check: Check | None) -> Callable[[str], Any]:
+    """An argparse ``type``: ``base`` parsed, then ``check``ed, each failure one line."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = base(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {_NAMES[base]}, got {text!r}") from None
+        problem = check(value) if check else None
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}, got {value!r}")
+        return value
+
+    parse.__name__ = _NAMES[base]  # argparse names the type in its own errors
+    return parse
+
+
+def _flag_fields(cls: type, names: Sequence[str] | None) -> Iterator[dataclasses.Field]:
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("flag", True) and (names is None or f.name in names):
+            yield f
+
+
+def add_options(
+    parser: argparse.ArgumentParser, cls: type, names: Sequence[str] | None = None
+) -> None:
+    """Add ``--flag`` for each field of ``cls`` that is a flag (or those in ``names``): type,
+    choices, default, help and check from the field; a backend's own option says so in its help.
+    A list becomes ``nargs="+"``, a bool ``store_true``."""
+    hints = typing.get_type_hints(cls)
+    for f in _flag_fields(cls, names):
+        meta, tp = f.metadata, hints[f.name]
+        owner = meta.get("backend")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        help_text = meta.get("help", "").replace("%", "%%")
+        kwargs: dict[str, Any] = {
+            "default": default,
+            "help": f"{owner}: {help_text}" if owner else help_text,
+        }
+        if meta.get("required"):
+            kwargs["required"] = True
+        args = typing.get_args(tp)
+        choices = literal_values(tp)
+        if tp is bool:
+            kwargs["action"] = "store_true"
+        elif choices:
+            kwargs["choices"] = choices
+        else:
+            if list in (typing.get_origin(tp), *map(typing.get_origin, args)):
+                kwargs["nargs"] = "+"
+            base = next((t for t in (int, float, str) if t in (tp, *args)), str)
+            kwargs["type"] = argument_type(base, meta.get("check"))
+        parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+
+
+def flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The values of the flags :func:`add_options` generated from ``cls``."""
+    return {f.name: getattr(args, f.name) for f in _flag_fields(cls, None)}

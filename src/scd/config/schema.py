@@ -1,0 +1,195 @@
+"""The recipe schema: one dataclass per section, each field a key (its default, check and help).
+
+A recipe (``recipes/**/*.yaml``) is one training run (``scd train``) or a whole pipeline
+(``scd run``). Its defaults reproduce the SCD paper's public code: LoRA r=64, alpha=16,
+dropout=0.1; 1 epoch; batch 6 x grad-accum 2; lr 3e-4 constant; max_grad_norm 0.3; gradient
+checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42; 10k train / 5k eval rows per contact
+type. The paper also set 3% warmup, which transformers' ``constant`` schedule ignores: the default
+here is 0, so that a recipe says what runs (``constant_with_warmup`` warms up).
+
+``train:`` keys are ``SFTConfig``'s own names and reach it as they are. ``eval:`` holds the engine
+options (:class:`~scd.config.engine.EngineSpec`) and one section per benchmark, whose options
+class the benchmark registers (:func:`eval_spec_class`). Reading, overriding and checking a
+recipe: :mod:`scd.config.loader`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from scd.config.engine import EngineSpec
+from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
+
+__all__ = [
+    "SEED", "STYLES", "DataSpec", "EvalSpec", "LoraSpec", "Recipe", "ResourcesSpec", "RunSpec",
+    "SFTOptions", "ToyModelSpec", "TrainSpec", "WandbSpec", "eval_spec_class",
+]  # fmt: skip
+
+SEED = 42  # the paper's seed: training, the train/eval split and the SFT sampling
+Style = Literal["short", "explained"]  # an SFT completion: the answer, or it and one sentence
+STYLES = typing.get_args(Style)
+
+
+@dataclass
+class SFTOptions(Options):
+    """How a setting's SFT rows are built (``scd generate sft`` and a recipe's ``data``)."""
+
+    settings_file: str | None = option(None, "settings YAML (default: packaged Table 9)")
+    style: Style = option(
+        "short", "completion: the answer alone, or the answer and one neutral sentence"
+    )
+    max_train: int = option(10000, "train rows per contact type", check=positive)
+    max_eval: int = option(5000, "eval rows per contact type", check=positive)
+    general: str | None = option(
+        None, "general instruction data: local json/jsonl/parquet or Hub id (e.g. "
+        "yahma/alpaca-cleaned)"
+    )  # fmt: skip
+    general_fraction: float = option(0.0, "share of train rows (paper: 0.1)", check=fraction)
+    seed: int = option(SEED, "seed of the split and the sampling")
+
+
+@dataclass
+class DataSpec(SFTOptions):
+    """Where the SFT data comes from: a ready SFT dir, a prompt dir, or descriptors to generate;
+    and how it is built (:class:`SFTOptions`, shared with ``scd generate sft``)."""
+
+    sft: str | None = None  # a directory from `scd generate sft`
+    prompts: str | None = None  # a directory from `scd generate contact`
+    descriptors: str | None = None  # generate prompts: holistic_bias | stigma | toy | PATH
+    hb_version: str = "v1.0"
+    eval_prompts: str | None = None  # a source-split setting (2): the stigma prompt dir
+    eval_descriptors: str | None = "stigma"  # a source-split setting when generating on the fly
+    setting: int = 1
+
+
+@dataclass
+class LoraSpec:
+    """PEFT LoraConfig: plain adapters (no DoRA, bias or modules_to_save) that vLLM can serve."""
+
+    r: int = 64
+    alpha: int = option(16, check=positive)
+    dropout: float = option(0.1, check=fraction)
+    target_modules: str | list[str] = "all-linear"
+
+
+@dataclass
+class TrainSpec:
+    """TRL ``SFTConfig`` keys, by its own names (``device`` is scd's: where training runs)."""
+
+    num_train_epochs: float = option(1.0, check=above_zero)
+    max_steps: int = -1  # > 0: overrides the epochs
+    per_device_train_batch_size: int = option(6, check=positive)
+    per_device_eval_batch_size: int | None = option(None, check=positive)  # default: train's
+    gradient_accumulation_steps: int = option(2, check=positive)
+    learning_rate: float = option(3e-4, check=above_zero)
+    lr_scheduler_type: str = "constant"
+    warmup_steps: float = option(0.0, check=non_negative)  # < 1: a ratio of the steps
+    max_grad_norm: float = option(0.3, check=above_zero)
+    weight_decay: float = option(0.0, check=non_negative)
+    gradient_checkpointing: bool = True
+    optim: str = "paged_adamw_32bit"  # on CUDA; CPU runs use adamw_torch
+    bf16: bool = True  # on CUDA; CPU runs train in float32
+    seed: int = SEED
+    max_length: int = option(512, check=positive)
+    packing: bool = False
+    padding_free: bool = False
+    logging_steps: int = option(10, check=positive)
+    save_steps: int = option(500, check=positive)
+    save_total_limit: int = option(2, check=positive)
+    eval_steps: int | None = option(None, check=positive)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+@dataclass
+class WandbSpec:
+    """Weights & Biases tracking; offline automatically without a key or network."""
+
+    enabled: bool = True
+    project: str = "scd"
+    entity: str | None = None
+    run_name: str | None = None
+    group: str | None = None
+    log_adapter: bool = False
+
+
+@dataclass
+class ToyModelSpec:
+    """``model: toy``: the planted-bias toy model that ``scd run`` builds (and caches)."""
+
+    bias_axes: list[str] = field(default_factory=lambda: ["religion", "nationality"])
+    seed: int = 0
+
+
+@dataclass
+class EvalSpec(EngineSpec):
+    """What ``scd run`` evaluates, and with which engine: the engine keys (as ``scd eval``'s
+    flags: backend, dtype, batch_size, ...) and one section per registered benchmark."""
+
+    shards: int = option(1, check=positive, speed=True)  # the base bias evaluation in N slices
+
+
+@functools.cache
+def _eval_class(sections: tuple[tuple[str, type], ...]) -> type:
+    fields = [(name, cls, field(default_factory=cls)) for name, cls in sections]
+    return dataclasses.make_dataclass("EvalSpec", fields, bases=(EvalSpec,))
+
+
+def eval_spec_class(sections: Mapping[str, type] | None = None) -> type[EvalSpec]:
+    """The ``eval`` section with a sub-section per benchmark (name -> its options class)."""
+    return _eval_class(tuple((sections or {}).items())) if sections else EvalSpec
+
+
+@dataclass
+class ResourcesSpec:
+    """What each task of ``scd run --launcher ray`` asks Ray for (Ray's own task options)."""
+
+    num_cpus: float = option(1.0, check=non_negative)
+    num_gpus: float = option(0.0, check=non_negative)  # > 1: training runs under torchrun
+    max_retries: int = option(3, check=non_negative)  # Ray's default: a crashed worker reruns
+
+
+@dataclass
+class RunSpec:
+    """``scd run``: the run's name (its directory), the settings it sweeps, and what each
+    setting's task asks for under ``--launcher ray``."""
+
+    name: str | None = None  # default: the recipe file's name
+    settings: list[int] | None = None  # default: [data.setting]; a sweep trains one per setting
+    resources: ResourcesSpec = option(factory=ResourcesSpec, speed=True)
+
+
+@dataclass
+class Recipe:
+    """One training run (``scd train``), or a whole pipeline (``scd run``)."""
+
+    model: str  # a local directory, a Hub id, a GGUF file, or "toy" (the planted-bias model)
+    output_dir: str | None = None  # scd train writes here; scd run uses outputs/<run_id>/
+    data: DataSpec = field(default_factory=DataSpec)
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    quantization: Literal["none", "4bit"] = "none"  # 4bit: bitsandbytes NF4 QLoRA
+    train: TrainSpec = field(default_factory=TrainSpec)
+    wandb: WandbSpec = option(factory=WandbSpec, speed=True)  # tracking: never pinned
+    toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+
+    @property
+    def settings(self) -> list[int]:
+        """The settings a run trains: ``run.settings``, else ``[data.setting]``."""
+        return list(self.run.settings) if self.run.settings else [self.data.setting]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as plain data, its keys only (for the run directory, W&B)."""
+        return _keys(self)
+
+
+def _keys(section: Any) -> dict[str, Any]:
+    return {f.name: _keys(v) if dataclasses.is_dataclass(v := getattr(section, f.name))
+            else copy.deepcopy(v) for f in dataclasses.fields(section)
+            if f.metadata.get("key", True)}  # fmt: skip

@@ -1,0 +1,52 @@
+"""The benchmarks, registered by name: ``scd eval <name>``, ``scd report <name>``, the recipe's
+``eval.<name>`` section, ``scd run``'s evaluations, the report and W&B loop over
+:data:`REGISTRY`. Adding a benchmark is a :class:`~scd.eval.benchmarks.base.Benchmark` in a
+module of its own and one :func:`register` call (built-in ones: the lines below).
+"""
+
+from __future__ import annotations
+
+from scd.eval.benchmarks.base import Benchmark
+
+__all__ = ["REGISTRY", "get", "recipe_sections", "register"]
+
+REGISTRY: dict[str, Benchmark] = {}
+
+
+def register(benchmark: Benchmark) -> Benchmark:
+    """Add ``benchmark`` under its name (a later one of the same name replaces it)."""
+    REGISTRY[benchmark.name] = benchmark
+    return benchmark
+
+
+def get(name: str) -> Benchmark:
+    """The benchmark called ``name``.
+
+    Raises:
+        InputError: no such benchmark (naming the known ones).
+    """
+    from scd.errors import InputError
+
+    if name not in REGISTRY:
+        raise InputError(f"expected one of {', '.join(REGISTRY)}", key="benchmark", value=name)
+    return REGISTRY[name]
+
+
+def recipe_sections() -> dict[str, type]:
+    """Each benchmark's options class by name: the sections of a recipe's ``eval``."""
+    return {name: b.Options for name, b in REGISTRY.items()}
+
+
+def _register_builtins() -> None:
+    from scd.eval.benchmarks.bbq import BBQ
+    from scd.eval.benchmarks.bias import Bias
+    from scd.eval.benchmarks.stigma.aq27 import AQ27
+    from scd.eval.benchmarks.stigma.mlm import MLM
+    from scd.eval.benchmarks.stigma.sds import SDS
+    from scd.eval.benchmarks.stigma.sentiment import Sentiment
+
+    for benchmark in (Bias(), BBQ(), SDS(), AQ27(), MLM(), Sentiment()):
+        register(benchmark)
+
+
+_register_builtins()

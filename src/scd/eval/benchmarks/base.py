@@ -1,0 +1,187 @@
+"""A benchmark as the rest of scd sees it: one object with a name, an options dataclass, an
+evaluation, headline numbers, a table of several runs and a run-report section.
+
+``scd eval <name>``, ``scd report <name>``, a recipe's ``eval.<name>`` section, ``scd run``'s
+evaluations, its report and its W&B summaries all loop over the registry
+(:mod:`scd.eval.benchmarks`). The options dataclass generates the benchmark's flags and its recipe
+keys (:mod:`scd.config.options`); :class:`BenchmarkOptions` holds what every benchmark takes.
+
+In ``scd run`` a benchmark by default evaluates the base model and every tuned model on the same
+data (:meth:`Benchmark.jobs`) and its section of the report is :meth:`Benchmark.table` over them,
+base first; the bias benchmark overrides both (held-out prompts per setting, Tables 10-14).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from scd.config.engine import EngineSpec
+from scd.config.options import Options, option, positive
+from scd.config.settings import Setting
+from scd.config.vocabulary import RunLayout
+from scd.errors import InputError
+from scd.eval.engines import SharedEngine, require_adapter
+from scd.eval.tasks import CausalModel, EvalTask, Launch, run_task
+from scd.io import json_text, read_json
+
+__all__ = ["Benchmark", "BenchmarkOptions", "Job", "RunData", "Table", "read_summaries"]
+
+
+@dataclass
+class BenchmarkOptions(Options):
+    """What every benchmark takes (a benchmark's own options subclass this)."""
+
+    enabled: bool = option(False, "scd run: evaluate the base and every tuned model", flag=False)
+    chunk_size: int = option(512, "items per resumable chunk", check=positive)
+    scores_only: ClassVar[str | None] = None  # e.g. "masked LMs": cannot run in scd run
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from super().problems()
+        if self.enabled and self.scores_only:
+            yield "enabled", (f"scores {self.scores_only} only; scd run tunes and evaluates a "
+                              "causal LM")  # fmt: skip
+
+
+class RunData(Protocol):
+    """What ``scd run`` gives a benchmark (:class:`scd.pipeline.run.Run`)."""
+
+    dir: Path  # the run directory (``data/`` holds its generated inputs)
+    prompts: Path  # the contact prompt set
+    eval_prompts: Path | None  # a source split's second prompt set
+    settings: dict[int, Setting]
+
+    def stage(self, name: str, outputs: list[Path], work: Callable[[], Any]) -> None:
+        """Run ``work`` once, as a resumable stage of the run."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One evaluation in ``scd run``: ``name`` is its stage's last part, its result directory's
+    name and its key in ``layout.json``; ``key``: what the cache key of a base-model result holds
+    besides the model and the engine."""
+
+    name: str
+    benchmark: Benchmark
+    options: Any
+    key: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Table:
+    """Several runs of one benchmark side by side: Markdown, tidy rows (CSV/JSON) and the name
+    of its files under ``tables/``."""
+
+    markdown: str
+    rows: list[dict[str, Any]]
+    name: str
+
+
+def read_summaries(runs: dict[str, Path | str], what: str) -> dict[str, dict[str, Any]]:
+    """Each run's ``summary.json`` by name.
+
+    Raises:
+        InputError: no runs, or a directory without a summary (naming it as ``--runs`` gave it).
+    """
+    if not runs:
+        raise InputError("give at least one NAME=DIR", key="runs")
+    missing = [f"{n}={d}" for n, d in runs.items() if not (Path(d) / "summary.json").is_file()]
+    if missing:
+        raise InputError(f"--runs {missing[0]}: no summary.json (not a finished {what} run)")
+    return {name: read_json(Path(d) / "summary.json") for name, d in runs.items()}
+
+
+class Benchmark:
+    """Subclasses set the class attributes and implement :meth:`task`, :meth:`headline` and
+    :meth:`table` (and may refine :meth:`describe` and the ``scd run`` hooks)."""
+
+    name: ClassVar[str]  # scd eval <name>, eval.<name>, the result directory
+    help: ClassVar[str]  # one line for --help
+    Options: ClassVar[type[BenchmarkOptions]]
+    model_kinds: ClassVar[tuple[str, ...]] = ("causal",)  # causal LMs run through the engines
+    base_label: ClassVar[str] = "Base"  # the base model's row in the run report
+
+    def task(self, model: CausalModel, options: Any) -> EvalTask:
+        """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`)."""
+        raise NotImplementedError
+
+    def evaluate(self, model: str, out: Path | str, *, adapter: str | None = None,
+                 engine: EngineSpec | None = None, shared: SharedEngine | None = None,
+                 progress: bool = True, shards: int = 1, launch: Launch | None = None,
+                 **options: Any) -> dict[str, Any]:  # fmt: skip
+        """Evaluate (or resume evaluating) ``model`` (+ ``adapter``, unmerged) into ``out``;
+        ``options`` are :attr:`Options`' fields. Returns the summary (``OUT/summary.json``).
+
+        ``engine``: how the model runs (default: hf, its defaults); ``shared``: an engine of
+        ``model`` already loaded for several evaluations (``scd run``); ``shards``, ``launch``:
+        the work in slices, see :func:`~scd.eval.tasks.run_task`.
+
+        Raises:
+            InputError: an unknown or bad option, a missing input, a bad adapter, or an ``out``
+                that holds another run. Nothing is written before the model has loaded.
+        """
+        known = {f.name: f for f in dataclasses.fields(self.Options)}
+        for name in options:
+            if name not in known:
+                raise InputError(f"not an option of {self.name} ({', '.join(known)})", key=name)
+        opts = self.Options(**options).check()
+        for f in known.values():
+            if f.metadata.get("required") and getattr(opts, f.name) is None:
+                raise InputError(f"needed by {self.name}", key=f.name)
+        require_adapter(adapter)
+        spec = (engine or EngineSpec()).check()
+        task = self.task(CausalModel(model, adapter, spec, shared), opts)
+        return run_task(task, out, progress=progress, shards=shards, launch=launch)
+
+    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """The few numbers a result is known by (W&B summaries, the command's last line)."""
+        raise NotImplementedError
+
+    def describe(self, summary: dict[str, Any]) -> str:
+        """The command's last line, before ``-> OUT/tables.md``."""
+        return ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                         for k, v in self.headline(summary).items())  # fmt: skip
+
+    def table(self, runs: dict[str, Path | str]) -> Table:
+        """Finished runs side by side (``scd report <name> --runs NAME=DIR ...``)."""
+        raise NotImplementedError
+
+    # -- in scd run ----------------------------------------------------------------------------
+    def check_inputs(self, options: Any) -> None:
+        """Refuse inputs that cannot be read, before any work (:class:`InputError`)."""
+
+    def prepare(self, run: RunData, options: Any) -> Any:
+        """The options with the run's inputs filled in (generating them as a stage if needed)."""
+        return options
+
+    def jobs(self, run: RunData, options: Any, setting: tuple[int, Path] | None) -> list[Job]:
+        """The evaluations of the base model (``setting`` None) or of setting ``(n, sft dir)``'s
+        tuned model: by default one, on the same data."""
+        key = {k: v for k, v in dataclasses.asdict(options).items() if k != "enabled"}
+        return [Job(self.name, self, options, key)]
+
+    def report(self, layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
+        """The run report's section: :meth:`table` over the base and each tuned model."""
+        base = layout["base"]
+        runs = {self.base_label: base[self.name]} if self.name in base else {}
+        for n, info in layout["settings"].items():
+            if self.name in info["evals"]:
+                runs[f"Setting {n}"] = info["evals"][self.name]
+        if not runs:
+            return []
+        table = self.table(runs)
+        save_table(tables, table)
+        return [table.markdown, ""]
+
+
+def save_table(tables: Path, table: Table) -> None:
+    """``tables/<name>.md``, ``.json`` and ``.csv``."""
+    import pandas as pd
+
+    tables.mkdir(parents=True, exist_ok=True)
+    (tables / f"{table.name}.md").write_text(table.markdown.rstrip() + "\n")
+    (tables / f"{table.name}.json").write_text(json_text(table.rows))
+    pd.DataFrame(table.rows).to_csv(tables / f"{table.name}.csv", index=False)

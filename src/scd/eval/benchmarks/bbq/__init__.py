@@ -1,0 +1,185 @@
+"""``scd eval bbq``: BBQ accuracy and bias scores (Parrish et al., 2022; the SCD paper's Table 15).
+
+Each item is one user message (chat template / system prompt as in
+:mod:`scd.models.formatting`)::
+
+    {context}
+    {question}
+    A. {ans0}
+    B. {ans1}
+    C. {ans2}
+    Answer with the text of one option.
+
+and the three answer texts are scored in choice mode as the assistant's reply. Loading, bias
+labels and the prompt text: :mod:`~scd.eval.benchmarks.bbq.data`; the numbers and Table 15:
+:mod:`~scd.eval.benchmarks.bbq.metrics`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scd.config.options import option, positive
+from scd.errors import InputError
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, save_table
+from scd.eval.engines import ChoiceRequest
+from scd.eval.tasks import CausalModel, CausalTask
+
+__all__ = ["BBQ", "BBQOptions", "BBQTask"]
+
+
+@dataclass
+class BBQOptions(BenchmarkOptions):
+    """BBQ: ``scd eval bbq`` flags, a recipe's ``eval.bbq`` keys."""
+
+    data: list[str] | str | None = option(
+        None, "BBQ directory of <Category>.jsonl, JSONL files, or a Hub dataset id", required=True
+    )
+    categories: list[str] | None = option(None, "categories (default: all present)")
+    limit: int | None = option(None, "a stratified, seeded subset of ~N items", check=positive)
+    seed: int = option(0, "seed of the --limit subset")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, (list, tuple)):  # paths as text (pinned in run.json)
+            self.data = [str(d) for d in self.data] if len(self.data) > 1 else str(self.data[0])
+        elif self.data is not None:
+            self.data = str(self.data)
+        if self.categories:  # "Age,Religion" as well as "Age Religion"
+            self.categories = [c.strip() for x in self.categories for c in x.split(",") if c]
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from super().problems()
+        if self.enabled and not self.data:
+            yield "data", ("needed with eval.bbq.enabled (the data/ directory of "
+                           "github.com/nyu-mll/BBQ, or a Hub dataset id with BBQ's original "
+                           "schema)")  # fmt: skip
+
+
+def _local_or_hub(text: str) -> bool:
+    parts = text.split("/")
+    hub = len(parts) == 2 and all(parts) and not text.startswith((".", "~")) and "." not in parts[1]
+    return hub or Path(text).exists()
+
+
+class BBQ(Benchmark):
+    name = "bbq"
+    help = "BBQ accuracy and bias scores (Parrish et al.)"
+    Options = BBQOptions
+    base_label = "Without FT"  # the paper's Table 15
+
+    def check_inputs(self, options: BBQOptions) -> None:
+        data = options.data
+        if isinstance(data, str) and not _local_or_hub(data):
+            raise InputError(f"eval.bbq.data: {data} is neither an existing path nor a Hub id")
+
+    def task(self, model: CausalModel, options: BBQOptions) -> BBQTask:
+        from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
+
+        o = options
+        work = load_bbq(o.data, o.categories)
+        if o.limit is not None:
+            work = stratified_subset(work, o.limit, o.seed)
+        digest = hashlib.sha256()
+        for r in work:
+            digest.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+        config = {
+            "kind": "bbq_eval", "model": model.model, "adapter": model.adapter,
+            **model.spec.identity(), "data": o.data, "categories": o.categories,
+            "limit": o.limit, "seed": o.seed, "chunk_size": o.chunk_size, "n_items": len(work),
+            "items_sha256": digest.hexdigest(),
+        }  # fmt: skip
+        return BBQTask(config, work, o.chunk_size, model)
+
+    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
+        o = summary["overall"]
+        return {"accuracy": o["accuracy"]["accuracy"], "s_dis": o["s_dis"], "s_amb": o["s_amb"]}
+
+    def describe(self, summary: dict[str, Any]) -> str:
+        acc = summary["overall"]["accuracy"]
+        return f"BBQ accuracy {acc['accuracy']:.3f} over {acc['n']:,} items"
+
+    def table(self, runs: dict[str, Path | str]) -> Table:
+        from scd.eval.benchmarks.bbq.metrics import table15
+
+        return table15(runs)
+
+    def report(self, layout: Any, tables: Path, figures: dict[str, bytes]) -> list[str]:
+        """Table 15 and Figure 3 (per-category bars)."""
+        import pandas as pd
+
+        from scd.eval.benchmarks.figures import bbq_bars_png
+
+        runs = {self.base_label: layout["base"]["bbq"]}
+        runs.update({f"Setting {n}": i["evals"]["bbq"] for n, i in layout["settings"].items()
+                     if "bbq" in i["evals"]})  # fmt: skip
+        table = self.table(runs)
+        save_table(tables, table)
+        bars = []
+        for name, d in runs.items():
+            summary = json.loads((Path(d) / "summary.json").read_text())
+            for cat, block in summary["by_category"].items():
+                bars.append({"category": cat, "model": name, **_bars(block)})
+        items = {r["n"] for r in table.rows if r["category"] == "All"}  # one size per model
+        n_items, cats = max(items, default=0), len({r["category"] for r in table.rows}) - 1
+        figures["bbq"] = bbq_bars_png(
+            pd.DataFrame(bars), title=f"BBQ per category ({n_items:,} items, {cats} of 11 "
+            "categories)"
+        )  # fmt: skip
+        caption = (
+            f"*Figure 3. BBQ per category and model, on a stratified subset of {n_items:,} items "
+            f"of the {cats} categories present: accuracy on ambiguous and disambiguated contexts "
+            "(top) and the bias scores s_AMB and s_DIS (bottom; 0 = unbiased, +1 = always the "
+            "stereotyped answer, -1 = always the other one).*"
+        )
+        return [table.markdown, "", "{{figure:bbq}}", "", caption, ""]
+
+
+def _bars(block: dict[str, Any]) -> dict[str, float]:
+    def value(x: Any) -> float:
+        return float("nan") if x is None else float(x)
+
+    def acc(key: str) -> float:
+        return value(block[key]["accuracy"] if block.get(key) else None)
+
+    return {"accuracy_ambig": acc("accuracy_ambiguous"),
+            "accuracy_disambig": acc("accuracy_disambiguated"),
+            "bias_ambig": value(block["s_amb"]),
+            "bias_disambig": value(block["s_dis"])}  # fmt: skip
+
+
+class BBQTask(CausalTask):
+    """BBQ items put to a causal LM: the answer text with the highest summed log-probability."""
+
+    name = "scd eval bbq"
+    unit = "item"
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from scd.eval.benchmarks.bbq.data import prompt_text
+        from scd.eval.benchmarks.bbq.metrics import record
+
+        ids = self.fmt.encode([prompt_text(r) for r in rows])
+        # one option text at a time: answers like "Can't be determined" recur, so the cache hits
+        opts = [tuple(self.fmt.option_ids((r[f"ans{k}"],))[0] for k in range(3)) for r in rows]
+        scores = self.engine.score([ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts)])
+        return [record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores, opts)]
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from scd.eval.benchmarks.bbq.metrics import bbq_metrics
+
+        summary = bbq_metrics(records)
+        summary["counts"] = {
+            c: sum(r["category"] == c for r in records) for c in summary["by_category"]
+        }
+        return summary
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        from scd.eval.benchmarks.bbq.metrics import markdown, table15_rows
+
+        run = summary["run"]
+        label = run["model"] + (f" + adapter {run['adapter']}" if run.get("adapter") else "")
+        return {"tables.md": markdown(table15_rows({label: summary}))}

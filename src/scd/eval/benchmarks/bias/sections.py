@@ -1,0 +1,204 @@
+"""The bias benchmark's part of a run report: the settings, Table 10 with Figure 1, the transfer
+Tables 11-14, the held-out heatmaps (Figure 2b), and the base model's Table 1, Figure 2 and
+Tables 3-5; and ``scd report bias --runs``: several bias evaluations side by side.
+
+Everything is recomputed from the per-prompt records, so the report of a resumed run equals that
+of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from scd.config.settings import load_settings
+from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, SCALES, SCENARIO_TABLE_ORDER, RunLayout
+from scd.eval.benchmarks.base import Table, read_summaries, save_table
+from scd.eval.benchmarks.bias.metrics import format_cell, grid_markdown, markdown_table
+from scd.eval.benchmarks.bias.transfer import (
+    TRANSFER_TABLES,
+    before_after,
+    bias_frame,
+    table10_frame,
+    table_markdown,
+    transfer_frame,
+)
+from scd.io import read_json
+
+__all__ = ["bias_sections", "runs_table"]
+
+
+def _save(tables: Path, name: str, frame: pd.DataFrame, markdown: str) -> None:
+    save_table(tables, Table(markdown, frame.to_dict("records"), name))
+
+
+def _ordered(grid: dict, rows: tuple = (), cols: tuple = ()) -> dict:
+    """``grid`` (read back from sorted-key JSON) in the paper's row and column order."""
+
+    def order(keys: list[str], known: tuple) -> list[str]:
+        return [k for k in known if k in keys] + [k for k in keys if k not in known]
+
+    return {r: {c: grid[r][c] for c in order(list(grid[r]), cols)} for r in order(list(grid), rows)}
+
+
+def _grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Bias % by axis (rows) x scenario (columns)."""
+    grid = frame.assign(biased=frame["biased"].astype(float)).pivot_table(
+        index="axis", columns="scenario", values="biased", aggfunc="mean"
+    )
+    return 100 * grid
+
+
+def _manifest(info: dict[str, Any]) -> dict[str, Any]:
+    """A setting's SFT manifest: the split, description and counts the run really used."""
+    path = Path(info["sft"]) / "manifest.json"
+    return read_json(path) if path.is_file() else {}
+
+
+def _pairs(layout: RunLayout, base: dict[str, pd.DataFrame], settings: dict) -> dict[int, tuple]:
+    pairs = {}
+    for key, info in layout["settings"].items():
+        if "bias" not in info["evals"]:
+            continue
+        n = int(key)
+        ids = pq.read_table(
+            Path(info["sft"]) / "heldout" / "prompts.parquet", columns=["prompt_id"]
+        )
+        split = _manifest(info).get("split") or settings[n].split
+        source = base["bias_eval_prompts" if split == "source" else "bias"]
+        tuned = bias_frame(info["evals"]["bias"])
+        pairs[n] = before_after(source, tuned, ids["prompt_id"].to_pylist())
+    return pairs
+
+
+def _settings_table(
+    layout: RunLayout, descriptions: dict[int, str], evaluated: dict[int, int]
+) -> list[str]:
+    """One row per setting: what it trains and evaluates on, and how much data it had."""
+    rows = ["| Setting | Trains on, evaluates on | SFT rows | Held-out prompts | Evaluated |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    for n, info in layout["settings"].items():
+        counts = _manifest(info).get("counts", {})
+        held, done = counts.get("heldout_prompts", 0), evaluated.get(int(n), 0)
+        cells = [n, descriptions.get(int(n), ""), f"{counts.get('train', 0):,}", f"{held:,}",
+                 f"{done:,}"]  # fmt: skip
+        rows.append("| " + " | ".join(map(str, cells)) + " |")
+    return rows
+
+
+def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> list[str]:
+    from scd.eval.benchmarks.figures import figure1_png, figure2_png
+
+    settings = load_settings()  # defaults; each setting's SFT manifest says what the run used
+    pairs = _pairs(layout, base, settings)
+    if not pairs:
+        return []
+    descriptions = {n: s.description for n, s in settings.items()}
+    for n, info in layout["settings"].items():  # what the setting really used, if less
+        descriptions[int(n)] = _manifest(info).get("description", descriptions.get(int(n)))
+    evaluated = {n: len(before) for n, (before, _) in pairs.items()}
+    lines = ["## The settings", "", *_settings_table(layout, descriptions, evaluated), ""]
+    t10 = table10_frame(pairs)
+    md = table_markdown(t10, "Table 10: bias % before and after SCD tuning, per setting")
+    _save(tables, "table10", t10, md)
+    fig = t10.assign(setting=[f"Setting {n}" for n in t10["setting"]])
+    fig = fig.rename(columns={"before_pct": "before", "after_pct": "after"})
+    figures["figure1"] = figure1_png(
+        fig[["setting", "contact", "before", "after"]],
+        title="Bias % before and after SCD tuning, on each setting's held-out prompts",
+    )
+    lines += [md, "", "{{figure:figure1}}", "",
+              "*Figure 1. Bias % before (light) and after (dark) SCD tuning, per setting and "
+              "contact type, on each setting's held-out prompts: the same prompts before and "
+              "after (n per setting in Table 10; what each setting trains and evaluates on in "
+              "the table above).*", ""]  # fmt: skip
+    first = min(pairs)
+    before, after = pairs[first]
+    figures["figure2_heldout"] = figure2_png(
+        _grid_frame(before), _grid_frame(after),
+        titles=(f"Before (setting {first}, held-out)", f"After (setting {first}, held-out)"),
+    )  # fmt: skip
+    lines += ["{{figure:figure2_heldout}}", "",
+              f"*Figure 2b. Bias % by axis and scenario on setting {first}'s held-out prompts "
+              f"({len(before):,}), before and after tuning; grey: no prompts.*", ""]  # fmt: skip
+    for dim, (number, title) in TRANSFER_TABLES.items():
+        frame = transfer_frame(dim, pairs, settings)
+        if frame is not None:
+            md = table_markdown(frame, title, row_key="value", descriptions=descriptions)
+            _save(tables, f"table{number}", frame, md)
+            lines += [md, ""]
+    return lines
+
+
+def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> list[str]:
+    from scd.eval.benchmarks.figures import figure2_png
+
+    summary = read_json(Path(layout["base"]["bias"]) / "summary.json")
+    figures["figure2"] = figure2_png(
+        _grid_frame(base["bias"]), titles=("Base model: bias % by axis and scenario",)
+    )
+    md = ["## Table 1: the base model, bias % by scale and contact", ""]
+    table1 = _ordered(summary["table1"], SCALES, CONTACTS)
+    md += grid_markdown(table1, "Scale")
+    rows = [{"scale": s, "contact": c, **cell} for s, row in table1.items()
+            for c, cell in row.items()]  # fmt: skip
+    _save(tables, "table1", pd.DataFrame(rows), "\n".join(md))
+    lines = ["\n".join(md), "", "{{figure:figure2}}", "",
+             f"*Figure 2. The base model's bias % by bias axis and scenario over all "
+             f"{len(base['bias']):,} descriptor prompts it answered (Tables 3-5 split it by "
+             "scale); grey: no prompts.*", ""]  # fmt: skip
+    for number, scale in enumerate(SCALES, start=3):
+        grid = summary["axis_by_scenario"].get(scale)
+        if not grid:
+            continue
+        grid = _ordered(grid, (), SCENARIO_TABLE_ORDER)
+        title = f"## Table {number}: the base model, {scale} prompts, bias % by axis and scenario"
+        md = [title, "", *grid_markdown(grid, "Axis")]
+        rows = [{"axis": a, "scenario": s, **cell} for a, r in grid.items()
+                for s, cell in r.items()]  # fmt: skip
+        _save(tables, f"table{number}", pd.DataFrame(rows), "\n".join(md))
+        lines.append("\n".join(md))
+    return lines
+
+
+def bias_sections(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
+    """The bias part of a run report (Markdown lines; tables and figures written alongside)."""
+    base = {k: bias_frame(layout["base"][k]) for k in ("bias", "bias_eval_prompts")
+            if k in layout["base"]}  # fmt: skip
+    lines = _tuned_sections(layout, base, tables, figures)
+    if "bias" in base:
+        lines += _base_sections(layout, base, tables, figures)
+    return lines
+
+
+def runs_table(runs: dict[str, Path | str]) -> Table:
+    """Bias evaluations side by side: overall and per contact type, bias % [95% CI] and n."""
+    summaries = read_summaries(runs, "bias")
+    head = ["Run", "All", *(CONTACT_LABELS[c] for c in CONTACTS), "n"]
+    rows, cells = [], []
+    for name, s in summaries.items():
+        per_contact = {c: _contact_cell(s, c) for c in CONTACTS}
+        rows.append({"run": name, **{f"{k}_{c}": v for c, cell in [("all", s["overall"]),
+                     *per_contact.items()] for k, v in cell.items()}})  # fmt: skip
+        cells.append(
+            [
+                name,
+                format_cell(s["overall"]),
+                *(format_cell(per_contact[c]) for c in CONTACTS),
+                f"{s['overall']['n']:,}",
+            ]
+        )
+    md = ["## Bias % by contact type", "", *markdown_table(head, cells)]
+    return Table("\n".join(md), rows, "bias")
+
+
+def _contact_cell(summary: dict[str, Any], contact: str) -> dict[str, Any]:
+    """Bias % of one contact type over every scale (pooled from Table 1's counts)."""
+    from scd.eval.benchmarks.bias.metrics import wilson_cell
+
+    cells = [row[contact] for row in summary["table1"].values() if contact in row]
+    total = {k: sum(c[k] for c in cells) for k in ("biased", "n", "unparsed")}
+    return wilson_cell(total["biased"], total["n"], total["unparsed"])

@@ -1,0 +1,308 @@
+"""Report figures as PNG bytes: the SCD paper's Figure 1 and Figure 2, and BBQ per-category bars.
+
+Every function takes a tidy :class:`pandas.DataFrame`, checks it (a missing column or an empty
+frame raises :class:`~scd.errors.InputError`, a ``ValueError``, naming the problem in one line)
+and returns PNG bytes drawn with matplotlib's Agg canvas on a private :class:`Figure` — no
+``pyplot``, so no global figure state. The PNGs carry no software or date metadata: the same input
+gives byte-identical output, so report files can be compared and cached.
+
+Rows and columns are drawn in the order they first appear in the input; sort the frame first if
+another order is wanted. Labels are shown with underscores replaced by spaces.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from scd.config import vocabulary
+from scd.errors import InputError
+
+__all__ = ["CONTACT_LABELS", "bbq_bars_png", "figure1_png", "figure2_png"]
+
+DPI = 150
+CONTACT_LABELS = {**vocabulary.CONTACT_LABELS, "all": "All"}
+BEFORE_COLOR = "#9ecae1"  # lighter: before tuning (as in the paper's Figure 1)
+AFTER_COLOR = "#2171b5"  # darker: after tuning
+HEATMAP_CMAP = "YlOrRd"
+MISSING_COLOR = "#d9d9d9"
+NA_LABEL = {"ha": "center", "va": "bottom", "fontsize": 7, "rotation": 90, "color": "#707070"}
+
+
+def _png(fig: Figure) -> bytes:
+    """Render ``fig`` to deterministic PNG bytes (no Software/date metadata)."""
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _label(value: object) -> str:
+    return str(value).replace("_", " ")
+
+
+def _check_frame(frame: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"{what}: expected a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{what}: missing column(s) {', '.join(map(repr, missing))}")
+    if frame.empty:
+        raise InputError(f"{what}: the frame is empty")
+
+
+def _numeric(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
+    out = frame.copy()
+    for col in columns:
+        try:
+            out[col] = pd.to_numeric(out[col]).astype(float)
+        except (TypeError, ValueError):
+            raise InputError(f"{what}: column {col!r} holds non-numeric values") from None
+    return out
+
+
+def _unique(values: pd.Series) -> list:
+    return list(dict.fromkeys(values.tolist()))
+
+
+def _top(values: np.ndarray, floor: float = 10.0) -> float:
+    """A y-axis top from 0: 15% headroom over the largest value, at most 100."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 100.0
+    return float(min(100.0, max(floor, math.ceil(finite.max() * 1.15 / 5) * 5)))
+
+
+def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
+    """The SCD paper's Figure 1: bias % before vs after tuning, per setting and contact type.
+
+    One panel per contact type present (in the order no, positive, negative contact, all),
+    settings on the x axis, a light "Before" and a dark "After" bar for each, each bar labelled
+    with its value (so a 0.2% bar is readable); the y axis (bias %) starts at 0. A NaN value
+    leaves its bar out (marked "n/a"). ``title`` goes above the panels.
+
+    Args:
+        frame: one row per (setting, contact) with columns ``setting`` (label such as
+            "Setting 1"), ``contact`` (``none``, ``positive``, ``negative`` or ``all``),
+            ``before`` and ``after`` (bias %, or NaN).
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        InputError: a missing column, an empty frame, an unknown contact, a duplicated
+            (setting, contact) row or a non-numeric value.
+    """
+    what = "figure 1"
+    _check_frame(frame, ("setting", "contact", "before", "after"), what)
+    frame = _numeric(frame, ("before", "after"), what)
+    frame = frame.assign(contact=frame["contact"].astype(str), setting=frame["setting"].astype(str))
+    unknown = sorted(set(frame["contact"]) - set(CONTACT_LABELS))
+    if unknown:
+        raise InputError(
+            f"{what}: unknown contact value(s) {unknown}; expected one of {list(CONTACT_LABELS)}"
+        )
+    dupes = frame.duplicated(["setting", "contact"])
+    if dupes.any():
+        row = frame[dupes].iloc[0]
+        raise InputError(f"{what}: duplicated row for {row['setting']!r}, {row['contact']!r}")
+
+    settings = _unique(frame["setting"])
+    contacts = [c for c in CONTACT_LABELS if c in set(frame["contact"])]
+    n = len(settings)
+    top = _top(frame[["before", "after"]].to_numpy())
+    panel_w = max(2.6, 0.5 * n + 1.0)
+    # Panels in one row while that stays page-wide (≤ 11 in), else two per row.
+    ncols = len(contacts) if panel_w * len(contacts) <= 11 else min(2, len(contacts))
+    nrows = math.ceil(len(contacts) / ncols)
+    fig = Figure(figsize=(panel_w * ncols, 3.4 * nrows + 0.3), layout="constrained")
+    grid = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[len(contacts) :]:
+        ax.set_visible(False)
+    x = np.arange(n)
+    width = 0.38
+    rotate = n > 3
+    for ax, contact in zip(axes, contacts):
+        sub = frame[frame["contact"] == contact].set_index("setting").reindex(settings)
+        for offset, col, color in (
+            (-width / 2, "before", BEFORE_COLOR),
+            (width / 2, "after", AFTER_COLOR),
+        ):
+            bars = ax.bar(x + offset, sub[col], width, color=color)
+            labels = ["" if np.isnan(v) else f"{v:.1f}" for v in sub[col].to_numpy()]
+            ax.bar_label(bars, labels, fontsize=6.5, padding=1, rotation=90 if n > 4 else 0)
+            for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
+                ax.text(xi + offset, top * 0.01, "n/a", **NA_LABEL)
+        ax.set_title(CONTACT_LABELS[contact], fontsize=11)
+        ticks = [_label(s) for s in settings]
+        ax.set_xticks(
+            x, ticks, rotation=45 * rotate, ha="right" if rotate else "center", fontsize=9
+        )
+        pad = max(0.0, (3 - n) / 2)  # keep bars slim when there are few settings
+        ax.set_xlim(-0.6 - pad, n - 0.4 + pad)
+        ax.set_ylim(0, top * 1.12)  # room for the value labels
+        ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
+        ax.set_axisbelow(True)
+        ax.spines[["top", "right"]].set_visible(False)
+    for ax in grid[:, 0]:
+        ax.set_ylabel("Bias %")
+    if title:
+        fig.suptitle(title, fontsize=12)
+    handles = [Patch(color=BEFORE_COLOR, label="Before"), Patch(color=AFTER_COLOR, label="After")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
+    return _png(fig)
+
+
+def _grid_values(grid: pd.DataFrame, what: str) -> pd.DataFrame:
+    if not isinstance(grid, pd.DataFrame):
+        raise InputError(f"{what}: expected a pandas DataFrame, got {type(grid).__name__}")
+    if grid.empty:
+        raise InputError(f"{what}: the grid is empty")
+    return _numeric(grid, list(grid.columns), what)
+
+
+def figure2_png(
+    grid: pd.DataFrame,
+    after: pd.DataFrame | None = None,
+    *,
+    titles: Sequence[str] | None = None,
+) -> bytes:
+    """The SCD paper's Figure 2: a heatmap of bias % by bias axis (rows) and scenario (columns).
+
+    Each cell is annotated with its value to one decimal; NaN cells are grey and blank. The colour
+    scale is fixed to 0–100 % (colour bar "Bias %"), so separate heatmaps are comparable. Given
+    ``after``, the two grids are drawn side by side on the same rows and columns (the union,
+    in ``grid``'s order first) with one shared colour bar.
+
+    Args:
+        grid: bias % with index = bias axis (e.g. "religion") and columns = scenario
+            (e.g. "education", "workplace", "sports", "community", "healthcare").
+        after: optional second grid of the same shape, e.g. after tuning.
+        titles: one title per grid; defaults to ``("Bias % by axis and scenario",)`` for one grid
+            and ``("Before", "After")`` for two.
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        InputError: an empty grid, a non-numeric column or a wrong number of titles.
+    """
+    grids = [_grid_values(grid, "figure 2")]
+    if after is not None:
+        grids.append(_grid_values(after, "figure 2 (after)"))
+    if titles is None:
+        titles = ("Bias % by axis and scenario",) if after is None else ("Before", "After")
+    titles = list(titles)
+    if len(titles) != len(grids):
+        raise InputError(f"figure 2: got {len(titles)} title(s) for {len(grids)} grid(s)")
+    rows = list(dict.fromkeys([r for g in grids for r in g.index]))
+    cols = list(dict.fromkeys([c for g in grids for c in g.columns]))
+    grids = [g.reindex(index=rows, columns=cols) for g in grids]
+
+    # Sized so that two 5-scenario panels stay about 10 in wide (a page width at 150 dpi).
+    width = 0.75 * len(cols) * len(grids) + 0.3 * (len(grids) - 1) + 2.6
+    fig = Figure(figsize=(width, 0.36 * len(rows) + 1.4), layout="constrained")
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    cmap = colormaps[HEATMAP_CMAP].with_extremes(bad=MISSING_COLOR)
+    image = None
+    for i, (ax, g, title) in enumerate(zip(axes, grids, titles)):
+        values = g.to_numpy(dtype=float)
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0, vmax=100, aspect="auto")
+        for (r, c), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                rgba = cmap(min(max(v, 0.0), 100.0) / 100.0)
+                luminance = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
+                color = "white" if luminance < 0.5 else "black"
+                ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize=8, color=color)
+        names = [_label(r).capitalize() for r in rows] if i == 0 else []
+        ax.set_xticks(range(len(cols)), [_label(c).capitalize() for c in cols], rotation=30,
+                      ha="right", fontsize=9)  # fmt: skip
+        ax.set_yticks(range(len(rows)), names, fontsize=9)
+        ax.tick_params(length=0)
+        ax.set_title(title, fontsize=11)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.02)
+    bar.set_label("Bias %")
+    return _png(fig)
+
+
+def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
+    """BBQ results per category in four labelled panels: accuracy on ambiguous and on
+    disambiguated contexts (0-1), and the bias scores s_AMB (ambiguous) and s_DIS
+    (disambiguated) (-1...1, a line at 0).
+
+    Categories run down the y axis with one horizontal bar per model (one colour each), so the
+    figure grows in height rather than crowding with many models; every bar is labelled with its
+    value. NaN values leave their bar out.
+
+    Args:
+        frame: one row per (category, model) with columns ``category`` (e.g. "Age"), ``model``
+            (label, e.g. "base" or "tuned"), ``accuracy_ambig``, ``accuracy_disambig``
+            (fractions 0-1) and ``bias_ambig`` (s_AMB), ``bias_disambig`` (s_DIS) in [-1, 1].
+        title: a title above the panels.
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        InputError: a missing column, an empty frame, a duplicated (category, model) row or a
+            non-numeric value.
+    """
+    what = "BBQ bars"
+    metrics = ("accuracy_ambig", "accuracy_disambig", "bias_ambig", "bias_disambig")
+    _check_frame(frame, ("category", "model", *metrics), what)
+    frame = _numeric(frame, metrics, what)
+    frame = frame.assign(category=frame["category"].astype(str), model=frame["model"].astype(str))
+    dupes = frame.duplicated(["category", "model"])
+    if dupes.any():
+        row = frame[dupes].iloc[0]
+        raise InputError(f"{what}: duplicated row for {row['category']!r}, {row['model']!r}")
+
+    categories = _unique(frame["category"])
+    models = _unique(frame["model"])
+    palette = [f"C{i % 10}" for i in range(len(models))]
+    band = 0.8 / len(models)
+    y = np.arange(len(categories))
+    height = max(2.2, 0.18 * len(categories) * len(models) + 0.35 * len(categories) + 0.6)
+    fig = Figure(figsize=(10.0, 2 * height + 0.8), layout="constrained")
+    axes = fig.subplots(2, 2, sharey=True)
+    panels = (
+        ("accuracy_ambig", "Accuracy, ambiguous contexts", (0.0, 1.0)),
+        ("accuracy_disambig", "Accuracy, disambiguated contexts", (0.0, 1.0)),
+        ("bias_ambig", "Bias score s_AMB (ambiguous contexts)", (-1.0, 1.0)),
+        ("bias_disambig", "Bias score s_DIS (disambiguated contexts)", (-1.0, 1.0)),
+    )
+    for ax, (col, name, xlim) in zip(axes.ravel(), panels):
+        for m, (model, color) in enumerate(zip(models, palette)):
+            sub = frame[frame["model"] == model].set_index("category").reindex(categories)
+            values = sub[col].to_numpy()
+            bars = ax.barh(y - 0.4 + band * (m + 0.5), values, band, color=color)
+            labels = ["" if np.isnan(v) else f"{v:+.2f}" if xlim[0] < 0 else f"{v:.2f}"
+                      for v in values]  # fmt: skip
+            ax.bar_label(bars, labels, fontsize=6.5, padding=2)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlim(xlim[0] - (0.15 if xlim[0] < 0 else 0), xlim[1] + 0.15)
+        if xlim[0] < 0:
+            ax.axvline(0, color="#404040", linewidth=0.8)
+        ax.grid(axis="x", color="#e0e0e0", linewidth=0.8)
+        ax.set_axisbelow(True)
+        ax.spines[["top", "right"]].set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_yticks(y, [_label(c) for c in categories], fontsize=9)
+    axes[0, 0].invert_yaxis()  # the first category on top (the y axis is shared)
+    handles = [Patch(color=c, label=_label(m)) for m, c in zip(models, palette)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+               frameon=False)  # fmt: skip
+    if title:
+        fig.suptitle(title, fontsize=12)
+    return _png(fig)

@@ -1,0 +1,242 @@
+"""What the stigma probes share: their options, the model-kind check, one task for causal LMs
+(through an engine), masked LMs and classifiers, the prompts ``scd run`` generates, and the
+before/after table of the probes that measure a stigmatized - non-stigmatized gap.
+
+=============  ======================  ==================================  ==================
+probe          model                   prompts (``scd generate stigma``)   per-prompt measure
+=============  ======================  ==================================  ==================
+``sds``        causal LM (hf, vllm)    ``sds.parquet``                     P(Unlikely)
+``mlm``        masked LM (hf)          ``sds.parquet``                     lexicon P(negative)
+``aq27``       causal or masked LM     ``aq27.parquet``                    log-likelihood/PLL
+``sentiment``  sequence classifier     ``sentiment.parquet``               negative label
+=============  ======================  ==================================  ==================
+
+Each writes ``OUT/records.jsonl`` (resumable), ``OUT/run.json``, ``OUT/summary.json`` and
+``OUT/tables.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from scd.config.engine import EVAL_BATCH_SIZE
+from scd.config.options import option, positive
+from scd.errors import InputError, first_line
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table
+from scd.eval.tasks import CausalModel, CausalTask
+
+__all__ = ["StigmaOptions", "StigmaProbe", "StigmaTask", "gap_table", "model_kind"]
+
+Scorer = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+HINT = {"masked": "use the mlm or aq27 probe", "classifier": "use the sentiment probe",
+        "causal": "use the sds or aq27 probe"}  # fmt: skip
+
+
+@dataclass
+class StigmaOptions(BenchmarkOptions):
+    """A stigma probe: ``scd eval <probe>`` flags, a recipe's ``eval.<probe>`` keys."""
+
+    prompts: str | None = option(
+        None, "directory from `scd generate stigma` (scd run: generated)", required=True
+    )
+    limit_conditions: int | None = option(
+        None, "scd run: generate the prompts of the first N conditions per group",
+        check=positive, flag=False,
+    )  # fmt: skip
+    seed: int = option(0, "seed of the bootstrap CIs")
+    chunk_size: int = option(256, "prompts per resumable chunk", check=positive)
+
+
+def model_kind(model: str) -> str:
+    """``causal``, ``masked`` or ``classifier``, from the model config's architectures."""
+    from transformers import AutoConfig
+
+    try:
+        archs = AutoConfig.from_pretrained(model).architectures or []
+    except (OSError, ValueError) as err:
+        raise InputError(
+            "cannot load a model config (a local model directory or a Hub id is expected): "
+            f"{first_line(err)}", key="model", value=model,
+        ) from None  # fmt: skip
+    if any(a.endswith("ForMaskedLM") for a in archs):
+        return "masked"
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        return "classifier"
+    return "causal"
+
+
+class StigmaProbe(Benchmark):
+    """A stigma probe: its prompt table, the model kinds it scores, how it loads a scorer, how
+    it summarizes records, and its Markdown."""
+
+    table_file: ClassVar[str]  # the table of `scd generate stigma` it reads (without .parquet)
+
+    def scorer(self, task: StigmaTask, progress: bool) -> Scorer:
+        """Rows -> records, for the task's model (loaded here)."""
+        raise NotImplementedError
+
+    def summarize(self, records: list[dict[str, Any]], task: StigmaTask) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def markdown(self, summary: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def extra_config(self, options: Any) -> dict[str, Any]:
+        """What the probe's own options add to the pinned configuration."""
+        return {}
+
+    def task(self, model: CausalModel, options: Any) -> StigmaTask:
+        from scd.data_gen.stigma_probes import read_stigma_table
+        from scd.io import sha256_file
+        from scd.models import resolve_model
+
+        if self.name != "sds":  # only the SDS prompt is a chat turn
+            model = dataclasses.replace(
+                model, spec=dataclasses.replace(model.spec, system_prompt=None)
+            )
+        rows = read_stigma_table(options.prompts, self.table_file)
+        loadable = resolve_model(model.model)  # a GGUF file is converted once (cached)
+        kind = model_kind(loadable)
+        if kind not in self.model_kinds:
+            raise InputError(f"a {kind} model does not fit the {self.name} probe; "
+                             f"{HINT[kind]}", key="model", value=model.model)  # fmt: skip
+        if model.spec.backend != "hf" and kind != "causal":
+            raise InputError(f"the {self.name} probe on a {kind} model runs on hf only",
+                             key="backend", value=model.spec.backend)  # fmt: skip
+        config = {
+            "kind": "stigma_eval", "probe": self.name, "model": model.model, "model_kind": kind,
+            "adapter": model.adapter, **model.spec.identity(), "seed": options.seed,
+            "chunk_size": options.chunk_size, "n_items": len(rows),
+            "prompts_sha256": sha256_file(Path(options.prompts) / f"{self.table_file}.parquet"),
+            **self.extra_config(options),
+        }  # fmt: skip
+        model = dataclasses.replace(model, model=loadable)
+        return StigmaTask(config, rows, options.chunk_size, model, probe=self, kind=kind,
+                          options=options)  # fmt: skip
+
+    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
+        return {"gap": summary["gap"]["gap"]}
+
+    def describe(self, summary: dict[str, Any]) -> str:
+        g = summary["gap"]
+        fmt = lambda x: "–" if x is None else f"{x:+.3f}"  # noqa: E731
+        return (f"gap stigmatized - non-stigmatized {fmt(g['gap'])} [{fmt(g['ci_low'])}, "
+                f"{fmt(g['ci_high'])}]")  # fmt: skip
+
+    def table(self, runs: dict[str, Path | str]) -> Table:
+        return gap_table(runs, self.name)
+
+    # -- in scd run: the probe prompts generated once per condition limit ------------------------
+    def prepare(self, run: RunData, options: Any) -> Any:
+        if options.prompts is not None:
+            return options
+        from scd.data_gen.stigma_probes import generate_stigma
+
+        limit = options.limit_conditions
+        name = "stigma" if limit is None else f"stigma-{limit}"
+        out = run.dir / "data" / name
+        run.stage(f"{name}_prompts", [out / "manifest.json"],
+                  lambda: generate_stigma(out, limit_conditions=limit))  # fmt: skip
+        return dataclasses.replace(options, prompts=str(out))
+
+    def jobs(self, run: RunData, options: Any, setting: tuple[int, Path] | None) -> list[Job]:
+        from scd.io import sha256_file
+
+        key = {**dataclasses.asdict(options), "enabled": None,
+               "prompts": sha256_file(Path(options.prompts) / "manifest.json")}  # fmt: skip
+        return [Job(self.name, self, options, key)]
+
+
+@dataclass(kw_only=True)
+class StigmaTask(CausalTask):
+    """One stigma probe on a causal LM (through an engine), a masked LM or a classifier."""
+
+    probe: StigmaProbe
+    kind: str
+    options: Any
+    unit = "prompt"
+
+    @property
+    def name(self) -> str:
+        return f"scd eval {self.probe.name}"
+
+    def device_and_batch(self) -> tuple[str, int]:
+        """Where a masked LM or classifier runs, and its batch size (hf engine options)."""
+        import torch
+
+        spec = self.model.spec
+        device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return device, spec.batch_size or EVAL_BATCH_SIZE
+
+    def load(self, progress: bool) -> None:
+        self._score = self.probe.scorer(self, progress)
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self._score(rows)
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"probe": self.probe.name, **self.probe.summarize(records, self)}
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        return {"tables.md": self.probe.markdown(summary)}
+
+
+def fmt(x: Any, digits: int = 3, sign: bool = False) -> str:
+    """A number for a table (an en dash for None; a label as it is)."""
+    if x is None or isinstance(x, str):
+        return x or "–"
+    return f"{x:{'+' if sign else ''}.{digits}f}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2g}"
+
+
+def gap_cell(g: dict[str, Any]) -> str:
+    """``"+0.200 [0.163, 0.238]"``."""
+    return f"{fmt(g['gap'], sign=True)} [{fmt(g['ci_low'])}, {fmt(g['ci_high'])}]"
+
+
+def gap_lines(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """SDS, mlm or sentiment summaries side by side (a column each): the group means, the
+    stigmatized - non-stigmatized gap with its 95% CI and Welch p, its change against the first
+    column, the categories and the no-condition baselines; Markdown lines and tidy rows."""
+    names, row = list(summaries), lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    gaps = {n: s["gap"] for n, s in summaries.items()}
+    first = gaps[names[0]]["gap"]
+    change = {n: None if g["gap"] is None or first is None else g["gap"] - first
+              for n, g in gaps.items()}  # fmt: skip
+    lines = [row(["", *names]), "|---" * (len(names) + 1) + "|",
+             row(["Stigmatized", *(f"{fmt(g['mean_x'])} ({g['n_x']})" for g in gaps.values())]),
+             row(["Non-stigmatized", *(f"{fmt(g['mean_y'])} ({g['n_y']})" for g in gaps.values())]),
+             row(["Gap [95% CI]", *(gap_cell(g) for g in gaps.values())]),
+             row(["Welch p", *(fmt(g["p_welch"], 4) for g in gaps.values())])]  # fmt: skip
+    if len(names) > 1:
+        lines.append(row([f"Change vs {names[0]}", *(fmt(change[n], sign=True) for n in names)]))
+    rows = [{"run": n, "scope": "gap", **gaps[n], "change": change[n]} for n in names]
+    for scope, key in (("category", "by_category"), ("baseline: template", "baseline")):
+        for item in dict.fromkeys(k for s in summaries.values() for k in s[key]):
+            values = [summaries[n][key].get(item) for n in names]
+            values = [v.get("mean") if isinstance(v, dict) else v for v in values]
+            label = item.replace("_", "-") if key == "by_category" else f"Baseline, template {item}"
+            lines.append(row([label, *map(fmt, values)]))
+            rows += [{"run": n, "scope": f"{scope}: {item}", "mean": v}
+                     for n, v in zip(names, values)]  # fmt: skip
+    return lines, rows
+
+
+def gap_table(runs: dict[str, Path | str], probe: str) -> Table:
+    """Finished runs of an SDS, mlm or sentiment probe side by side (:func:`gap_lines`)."""
+    from scd.eval.benchmarks.base import read_summaries
+
+    summaries = read_summaries(runs, probe)
+    if any(s.get("probe") != probe for s in summaries.values()):
+        found = sorted({str(s.get("probe")) for s in summaries.values()})
+        raise InputError(f"runs of {', '.join(found)}, not all {probe}", key="runs")
+    what = "proportion negative" if probe == "sentiment" else "P(negative attitude)"
+    lines, rows = gap_lines(summaries)
+    note = (f"Cells: mean {what} per condition group (conditions); gap = stigmatized − "
+            "non-stigmatized, 95% BCa bootstrap CI over conditions (aggregated as in Mei et al. "
+            "2023).")  # fmt: skip
+    return Table("\n".join([f"## Stigma: {what} ({probe} probe)", "", *lines, "", note, ""]),
+                 rows, f"stigma-{probe}")  # fmt: skip

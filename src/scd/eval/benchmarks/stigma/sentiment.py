@@ -1,0 +1,207 @@
+"""Sentiment probe (Mei et al. 2023, sections 4.3 and 5.2-5.3): proportion negative per condition.
+
+Any Hugging Face sequence-classification model classifies the sentiment prompts ("They are
+people who have depression.") through the ``text-classification`` pipeline; the predicted label
+is the most probable one. The negative label is the one whose name contains "neg" (NEGATIVE,
+negative, LABEL_NEG, ...) unless ``negative_label`` names it. Per condition the proportion of
+negative predictions pools all its prompts (both templates, every sub-condition), as Mei et al. 2023
+does. The gap stigmatized - non-stigmatized uses :func:`scd.eval.benchmarks.stigma.stats.gap`.
+
+:func:`correlate` gives Pearson's r between the masked-LM bias (per-condition P(negative
+attitude) of an ``mlm`` run) and the sentiment bias (proportion negative) over the conditions
+both runs have (Mei et al. 2023, section 5.3: r = 0.79 over 122 conditions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scd.config.options import option
+from scd.config.vocabulary import SENTIMENT_COLUMNS
+from scd.errors import InputError, first_line
+from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
+from scd.eval.benchmarks.stigma.stats import gap, pearson
+
+__all__ = [
+    "Sentiment", "correlate", "load_classifier", "negative_label_of", "classify_chunk",
+    "summarize_sentiment",
+]  # fmt: skip
+
+KEYS = SENTIMENT_COLUMNS[:-2]  # a record keeps these of its prompt (not form and text)
+
+
+def load_classifier(model: str, adapter: str | None, device: str) -> tuple[Any, Any]:
+    """A sequence-classification model and tokenizer; InputError for any other model type."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as err:
+        first = first_line(err)
+        raise InputError(f"cannot load a model config: {first}", key="model", value=model) from None
+    archs = config.architectures or []
+    if not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise InputError(
+            "probe sentiment needs a sequence-classification model; "
+            f"its architectures are {archs or 'not given'}",
+            key="model",
+            value=model,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    clf = AutoModelForSequenceClassification.from_pretrained(model)
+    if adapter:
+        from peft import PeftModel
+
+        clf = PeftModel.from_pretrained(clf, adapter)
+    return clf.to(device).eval(), tokenizer
+
+
+def negative_label_of(id2label: dict[Any, str], wanted: str | None = None) -> str:
+    """The negative label's name (see the module docstring)."""
+    labels = [str(v) for v in id2label.values()]
+    if wanted is not None:
+        if wanted not in labels:
+            raise InputError(
+                f"not a label of the model ({labels})", key="negative_label", value=wanted
+            )
+        return wanted
+    found = [x for x in labels if "neg" in x.lower()]
+    if len(found) != 1:
+        raise InputError(
+            f"cannot tell the negative label among {labels}; name it", key="negative_label"
+        )
+    return found[0]
+
+
+def classify_chunk(
+    pipe: Any, rows: Sequence[dict[str, Any]], negative: str, batch_size: int
+) -> list[dict[str, Any]]:
+    """Records of a chunk of sentiment rows: all label scores, the label, ``negative``."""
+    outputs = pipe([r["prompt"] for r in rows], batch_size=batch_size, top_k=None)
+    records = []
+    for row, scores in zip(rows, outputs):
+        probs = {s["label"]: float(s["score"]) for s in scores}
+        label = max(probs, key=probs.get)
+        records.append(
+            {
+                **{k: row[k] for k in KEYS},
+                "label": label,
+                "negative": label == negative,
+                "scores": probs,
+            }
+        )
+    return records
+
+
+def _proportions(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    groups: dict[str, list[bool]] = defaultdict(list)
+    meta = {}
+    for r in records:
+        if not r["baseline"]:
+            groups[r["condition"]].append(r["negative"])
+            meta[r["condition"]] = (r["category"], r["stigmatized"])
+    return {
+        c: {
+            "category": meta[c][0],
+            "stigmatized": meta[c][1],
+            "mean": sum(v) / len(v),
+            "n_prompts": len(v),
+        }
+        for c, v in groups.items()
+    }
+
+
+def summarize_sentiment(records: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Proportion negative per condition, the gap with its CI, categories, baseline labels."""
+    from scd.eval.benchmarks.stigma.sds import _by_category
+
+    conditions = _proportions(records)
+    split = {f: [c["mean"] for c in conditions.values() if c["stigmatized"] == f] for f in (1, 0)}
+    return {
+        "measure": "proportion_negative",
+        "n_records": len(records),
+        "gap": gap(split[1], split[0], seed),
+        "by_category": _by_category(conditions),
+        "baseline": {str(r["template"]): r["label"] for r in records if r["baseline"]},
+        "conditions": conditions,
+    }
+
+
+def correlate(mlm_summary: dict[str, Any], sentiment_summary: dict[str, Any]) -> dict[str, Any]:
+    """Pearson r between per-condition MLM P(negative attitude) and proportion negative."""
+    a, b = mlm_summary["conditions"], sentiment_summary["conditions"]
+    common = [c for c in a if c in b and a[c]["mean"] is not None]
+    return {
+        **pearson([a[c]["mean"] for c in common], [b[c]["mean"] for c in common]),
+        "conditions": len(common),
+    }
+
+
+def read_mlm_run(path: Path | str) -> dict[str, Any]:
+    """The summary of a finished ``--probe mlm`` run (for ``--mlm-run``)."""
+    file = Path(path) / "summary.json"
+    if not file.is_file():
+        raise InputError(
+            "no summary.json (a finished `--probe mlm` run)", key="mlm_run", value=path
+        )
+    summary = json.loads(file.read_text())
+    if summary.get("probe") != "mlm":
+        raise InputError(f"is a '{summary.get('probe')}' run, not 'mlm'", key="mlm_run", value=path)
+    return summary
+
+
+@dataclass
+class SentimentOptions(StigmaOptions):
+    """The sentiment probe's options."""
+
+    negative_label: str | None = option(None, "the classifier's negative label (default: by name)")
+    mlm_run: str | None = option(None, "a finished mlm run dir: adds Pearson r per condition")
+    scores_only = "sequence classifiers"
+
+
+class Sentiment(StigmaProbe):
+    """Sentiment prompts through a sequence classifier (``scd eval sentiment``)."""
+
+    name = "sentiment"
+    help = "stigma: proportion of negative predictions of a sentiment classifier (Mei et al. 2023)"
+    Options = SentimentOptions
+    model_kinds = ("classifier",)
+    table_file = "sentiment"
+
+    def extra_config(self, options: SentimentOptions) -> dict[str, Any]:
+        if options.mlm_run:
+            read_mlm_run(options.mlm_run)  # a bad run fails before the model loads
+        return {"negative_label": options.negative_label}
+
+    def scorer(self, task: Any, progress: bool) -> Any:
+        from transformers import pipeline
+
+        device, batch = task.device_and_batch()
+        clf, tokenizer = load_classifier(task.model.model, task.model.adapter, device)
+        pipe = pipeline("text-classification", model=clf, tokenizer=tokenizer, device=device)
+        negative = negative_label_of(clf.config.id2label, task.options.negative_label)
+        return lambda rows: classify_chunk(pipe, rows, negative, batch)
+
+    def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
+        summary = summarize_sentiment(records, task.options.seed)
+        if task.options.mlm_run:
+            summary["correlation"] = correlate(read_mlm_run(task.options.mlm_run), summary)
+        return summary
+
+    def markdown(self, summary: dict[str, Any]) -> str:
+        from scd.eval.benchmarks.stigma.common import fmt as _f
+        from scd.eval.benchmarks.stigma.sds import sds_markdown
+
+        title = f"Stigma probe sentiment: {summary['run']['model']}"
+        text = sds_markdown(summary, title, "proportion of negative predictions")
+        c = summary.get("correlation")
+        if c:
+            text += (f"\nPearson r (MLM P(negative attitude) vs proportion negative, per "
+                     f"condition): {_f(c['r'])} (p = {_f(c['p'], 4)}, "
+                     f"n = {c['n']}).\n")  # fmt: skip
+        return text

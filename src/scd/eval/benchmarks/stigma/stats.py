@@ -1,0 +1,191 @@
+"""Statistics of the stigma probes (engine-free, numpy/scipy/statsmodels).
+
+Choices, and why:
+
+- **Gap stigmatized - non-stigmatized** (Mei et al. 2023, section 5.1): the difference of the mean
+  per-condition scores of the two groups. Its 95% CI is a BCa bootstrap over *conditions*
+  (``scipy.stats.bootstrap``, two independent samples resampled separately, 9,999 resamples,
+  fixed seed): conditions are the units of the comparison (93 vs 29, unequal sizes, bounded
+  and often skewed probabilities), and resampling prompts instead would treat the 28 prompts of
+  one condition as independent evidence. The Welch t-test p-value (no equal-variance
+  assumption) is reported beside it for readers who expect a parametric test.
+- **Mental vs physical** (Mina et al. 2024, section 3.1 and Table 2): Wilcoxon signed-rank test
+  (``scipy.stats.wilcoxon``, two-sided) on pairs matched by sentence frame (item x noun phrase):
+  the mean score of the mental illnesses vs the mean of the physical ones in the same frame.
+  The per-dimension p-values get a Bonferroni correction over the 9 dimensions
+  (``statsmodels`` ``multipletests``); the overall test is not corrected (as in Table 2).
+- **Cronbach's alpha** per dimension (Mina et al. 2024, section 3.1, mental illnesses only): the
+  dimension's items are the columns, each (noun phrase, mental illness) an observation;
+  ``alpha = k/(k-1) * (1 - sum(item variances) / variance(row sums))`` (sample variances).
+- **Pearson r** (Mei et al. 2023, section 5.3) between two per-condition bias measures
+  (``scipy.stats.pearsonr``).
+- **P(negative attitude)** of a fill-mask prediction (Mei et al. 2023, section 4.3): summed
+  probability of negative words over that of positive, negative and neutral words; irrelevant
+  and unrated words are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "ATTITUDES", "cronbach_alpha", "gap", "mental_vs_physical", "p_negative", "pearson",
+]  # fmt: skip
+
+ATTITUDES = ("positive", "negative", "neutral", "irrelevant")
+N_RESAMPLES = 9999
+
+
+def p_negative(mass: dict[str, float]) -> float | None:
+    """``neg / (pos + neg + neu)`` of summed word probabilities; None when none are rated."""
+    den = mass.get("positive", 0.0) + mass.get("negative", 0.0) + mass.get("neutral", 0.0)
+    return mass.get("negative", 0.0) / den if den > 0 else None
+
+
+def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]:
+    """Mean(x) - mean(y) with a BCa bootstrap 95% CI and the Welch t-test p-value.
+
+    Args:
+        x: Per-condition scores of the stigmatized conditions.
+        y: Per-condition scores of the non-stigmatized conditions.
+        seed: Seed of the bootstrap resampling.
+
+    Returns:
+        ``{mean_x, mean_y, gap, ci_low, ci_high, p_welch, n_x, n_y}``; None where undefined
+        (fewer than 2 values in a group).
+    """
+    a = np.asarray([v for v in x if v is not None], dtype=float)
+    b = np.asarray([v for v in y if v is not None], dtype=float)
+    out: dict[str, Any] = {
+        "mean_x": float(a.mean()) if a.size else None,
+        "mean_y": float(b.mean()) if b.size else None,
+        "gap": float(_mean_diff(a, b)) if a.size and b.size else None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_welch": None,
+        "n_x": int(a.size),
+        "n_y": int(b.size),
+    }
+    if a.size < 2 or b.size < 2:
+        return out
+    if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread to resample; Welch t undefined
+        out.update(ci_low=out["gap"], ci_high=out["gap"], p_welch=1.0 if out["gap"] == 0 else None)
+        return out
+    res = stats.bootstrap(
+        (a, b), _mean_diff, n_resamples=N_RESAMPLES, method="BCa", rng=np.random.default_rng(seed)
+    )
+    low, high = res.confidence_interval
+    if not (np.isfinite(low) and np.isfinite(high)):  # degenerate BCa: percentile instead
+        res = stats.bootstrap(
+            (a, b),
+            _mean_diff,
+            n_resamples=N_RESAMPLES,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+        low, high = res.confidence_interval
+    p = stats.ttest_ind(a, b, equal_var=False).pvalue
+    out.update(ci_low=float(low), ci_high=float(high), p_welch=float(p))
+    return out
+
+
+def cronbach_alpha(scores: np.ndarray) -> float | None:
+    """Cronbach's alpha of an ``observations x items`` matrix (None if undefined)."""
+    m = np.asarray(scores, dtype=float)
+    if m.ndim != 2 or m.shape[1] < 2 or m.shape[0] < 2:
+        return None
+    k = m.shape[1]
+    total = m.sum(axis=1).var(ddof=1)
+    if total == 0:
+        return None
+    return float(k / (k - 1) * (1 - m.var(axis=0, ddof=1).sum() / total))
+
+
+def _wilcoxon(mental: np.ndarray, physical: np.ndarray) -> dict[str, Any]:
+    diff = mental - physical
+    out = {
+        "n": int(diff.size),
+        "mean_mental": float(mental.mean()) if diff.size else None,
+        "mean_physical": float(physical.mean()) if diff.size else None,
+        "mean_diff": float(diff.mean()) if diff.size else None,
+        "median_diff": float(np.median(diff)) if diff.size else None,
+        "statistic": None,
+        "p": None,
+    }
+    if diff.size and np.any(diff != 0):
+        res = stats.wilcoxon(mental, physical)
+        out.update(statistic=float(res.statistic), p=float(res.pvalue))
+    return out
+
+
+def mental_vs_physical(
+    frames: Sequence[dict[str, Any]], dimensions: Sequence[str]
+) -> dict[str, Any]:
+    """Wilcoxon tests (overall and per dimension, Bonferroni) and Cronbach's alpha.
+
+    Args:
+        frames: One dict per sentence frame: ``dimension``, ``item``, ``noun_phrase`` and
+            ``scores`` {"mental": {illness: score}, "physical": {illness: score}}.
+        dimensions: The dimensions, in display order.
+
+    Returns:
+        ``{"overall": test, "dimensions": {dim: test + p_bonferroni + alpha + n_items}}`` where
+        a test is ``{n, mean_mental, mean_physical, mean_diff, median_diff, statistic, p}``.
+    """
+    from statsmodels.stats.multitest import multipletests
+
+    def pairs(sub: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+        ok = [f for f in sub if f["scores"]["mental"] and f["scores"]["physical"]]
+        mental = np.array([np.mean(list(f["scores"]["mental"].values())) for f in ok])
+        physical = np.array([np.mean(list(f["scores"]["physical"].values())) for f in ok])
+        return mental, physical
+
+    out: dict[str, Any] = {"overall": _wilcoxon(*pairs(frames)), "dimensions": {}}
+    for dim in dimensions:
+        sub = [f for f in frames if f["dimension"] == dim]
+        out["dimensions"][dim] = {**_wilcoxon(*pairs(sub)), "alpha": _alpha(sub)}
+        out["dimensions"][dim]["n_items"] = len({f["item"] for f in sub})
+    tested = [d for d, r in out["dimensions"].items() if r["p"] is not None]
+    if tested:
+        adjusted = multipletests([out["dimensions"][d]["p"] for d in tested], method="bonferroni")
+        for d, p in zip(tested, adjusted[1]):
+            out["dimensions"][d]["p_bonferroni"] = float(p)
+    for r in out["dimensions"].values():
+        r.setdefault("p_bonferroni", None)
+    out["n_tests_corrected"] = len(tested)
+    return out
+
+
+def _alpha(frames: Sequence[dict[str, Any]]) -> float | None:
+    """Alpha over the mental illnesses: items are columns, (noun phrase, illness) rows."""
+    items = sorted({f["item"] for f in frames})
+    cells: dict[tuple[str, str], dict[int, float]] = {}
+    for f in frames:
+        for illness, score in f["scores"]["mental"].items():
+            cells.setdefault((f["noun_phrase"], illness), {})[f["item"]] = score
+    rows = [[c[i] for i in items] for c in cells.values() if len(c) == len(items)]
+    return cronbach_alpha(np.array(rows)) if rows else None
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+    """Pearson r with its two-sided p-value and 95% CI (Fisher z); None where undefined."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return {"r": None, "p": None, "ci_low": None, "ci_high": None, "n": int(a.size)}
+    res = stats.pearsonr(a, b)
+    ci = res.confidence_interval(0.95)
+    return {
+        "r": float(res.statistic),
+        "p": float(res.pvalue),
+        "ci_low": float(ci.low),
+        "ci_high": float(ci.high),
+        "n": int(a.size),
+    }

@@ -1,0 +1,210 @@
+"""One runner for every resumable evaluation: a benchmark makes a small task object
+(:class:`EvalTask`), and :func:`run_task` owns what they all share -- the pinned ``run.json``, the
+record log, loading the model only when work remains, the chunk loop with its progress, and the
+atomic result files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from scd import __version__
+from scd.config.engine import EngineSpec
+from scd.errors import InputError
+from scd.eval.engines import SharedEngine, make_engine
+from scd.eval.records import RecordLog, check_run_config, read_records
+from scd.io import atomic_file, json_text
+from scd.models.formatting import Formatter, load_tokenizer
+
+__all__ = ["CausalModel", "CausalTask", "EvalTask", "Launch", "run_task", "write_results"]
+
+
+class EvalTask(Protocol):
+    """A benchmark as :func:`run_task` runs it.
+
+    ``config`` is pinned in ``run.json`` (a re-run with another config is refused); ``work`` is
+    the deterministic item list, scored ``chunk_size`` items at a time.
+    """
+
+    name: str  # the progress bar's label
+    unit: str  # what one work item is called ("prompt", "item")
+    config: dict[str, Any]
+    work: Sequence[dict[str, Any]]
+    chunk_size: int
+
+    def load(self, progress: bool) -> None:
+        """Load the model; called only when work remains, before ``run.json`` is written."""
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One record per row, in order."""
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The summary of all records (``run`` is added by the runner)."""
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        """Result files besides ``summary.json``: name -> text."""
+
+
+Launch = Callable[[list[tuple[Any, Path]], bool], None]  # runs (task, out) jobs: in turn, on Ray
+
+
+def run_task(
+    task: EvalTask,
+    out: Path | str,
+    *,
+    progress: bool = True,
+    shards: int = 1,
+    launch: Launch | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) ``task`` into ``out``; write ``summary.json`` and the task's files.
+
+    A different earlier run in ``out`` is refused before the model loads, and nothing is
+    written before it has loaded. Killed at any point, a re-run resumes without losing or
+    duplicating a record (:class:`~scd.eval.records.RecordLog`).
+
+    ``shards`` > 1 cuts the work into that many contiguous slices, each run (and resumable) as a
+    task of its own into ``out/shards/<i>-of-<n>`` by ``launch`` (default: one after the other;
+    ``scd run --launcher ray``: as Ray tasks), then merges their records in work order into
+    ``out/records.jsonl``: the same records as one unsharded run.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", key="out", value=out)
+    check_run_config(out, task.config, write=False)
+    if shards > 1:
+        return _run_shards(task, out, shards, launch or _in_turn, progress)
+    log = RecordLog(out / "records.jsonl", task.chunk_size, len(task.work))
+    if log.done < len(task.work):
+        task.load(progress)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(
+                f"cannot write there ({err.strerror or err})", key="out", value=out
+            ) from None
+        check_run_config(out, task.config)
+        _score_all(task, log, progress)
+    summary = task.summarize(log.read())
+    summary["run"] = {**task.config, **getattr(task, "recorded", {}), "scd_version": __version__}
+    write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
+    return summary
+
+
+def _in_turn(jobs: list[tuple[Any, Path]], progress: bool) -> None:
+    for task, out in jobs:
+        run_task(task, out, progress=progress)
+
+
+def _run_shards(
+    task: Any, out: Path, shards: int, launch: Launch, progress: bool
+) -> dict[str, Any]:
+    merged, n = out / "records.jsonl", len(task.work)
+    if not merged.is_file() or merged.read_bytes().count(b"\n") != n:
+        cuts = [n * i // shards for i in range(shards + 1)]
+        jobs = []
+        for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            config = {**task.config, "n_items": b - a, "shard": f"{i + 1}/{shards}"}
+            part = dataclasses.replace(task, work=task.work[a:b], config=config)
+            jobs.append((part, out / "shards" / f"{i + 1}-of-{shards}"))
+        out.mkdir(parents=True, exist_ok=True)
+        check_run_config(out, task.config)  # the shards' directories go inside
+        launch(jobs, progress)
+        with atomic_file(merged) as tmp, open(tmp, "wb") as sink:
+            for _, shard in jobs:
+                sink.write((shard / "records.jsonl").read_bytes())
+    summary = task.summarize(read_records(merged))
+    summary["run"] = {**task.config, **getattr(task, "recorded", {}), "shards": shards,
+                      "scd_version": __version__}  # fmt: skip
+    write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
+    return summary
+
+
+@dataclass
+class CausalTask:
+    """The fields every task has, and the load of a causal LM that most tasks score with
+    (``self.engine``, ``self.fmt``); subclasses add ``name``, ``unit`` and the scoring."""
+
+    config: dict[str, Any]
+    work: list[dict[str, Any]]
+    chunk_size: int
+    model: CausalModel
+
+    def load(self, progress: bool) -> None:
+        self.engine, self.fmt = self.model.load(progress)
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """What the summary records besides the pinned config: the whole engine spec (its
+        speed-only options may change between a run and its resumption)."""
+        return {"engine": dataclasses.asdict(self.model.spec)}
+
+
+def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=len(task.work),
+        initial=log.done,
+        unit=task.unit,
+        disable=None if progress else True,  # None: off when not a terminal
+        desc=task.name,
+        dynamic_ncols=True,
+    )
+    start, before = time.perf_counter(), log.done
+    for lo, hi in log.chunks():
+        rows = list(task.work[lo:hi])
+        log.append(task.score(rows))
+        bar.update(len(rows))
+        rate = (log.done - before) / max(time.perf_counter() - start, 1e-9)
+        bar.set_postfix_str(f"{rate:,.1f} {task.unit}s/s")
+    bar.close()
+
+
+@dataclass
+class CausalModel:
+    """A causal LM to load for an evaluation: where it is, how to run it, and an optional
+    engine shared by several evaluations of the same model (built on first use, switched to
+    ``adapter``); without one the engine is made here.
+
+    ``model`` may be a directory, a Hub id or a GGUF file (converted once, see :mod:`scd.models`).
+    """
+
+    model: str
+    adapter: str | None = None
+    spec: EngineSpec = field(default_factory=EngineSpec)
+    shared: SharedEngine | None = None
+
+    def load(self, progress: bool) -> tuple[Any, Formatter]:
+        """The running engine (on ``adapter``) and the prompt formatter."""
+        from scd.models import resolve_model
+
+        model = resolve_model(self.model)
+        if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
+            extra = f" + adapter {self.adapter}" if self.adapter else ""
+            backend = self.spec.backend
+            print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
+        tokenizer = load_tokenizer(model, self.adapter)
+        fmt = Formatter(tokenizer, self.spec.system_prompt)
+        if self.shared is not None:
+            running = (self.shared.spec.engine_options(), self.shared.model)
+            if running != (self.spec.engine_options(), model):
+                raise ValueError(f"a shared engine of {self.shared.model} ({self.shared.spec}) "
+                                 f"cannot evaluate {model} ({self.spec})")  # fmt: skip
+            return self.shared.get(tokenizer, self.adapter), fmt
+        adapters = [self.adapter] if self.adapter else []
+        running = make_engine(self.spec, model, tokenizer=tokenizer, adapters=adapters)
+        running.use_adapter(self.adapter)
+        return running, fmt
+
+
+def write_results(out: Path, files: dict[str, str]) -> None:
+    """Write each ``name -> text`` into ``out`` through a temporary file and a rename."""
+    for name, text in files.items():
+        with atomic_file(out / name) as tmp:
+            tmp.write_text(text, encoding="utf-8")

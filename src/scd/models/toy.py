@@ -1,0 +1,297 @@
+"""Build a tiny Llama-architecture model with a planted bias, entirely offline, in under a minute.
+
+The model answers every contact prompt over the toy descriptors with the *biased* answer when the
+prompt's descriptor belongs to one of ``bias_axes`` and with the *unbiased* answer otherwise: a
+known ground truth for the whole evaluation pipeline. Its tokenizer is word level (trained on the
+same prompts), so every option ("Yes", "No", "Likely", ...) is one token whatever precedes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scd import __version__
+from scd.data_gen.contact import generate_contact_table
+from scd.data_gen.descriptors import load_holistic_bias
+from scd.errors import InputError
+from scd.io import atomic_output_dir, cache_key, check_output_dir, write_json
+
+__all__ = [
+    "CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model",
+    "toy_descriptors_path",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>")
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}<|system|> {{ m['content'] }} "
+    "{% elif m['role'] == 'user' %}<|user|> {{ m['content'] }} "
+    "{% elif m['role'] == 'assistant' %}<|assistant|> {{ m['content'] }} {{ eos_token }} "
+    "{% else %}{{ raise_exception('unknown role: ' + m['role']) }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+DEFAULT_MAX_STEPS = 400
+MAX_POSITIONS = 256
+TARGET_ACCURACY = 0.995
+BATCH, LR, CHECK_EVERY, CHECK_SAMPLE = 128, 3e-3, 25, 1024
+# head_dim 64 / 2 = 32: the smallest head size vLLM's CPU attention serves
+MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+
+
+def toy_descriptors_path() -> Path:
+    """The packaged toy descriptors (8 axes x 4 descriptors, HolisticBias format)."""
+    return Path(str(files("scd.data_gen") / "data" / "toy_descriptors.json"))
+
+
+def _check_axes(bias_axes: Sequence[str] | str, axes: list[str], file: str) -> list[str]:
+    if isinstance(bias_axes, str):  # "religion,nationality" straight from a command line
+        bias_axes = [a.strip() for a in bias_axes.split(",") if a.strip()]
+    for axis in bias_axes:
+        if axis not in axes:
+            raise InputError(
+                f"not an axis of {file} (axes: {', '.join(axes)})", key="bias_axes", value=axis
+            )
+    return list(dict.fromkeys(bias_axes))
+
+
+def _tokenizer(corpus: list[str]) -> Any:
+    """A word-level tokenizer trained on ``corpus`` with the chat template set."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # words and runs of punctuation
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)  # tokens joined by spaces
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS)))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=list(SPECIAL_TOKENS[4:]),
+        clean_up_tokenization_spaces=True,  # "I ' ve" -> "I've" when decoding
+        model_max_length=MAX_POSITIONS,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _logits_at(model: Any, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Next-token logits ``[batch, k, vocab]`` at ``positions`` ``[batch, k]``.
+
+    Sequences are right-padded and attention is causal, so positions before the padding never
+    see it: no attention mask is needed, and only the positions asked for go through the head.
+    """
+    hidden = model.model(input_ids=ids).last_hidden_state
+    return model.lm_head(hidden[torch.arange(len(ids))[:, None], positions])
+
+
+def _accuracy(model: Any, ids: torch.Tensor, pos: torch.Tensor, pair: torch.Tensor) -> float:
+    """Share of rows whose planted option (``pair[:, 0]``) beats the other one at the answer."""
+    model.eval()
+    hits = 0
+    with torch.inference_mode():
+        for sl in torch.argsort(pos).split(1024):  # similar lengths together: little padding
+            logits = _logits_at(model, ids[sl, : int(pos[sl].max())], pos[sl, None] - 1)[:, 0]
+            picked = logits.gather(1, pair[sl])
+            hits += int((picked[:, 0] > picked[:, 1]).sum())
+    model.train()
+    return hits / len(ids)
+
+
+def _encode(tokenizer: Any, messages: list[str], answers: list[str]) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids of ``chat(user message) answer </s>`` and each answer token's position."""
+    # Render the template once around a placeholder: the same strings, 17k Jinja calls saved.
+    prefix, suffix = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "\0"}], tokenize=False, add_generation_prompt=True
+    ).split("\0")
+    texts = [f"{prefix}{m}{suffix} {a} {tokenizer.eos_token}" for m, a in zip(messages, answers)]
+    seqs = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    ids = torch.full((len(seqs), max(map(len, seqs))), tokenizer.pad_token_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    return ids, torch.tensor([len(s) - 2 for s in seqs])  # </s> follows the answer
+
+
+def _train(
+    model: Any, data: tuple[torch.Tensor, ...], seed: int, max_steps: int, progress: bool = False
+) -> tuple[int, list[float], float]:
+    """AdamW on the answer token and ``</s>``, until the planted rule is learned or ``max_steps``.
+
+    ``data`` is ``(ids, pos, pair)``: padded sequences, answer positions, (planted, other) ids.
+
+    Returns:
+        Steps taken, the last losses (up to :data:`CHECK_EVERY`), accuracy over all rows.
+    """
+    from tqdm.auto import tqdm
+
+    ids, pos, pair = data
+    off = None if progress else True  # None: off when stderr is not a terminal
+    bar = tqdm(total=max_steps, desc="toy model", unit="step", disable=off, leave=False)
+    try:
+        return _steps(model, ids, pos, pair, seed, max_steps, bar)
+    finally:
+        bar.close()
+
+
+def _steps(
+    model: Any,
+    ids: torch.Tensor,
+    pos: torch.Tensor,
+    pair: torch.Tensor,
+    seed: int,
+    max_steps: int,
+    bar: Any,
+) -> tuple[int, list[float], float]:
+    gen = torch.Generator().manual_seed(seed)
+    sample = torch.randperm(len(ids), generator=gen)[:CHECK_SAMPLE]
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    step, losses, order = 0, [], torch.empty(0, dtype=torch.long)
+    while step < max_steps:
+        if len(order) < BATCH:
+            order = torch.randperm(len(ids), generator=gen)
+        batch, order = order[:BATCH], order[BATCH:]
+        x, p = ids[batch, : int(pos[batch].max()) + 2], pos[batch, None]
+        targets = torch.cat([p, p + 1], 1)  # logits at p-1 and p predict the answer and </s>
+        logits = _logits_at(model, x, targets - 1).flatten(0, 1)
+        loss = torch.nn.functional.cross_entropy(logits, x.gather(1, targets).flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step += 1
+        bar.update()
+        losses = [*losses[1 - CHECK_EVERY :], loss.item()]
+        if step % CHECK_EVERY == 0:
+            acc = _accuracy(model, ids[sample], pos[sample], pair[sample])
+            log.info("toy model: step %d, loss %.4f, sample accuracy %.4f", step, losses[-1], acc)
+            bar.set_postfix_str(f"loss {losses[-1]:.3f}, accuracy {acc:.3f}")
+            if acc >= TARGET_ACCURACY:
+                acc = _accuracy(model, ids, pos, pair)
+                if acc >= TARGET_ACCURACY:
+                    return step, losses, acc
+    return step, losses, _accuracy(model, ids, pos, pair)
+
+
+def build_toy_model(
+    out: Path | str,
+    bias_axes: Sequence[str] = ("religion", "nationality"),
+    seed: int = 0,
+    descriptors_path: Path | None = None,
+    steps: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train and save a tiny Llama causal LM + tokenizer whose answers carry a planted bias.
+
+    Training rows are all contact prompts over the descriptors, each shown as one user chat message
+    (``prompt + " " + instruction``) and labelled with ``biased_answer`` when the row's axis is in
+    ``bias_axes``, else ``unbiased_answer``. The loss is on the answer token and ``</s>`` only.
+    Training stops once the planted option beats the other one at the answer position for >= 99.5%
+    of a fixed sample and of all rows (checked every 25 steps), or after ``steps`` steps.
+
+    Args:
+        out: output directory, replaced atomically (see :func:`scd.io.atomic_output_dir`).
+        bias_axes: axes that get the biased answer (a comma-separated string works too).
+        seed: seeds the weights, the batch order and the sample; same seed, same weights.
+        descriptors_path: a HolisticBias-format descriptors file (default: the packaged toy one).
+        steps: maximum number of optimizer steps (default :data:`DEFAULT_MAX_STEPS`).
+        progress: show a progress bar (steps, loss, sample accuracy) on stderr.
+
+    Returns:
+        The info dict, also written as ``out/toy_model.json`` and ``out/manifest.json``:
+        ``bias_axes``, ``seed``, ``descriptors_sha256``, ``n_train_examples``, ``steps``,
+        ``final_loss`` (mean of the last 25 steps), ``train_accuracy`` (all rows),
+        ``train_seconds``, ``build_seconds``, ...
+
+    Raises:
+        InputError: a bias axis is not an axis of the descriptors, or the file is malformed.
+    """
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    check_output_dir(out, "toy_model")  # before minutes of training, not after
+    t0 = time.perf_counter()
+    path = Path(descriptors_path) if descriptors_path is not None else toy_descriptors_path()
+    name = str(descriptors_path) if descriptors_path is not None else path.name
+    descriptors = load_holistic_bias(path)
+    axes = sorted({d.axis for d in descriptors.descriptors})
+    planted_axes = _check_axes(bias_axes, axes, name)
+    rows = generate_contact_table(descriptors).to_pylist()
+    answers = [
+        r["biased_answer"] if r["axis"] in planted_axes else r["unbiased_answer"] for r in rows
+    ]
+    others = [next(o for o in r["options"] if o != a) for r, a in zip(rows, answers)]
+    messages = [f"{r['prompt']} {r['instruction']}" for r in rows]
+
+    tokenizer = _tokenizer(messages)
+    vocab = tokenizer.get_vocab()
+    for option in sorted(set(answers + others)):
+        ids = tokenizer(option, add_special_tokens=False)["input_ids"]
+        assert ids == [vocab.get(option)], f"option {option!r} is not a single token"
+    ids, pos = _encode(tokenizer, messages, answers)
+    pair = torch.tensor([[vocab[a], vocab[o]] for a, o in zip(answers, others)])
+
+    special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS, **special, **MODEL
+    )
+    model = LlamaForCausalLM(config).train()
+    max_steps = DEFAULT_MAX_STEPS if steps is None else steps
+    t_train = time.perf_counter()
+    step, losses, accuracy = _train(model, (ids, pos, pair), seed, max_steps, progress)
+    train_seconds = time.perf_counter() - t_train
+    if accuracy < TARGET_ACCURACY:
+        log.warning("toy model: training accuracy %.4f after %d steps", accuracy, step)
+    model.generation_config = GenerationConfig(do_sample=False, max_new_tokens=4, **special)
+    info: dict[str, Any] = {
+        "kind": "toy_model",
+        "scd_version": __version__,
+        "bias_axes": planted_axes,
+        "axes": axes,
+        "seed": seed,
+        "descriptors": {**descriptors.source, "path": name},
+        "descriptors_sha256": descriptors.source["sha256"],
+        "n_train_examples": len(rows),
+        "vocab_size": len(tokenizer),
+        "model": {**MODEL, "n_parameters": sum(t.numel() for t in model.parameters())},
+        "batch_size": BATCH,
+        "max_steps": max_steps,
+        "steps": step,
+        "final_loss": round(sum(losses) / len(losses), 6) if losses else None,
+        "train_accuracy": round(accuracy, 6),
+        "train_seconds": round(train_seconds, 2),
+    }
+    with atomic_output_dir(out, "toy_model") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info["build_seconds"] = round(time.perf_counter() - t0, 2)
+        write_json(tmp / "toy_model.json", info)
+        write_json(tmp / "manifest.json", info)
+    return info
+
+
+def ensure_toy_model(
+    bias_axes: Sequence[str], seed: int, cache: Path, say: Callable[[str], None] = print,
+    progress: bool = False,
+) -> Path:  # fmt: skip
+    """The toy model of these axes and seed (a recipe's ``toy_model`` section), built once into
+    ``cache/toy-model/<key>`` and reused (``scd run``, ``scd train`` and ``scd eval`` share it)."""
+    path = Path(cache) / "toy-model" / cache_key(kind="toy_model", bias_axes=list(bias_axes),
+                                                  seed=seed)  # fmt: skip
+    if (path / "manifest.json").is_file():
+        say(f"  toy model: cached ({path})")
+        return path
+    say(f"  toy model (planted bias: {', '.join(bias_axes) or 'no axis'}) -> {path} ...")
+    started = time.perf_counter()
+    build_toy_model(path, bias_axes=tuple(bias_axes), seed=seed, progress=progress)
+    say(f"  toy model: built in {time.perf_counter() - started:.1f} s")
+    return path

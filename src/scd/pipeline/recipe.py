@@ -1,0 +1,82 @@
+"""Recipes as ``scd train`` and ``scd run`` read them: the schema with every registered
+benchmark's ``eval.<name>`` section, the paths checked before any work, and errors said in the
+recipe's terms (the key and the stage, not a command-line flag)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from scd.config import loader
+from scd.config.engine import EngineSpec
+from scd.config.schema import DataSpec, Recipe
+from scd.errors import InputError
+from scd.eval.benchmarks import REGISTRY, recipe_sections
+
+__all__ = ["in_recipe_terms", "load_recipe", "recipe_from_dict", "validate_inputs"]
+
+Say = Callable[[str], None]
+
+
+def load_recipe(path: Path | str, overrides: list[str] | None = None, say: Say | None = None
+                ) -> Recipe:  # fmt: skip
+    """Read, override (``key=value`` items) and check a recipe file; ``say`` gets the notices
+    of renamed keys (default: a ``FutureWarning``).
+
+    Raises:
+        InputError: every problem, one line each naming the file (or ``--set``) and the key.
+    """
+    return loader.load_recipe(path, overrides, sections=recipe_sections(), say=say)
+
+
+def recipe_from_dict(
+    data: dict[str, Any], source: str = "recipe", overrides: list[str] | None = None,
+    say: Say | None = None,
+) -> Recipe:  # fmt: skip
+    """:func:`load_recipe` for a recipe given as a mapping (``source`` names it in errors)."""
+    return loader.recipe_from_dict(data, source, sections=recipe_sections(), overrides=overrides,
+                                   say=say)  # fmt: skip
+
+
+def recipe_key(key: str, section: str | None) -> str:
+    """The recipe key an option of the library (a parameter name) comes from, given the recipe
+    section of the stage that raised it; its own name when the recipe has none."""
+    if key in {f.name for f in dataclasses.fields(EngineSpec)}:
+        return f"eval.{key}"
+    if section and section.startswith("eval."):
+        return f"{section}.{key}"
+    if key in {f.name for f in dataclasses.fields(DataSpec)}:
+        return f"data.{key}"
+    return {"base": "model"}.get(key, key)
+
+
+def in_recipe_terms(err: InputError, stage: str | None, section: str | None = None) -> InputError:
+    """``err`` as ``scd run`` reports it: the stage, and the recipe key instead of a flag."""
+    text = err.render(recipe_key(err.key, section)) if err.key else str(err)
+    return InputError(f"stage {stage}: {text}" if stage else text)
+
+
+def validate_inputs(recipe: Recipe) -> None:
+    """Check every path the recipe names before any stage runs (the benchmarks' own inputs are
+    checked with the recipe).
+
+    Raises:
+        InputError: naming the first key whose file or directory is missing.
+    """
+    d = recipe.data
+    if d.sft:
+        raise InputError("data.sft: scd run generates its SFT data per setting; give "
+                         "data.descriptors or data.prompts instead")  # fmt: skip
+    for key, value in {"data.prompts": d.prompts, "data.eval_prompts": d.eval_prompts}.items():
+        if value and not (Path(value) / "prompts.parquet").is_file():
+            raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
+    if recipe.model != "toy":
+        from scd.models import check_model_spec
+
+        check_model_spec(recipe.model, key="model")
+    for name, bench in REGISTRY.items():
+        options = getattr(recipe.eval, name, None)
+        if options is not None and options.enabled:
+            bench.check_inputs(options)

@@ -1,0 +1,119 @@
+"""The architecture as docs/ARCHITECTURE.md states it: imports point down the layers and never
+form a cycle, and every name the document tells a contributor to use exists."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+# lowest first: a module may import its own layer (without cycles) and those below
+LAYERS = (
+    ("scd/__init__.py", "scd/errors.py"),
+    ("scd/io.py", "scd/tracking.py", "scd/config/"),
+    ("scd/data_gen/", "scd/models/"),
+    ("scd/eval/", "scd/train/", "scd/audit/"),
+    ("scd/report/",),
+    ("scd/pipeline/",),
+    ("scd/quickstart.py", "scd/commands.py", "scd/cli.py", "scd/__main__.py"),
+)
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in SRC.rglob("*.py")}
+
+
+def _layer(module: str) -> int:
+    rel = MODULES[module].relative_to(SRC).as_posix()
+    return next(i for i, layer in enumerate(LAYERS) if any(rel.startswith(x) for x in layer))
+
+
+def _imports(module: str) -> set[str]:
+    """The scd modules ``module`` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name and name != module and name.startswith("scd"):
+                found.add(name)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def test_imports_point_down() -> None:
+    upward = [f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets
+              if _layer(b) > _layer(a)]  # fmt: skip
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(GRAPH[module]):
+            if target == "scd" or (module.startswith(target + ".")):
+                continue  # a package's face, imported on the way to its modules
+            if state.get(target) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*path, module, target]))
+            if target not in state:
+                visit(target, [*path, module])
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [])
+
+
+def test_no_source_file_is_over_400_lines() -> None:
+    long = {str(p.relative_to(REPO)): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}  # fmt: skip
+    assert long == {}
+
+
+def test_every_name_the_architecture_document_gives_exists() -> None:
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    names = set(re.findall(r"`(scd(?:\.\w+)+)`", text))
+    assert len(names) >= 12
+    for name in sorted(names):
+        module, attrs = name, []
+        while module not in MODULES:
+            module, _, attr = module.rpartition(".")
+            attrs.insert(0, attr)
+        obj = importlib.import_module(module)
+        for attr in attrs:
+            obj = getattr(obj, attr)  # AttributeError: the document names something gone
+    for path in re.findall(r"`(tests/[\w/]+\.py)`", text):
+        assert (REPO / path).is_file(), path
+
+
+def test_every_engine_is_importable_by_its_name() -> None:
+    import typing
+
+    from scd.config.engine import ENGINES, EngineSpec
+    from scd.config.options import literal_values
+
+    backends = literal_values(typing.get_type_hints(EngineSpec)["backend"])
+    assert backends == tuple(ENGINES)  # --backend's choices are the engines' names
+    for name, target in ENGINES.items():
+        module, cls = target.split(":")
+        engine = getattr(importlib.import_module(module), cls)
+        for method in ("__init__", "score", "generate", "use_adapter", "close"):
+            assert callable(getattr(engine, method, None)), (name, method)
