@@ -24,14 +24,13 @@ def _in_tier(item: pytest.Item) -> bool:
     return TIER in Path(str(item.fspath)).parents
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected (the tier's modules are marked vllm)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mixed = any(_in_tier(i) for i in items) and not all(_in_tier(i) for i in items)
     for item in items:
-        if _in_tier(item):
-            item.add_marker(pytest.mark.vllm)
-            if mixed:
-                item.add_marker(pytest.mark.skip(reason="the vllm tier runs on its own: "
-                                                 "python -m pytest -m vllm"))  # fmt: skip
+        if _in_tier(item) and mixed:
+            item.add_marker(pytest.mark.skip(reason="the vllm tier runs on its own: "
+                                             "python -m pytest -m vllm"))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
