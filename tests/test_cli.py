@@ -53,6 +53,9 @@ def _run(argv: list[str]) -> tuple[int, str]:
          "--limt (did you mean --limit?)"),
         (["train", "r.yaml", "--sett", "a=b"], "--sett (did you mean --set?)"),
         (["eval", "bias", "--model", "m"], "the following arguments are required: --prompts"),
+        (["eval", "bias", "--model", "m", "--prompt", "p", "--out", "o"],
+         "--prompt (did you mean --prompts?)"),  # no abbreviations: it would have run
+        (["run", "r.yaml", "--setting", "3"], "--setting (did you mean --set run.settings=[N]"),
     ],
 )  # fmt: skip
 def test_a_mistyped_flag_is_named_before_a_missing_one(argv, expected):
@@ -209,3 +212,29 @@ def test_scd_train_takes_the_quickstart_recipe_as_scd_run_does(toy_model, tmp_pa
     assert code == 0, err
     adapter = tmp_path / "train" / "quickstart"
     assert (adapter / "adapter_model.safetensors").is_file()
+
+
+def test_set_and_yaml_problems_say_where_they_come_from(tmp_path):
+    recipe = REPO / "recipes" / "quickstart.yaml"
+    _fails(["train", str(recipe), "--set", "lora.alpah=4"],
+           "--set lora.alpah=4: unknown key 'lora.alpah' (did you mean 'lora.alpha'?)")  # fmt: skip
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: toy\ndata: {descriptors: toy\n")
+    _fails(["run", str(bad)], "bad.yaml: not valid YAML (line 3: expected ',' or '}'")
+
+
+def test_a_model_is_a_path_an_owner_name_id_or_toy(toy_model, tmp_path, monkeypatch):
+    import shutil
+
+    from scd.io import cache_key
+
+    prompts = tmp_path / "p"
+    assert main(["generate", "contact", "--descriptors", "toy", "--out", str(prompts)]) == 0
+    args = ["eval", "bias", "--prompts", str(prompts), "--limit", "6", "--device", "cpu"]
+    _fails([*args, "--model", "smollm", "--out", str(tmp_path / "o")],
+           "--model smollm: neither an existing path nor a Hub id (owner/name)")  # fmt: skip
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, tmp_path / "outputs" / "cache" / "toy-model" / key)
+    monkeypatch.chdir(tmp_path)  # `toy` is scd run's default toy model, cached in outputs/cache
+    assert _run([*args, "--model", "toy", "--out", str(tmp_path / "toy")])[0] == 0
+    assert (tmp_path / "toy" / "summary.json").is_file()

@@ -71,11 +71,16 @@ class _Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(flag, mine, n=1) or difflib.get_close_matches(
                 flag, everywhere, n=1
             )
+            if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
+                near = ["--set run.settings=[N] (or --set data.setting=N)"]
             parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
         return ", ".join(parts)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         unknown = self._unknown()
+        if message.startswith("unrecognized arguments:"):  # a flag another command knows, too
+            unknown = [a.split("=", 1)[0] for a in message.split(":", 1)[1].split() if
+                       a.startswith("--")] or unknown  # fmt: skip
         if unknown and (message.startswith("unrecognized") or "required" in message):
             message = f"unrecognized arguments: {self._suggest(unknown)}"
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -159,6 +164,8 @@ def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None
         add_options(parser, cls, names)
         added.update(names)
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
+    parser.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal; "
+                        "in a log file a line every SCD_PROGRESS_SECONDS, default 30)")  # fmt: skip
 
 
 def _add_audit(sub: argparse._SubParsersAction) -> None:
@@ -234,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recipe_args(run, "eval.bbq.enabled=true")
     run.add_argument("--outputs", default="outputs", help="root of run dirs and the shared cache")
     run.add_argument("--run-id", help="run directory name (default: run.name or the recipe's name)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--quiet", "--no-progress", action="store_true", dest="no_progress",
+                     help="no progress bars or progress lines")  # fmt: skip
     run.add_argument(
         "--launcher",
         choices=("local", "ray"),

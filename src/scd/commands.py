@@ -102,7 +102,8 @@ def _eval(args: argparse.Namespace) -> None:
                     raise InputError(f"an option of the {probe} probe, not of {bench.name}",
                                      key=f.name, value=value)  # fmt: skip
     engine = EngineSpec(**flag_values(args, EngineSpec))
-    summary = bench.evaluate(args.model, args.out, adapter=args.adapter, engine=engine, **options)
+    summary = bench.evaluate(args.model, args.out, adapter=args.adapter, engine=engine,
+                             progress=not args.quiet, **options)  # fmt: skip
     print(f"{bench.describe(summary)} -> {args.out}/tables.md")
 
 

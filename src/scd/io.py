@@ -17,7 +17,7 @@ from scd.errors import InputError, first_line
 
 __all__ = [
     "atomic_file", "atomic_output_dir", "cache_key", "check_output_dir", "data_dir", "json_text",
-    "read_json", "read_parquet", "read_yaml", "sha256_file", "write_json",
+    "model_cache", "read_json", "read_parquet", "read_yaml", "sha256_file", "write_json",
 ]  # fmt: skip
 
 MARKER = "manifest.json"
@@ -100,13 +100,20 @@ def atomic_output_dir(out: Path | str, kind: str | None = None) -> Iterator[Path
 
 
 def data_dir() -> Path:
-    """Where reference data and converted models are cached: ``$SCD_DATA_DIR`` or
-    ``$XDG_CACHE_HOME/scd`` (default ``~/.cache/scd``)."""
+    """Where reference data is cached (HolisticBias under ``holistic_bias/<version>/``):
+    ``$SCD_DATA_DIR``, else ``$XDG_CACHE_HOME/scd`` (default ``~/.cache/scd``)."""
     env = os.environ.get("SCD_DATA_DIR")
     if env:
         return Path(env).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "scd"
+
+
+def model_cache() -> Path:
+    """Where models are cached (fetched wheels, converted GGUF files): ``$SCD_MODEL_CACHE``,
+    else ``models/`` of :func:`data_dir`."""
+    env = os.environ.get("SCD_MODEL_CACHE")
+    return Path(env).expanduser() if env else data_dir() / "models"
 
 
 def sha256_file(path: Path | str) -> str:

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SECRET_ENV", "choose_mode", "redact", "start_run"]
+__all__ = ["SECRET_ENV", "choose_mode", "finish_run", "redact", "start_run"]
 
 SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN")
 _SECRET_KEY = re.compile(r"(token|api_key|apikey|secret|password)", re.IGNORECASE)
@@ -71,8 +71,8 @@ def start_run(
     job_type: str | None = None,
     run_id: str | None = None,
 ) -> Any:
-    """Start a W&B run with the given config, writing into ``directory`` (passed to this run:
-    ``WANDB_DIR`` would stick to the first run of the process); returns the run.
+    """Start a W&B run with the given config, writing into ``directory``/wandb (passed to this
+    run: ``WANDB_DIR`` would stick to the first run of the process); returns the run.
 
     ``run_id``: continue that run (``resume="allow"``). Offline, this writes a second segment
     of the same run id, which ``wandb sync`` uploads after the first, as one run."""
@@ -95,3 +95,15 @@ def start_run(
         id=run_id,
         resume="allow" if run_id else None,
     )
+
+
+def finish_run(run: Any, say: Any = None) -> None:
+    """Finish ``run``; an offline one says where it is and how to upload it (``say``: a line
+    printer, default stderr)."""
+    offline = run.settings.mode == "offline"
+    where = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>
+    run.finish()
+    if offline:
+        from scd.progress import say as stderr
+
+        (say or stderr)(f"W&B run {run.id} (offline) in {where}; upload: wandb sync {where}")

@@ -232,3 +232,29 @@ def test_vllm_option_logprob_sums_the_option_positions() -> None:
     prompt_logprobs = [None, {5: Lp(-0.5)}, {9: Lp(-1.0)}, {4: Lp(-0.25)}, {7: -2.0}]
     assert option_logprob(prompt_logprobs, tokens, 2) == pytest.approx(-2.25)
     assert option_logprob(prompt_logprobs, tokens, 1) == pytest.approx(-2.0)
+
+
+def test_progress_lands_in_a_log_file_as_lines(toy_model, toy_prompts, tmp_path) -> None:
+    """stderr to a file (SLURM, nohup, CI): plain lines with done/total, rate and ETA, a resumed
+    evaluation says where it resumes, and --quiet silences both."""
+    import os
+    import subprocess
+    import sys
+
+    out, log = tmp_path / "out", tmp_path / "eval.log"
+    argv = [sys.executable, "-m", "scd", "eval", "bias", "--model", str(toy_model), "--prompts",
+            str(toy_prompts), "--limit", "300", "--chunk-size", "64", "--device", "cpu",
+            "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "SCD_PROGRESS_SECONDS": "0"}  # a line after every chunk
+    with open(log, "w") as fh:
+        assert subprocess.run(argv, stderr=fh, env=env).returncode == 0
+    lines = [x for x in log.read_text().splitlines() if x.startswith("scd eval bias: ")]
+    assert len(lines) >= 5 and "\r" not in log.read_text(), log.read_text()
+    assert "/s, ETA " in lines[0] and lines[-1].endswith(", done")
+    records = out / "records.jsonl"
+    records.write_text("".join(records.read_text().splitlines(True)[:128]))  # as if killed
+    (out / "summary.json").unlink()
+    again = subprocess.run(argv, stderr=subprocess.PIPE, text=True, env=env)
+    assert "scd eval bias: resuming at 128/" in again.stderr
+    quiet = subprocess.run([*argv, "--quiet"], stderr=subprocess.PIPE, text=True, env=env)
+    assert quiet.returncode == 0 and "scd eval bias" not in quiet.stderr

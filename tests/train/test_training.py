@@ -160,13 +160,46 @@ def _train_cmd(recipe: Path, model: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+def _wandb_steps(run_dir: Path) -> list[int]:
+    """The ``train/global_step`` of every history record of an offline W&B run directory (its
+    ``.wandb`` file: a LevelDB-style log of protobuf records after a 7-byte header)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, frag, steps = next(run_dir.glob("*.wandb")).read_bytes(), 7, b"", []
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _, size, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if left < 7 or (size == 0 and kind == 0):  # the rest of a block is padding
+            pos += left
+            continue
+        frag, pos = frag + data[pos + 7 : pos + 7 + size], pos + 7 + size
+        if kind in (1, 4):  # a whole record, or its last piece
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(frag)
+            items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
+            if record.WhichOneof("record_type") == "history" and "train/global_step" in items:
+                steps.append(int(float(items["train/global_step"])))
+            frag = b""
+    return steps
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_path) -> None:
+    """Killed at step 10 or after, resumed: the same W&B run (one id, its history from the first
+    step to the last), the loss of the whole training, and lines that say what happened."""
+    from scd.train.training_log import mean_loss as _mean_loss
+
     out = tmp_path / "run"
-    cmd = _train_cmd(
-        QUICKSTART, toy_model, out, "--set", "train.save_steps=5", "--set", "train.max_steps=30"
-    )
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = _train_cmd(QUICKSTART, toy_model, out, "--set", "train.save_steps=5", "--set",
+                     "train.max_steps=30", "--set", "wandb.enabled=true")  # fmt: skip
+    cmd.remove("--no-wandb")
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    # a W&B run of this pytest process leaves its service in WANDB_SERVICE: the killed child's
+    # stream would stay open in it ("run ID ... is in use"); each child gets a service of its own
+    env.pop("WANDB_SERVICE", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if list((out / "checkpoints").glob("checkpoint-10")):
@@ -175,13 +208,26 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (out / "train_manifest.json").exists()
-    again = subprocess.run(cmd, capture_output=True, text=True)
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert again.returncode == 2 and "--resume" in again.stderr  # no silent restart
-    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True)
+    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     info = json.loads((out / "train_manifest.json").read_text())
     assert info["global_step"] == 30
     assert info["resumed_from"].startswith("checkpoint-")
+    assert f"resuming training from {out / 'checkpoints' / info['resumed_from']}" in resumed.stderr
+    assert "step 30/30  loss " in resumed.stderr and "wandb sync" in resumed.stderr  # a log file
+    segments = sorted((out / "wandb").glob("offline-run-*"))
+    assert len(segments) == 2 and {p.name.rsplit("-", 1)[1] for p in segments} == {
+        info["wandb_run_id"]}  # fmt: skip
+    steps = sorted(step for seg in segments for step in _wandb_steps(seg))
+    assert steps[0] == 5 and steps[-1] == 30 and set(range(5, 31, 5)) <= set(steps)
+    history = json.loads((out / "checkpoints" / "checkpoint-30" / "trainer_state.json").read_text())
+    resumed_part = [h for h in history["log_history"] if h.get("step", 0) > 10 and "loss" in h]
+    assert info["train_loss"] == pytest.approx(_mean_loss(history["log_history"]))
+    assert info["train_loss"] != pytest.approx(
+        sum(h["loss"] for h in resumed_part) / len(resumed_part)
+    )
 
 
 @pytest.mark.slow
@@ -218,7 +264,7 @@ def test_two_cpu_ranks_under_torchrun(toy_model: Path, tmp_path) -> None:
     info = json.loads((out / "train_manifest.json").read_text())
     assert info["world_size"] == 2 and info["global_step"] == 6
     assert proc.stdout.count("SFT data generated") == 1  # the main process alone
-    assert len(list((out / "wandb").glob("wandb/offline-run-*"))) == 1
+    assert len(list((out / "wandb").glob("offline-run-*"))) == 1
     assert (out / "adapter_model.safetensors").stat().st_size > 0
 
 
@@ -287,11 +333,11 @@ def test_resume_skips_a_checkpoint_killed_while_being_written(tmp_path: Path) ->
 def test_training_log_lines_are_readable():
     from types import SimpleNamespace
 
-    from scd.train.trainer import _log_line
+    from scd.train.training_log import log_line as _log_line
 
     state = SimpleNamespace(global_step=10, max_steps=50)
     line = _log_line(state, {"loss": 0.47391, "learning_rate": 3e-4, "grad_norm": 0.5587,
-                             "entropy": 0.88, "num_tokens": 6615.0})  # fmt: skip
+                             "entropy": 0.88, "train_runtime": 3.1})  # fmt: skip
     assert line == "step 10/50  loss 0.4739  lr 3.0e-04  grad norm 0.5587"
     done = _log_line(state, {"train_runtime": 78.1, "train_loss": 0.8874, "epoch": 0.4})
-    assert done == "trained 10 steps in 78 s, mean loss 0.8874"
+    assert done == "trained 10 steps in 78 s, mean loss 0.8874 (this session's steps)"

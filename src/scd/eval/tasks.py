@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,24 +145,13 @@ class CausalTask:
 
 
 def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
-    from tqdm.auto import tqdm
+    from scd.progress import Progress
 
-    bar = tqdm(
-        total=len(task.work),
-        initial=log.done,
-        unit=task.unit,
-        disable=None if progress else True,  # None: off when not a terminal
-        desc=task.name,
-        dynamic_ncols=True,
-    )
-    start, before = time.perf_counter(), log.done
+    shown = Progress(task.name, len(task.work), done=log.done, unit=task.unit, enabled=progress)
     for lo, hi in log.chunks():
-        rows = list(task.work[lo:hi])
-        log.append(task.score(rows))
-        bar.update(len(rows))
-        rate = (log.done - before) / max(time.perf_counter() - start, 1e-9)
-        bar.set_postfix_str(f"{rate:,.1f} {task.unit}s/s")
-    bar.close()
+        log.append(task.score(task.work[lo:hi]))
+        shown.update(hi - lo)
+    shown.close()
 
 
 @dataclass

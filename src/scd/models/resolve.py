@@ -23,7 +23,7 @@ from scd.errors import InputError, first_line
 
 __all__ = ["check_model_spec", "is_gguf", "model_fingerprint", "resolve_model"]
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name
 
 
 def is_gguf(spec: str) -> bool:
@@ -44,7 +44,8 @@ def _looks_local(spec: str) -> bool:
 
 
 def check_model_spec(spec: str, key: str = "--model") -> str:
-    """Classify ``spec`` without loading anything: ``dir``, ``gguf``, ``hub_gguf`` or ``hub``.
+    """Classify ``spec`` without loading anything: ``dir``, ``toy``, ``gguf``, ``hub_gguf`` or
+    ``hub`` (``owner/name``: a bare name is refused at once rather than tried on the Hub).
 
     Raises:
         InputError: a local-looking path that does not exist, a file that is not a GGUF file, or
@@ -53,6 +54,8 @@ def check_model_spec(spec: str, key: str = "--model") -> str:
     path = Path(spec).expanduser()
     if path.is_dir():
         return "dir"
+    if spec == "toy":
+        return "toy"
     if path.is_file():
         if is_gguf(spec):
             return "gguf"
@@ -77,6 +80,10 @@ def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = 
         InputError: see :func:`check_model_spec` and :func:`scd.models.gguf.inspect_gguf`.
     """
     kind = check_model_spec(spec, key)
+    if kind == "toy":  # the planted-bias model, built once (as scd run's default toy_model)
+        from scd.models.toy import ensure_toy_model
+
+        return str(ensure_toy_model(("religion", "nationality"), 0, Path("outputs/cache"), say))
     if kind == "dir":
         return str(Path(spec).expanduser().resolve())
     if kind == "hub":

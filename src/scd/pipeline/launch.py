@@ -59,6 +59,10 @@ def run_recipe(
         where = f" on Ray ({address or 'a local cluster'})" if launcher == "ray" else ""
         settings = ", ".join(map(str, recipe.settings))
         say(f"scd run -> {run.dir} (settings {settings}){where}")
+        if run.state.stages:  # a resumed run says what it will not do again
+            done = list(run.state.stages)
+            say(f"  resuming: {len(done)} stages finished earlier are kept ({', '.join(done[:5])}"
+                f"{', ...' if len(done) > 5 else ''})")  # fmt: skip
         run.build_model()
         run.generate()
         if launcher == "ray":

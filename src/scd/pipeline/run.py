@@ -232,6 +232,9 @@ class Run:
             from scd.report.wandb_log import log_run
 
             self.stage("wandb", [self.dir / "report.md"], lambda: log_run(self.dir, self.recipe))
+        table10 = self.dir / "tables" / "table10.md"
+        if table10.is_file():  # the run's headline: bias before and after, per setting
+            self.say("\n" + table10.read_text().split("\n", 2)[2].strip() + "\n")
         if self.ran == 0:
             self.say(f"all stages finished earlier; nothing to do: {report}")
         else:

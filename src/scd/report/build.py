@@ -17,6 +17,7 @@ from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.io import read_json
+from scd.report.html import anchor
 
 __all__ = ["build_report"]
 
@@ -117,7 +118,44 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         "`tables/` as CSV and JSON (with 95% Wilson intervals).",
         "",
     ]
+    body = _training(layout, figures)
     for name, bench in REGISTRY.items():
         if _has_results(name, layout):
-            lines += bench.report(layout, tables, figures)
-    return write_report(run_dir, f"SCD run {run_dir.name}", "\n".join(lines), figures)
+            body += bench.report(layout, tables, figures)
+    headings = [x[3:].strip() for x in "\n".join(body).splitlines() if x.startswith("## ")]
+    contents = ["## Contents", "", *(f"- [{h}](#{anchor(h)})" for h in headings), ""]
+    return write_report(run_dir, f"SCD run {run_dir.name}", "\n".join(lines + contents + body),
+                        figures)  # fmt: skip
+
+
+def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
+    """Each setting's training: steps, time, speed, losses, its W&B run; the loss curves."""
+    from scd.eval.benchmarks.figures import loss_png
+
+    rows, curves = [], {}
+    for n, info in layout["settings"].items():
+        path = Path(info["adapter"]) / "train_manifest.json"
+        if not path.is_file():
+            continue
+        m = read_json(path)
+        history = [(e["step"], e["loss"]) for e in m.get("log_history", [])]
+        curves[f"Setting {n}"] = history
+        wandb = m.get("wandb_run_id") or "–"
+        offline = sorted((Path(info["adapter"]) / "wandb").glob(f"offline-run-*-{wandb}"))
+        if offline:
+            wandb += f" (offline: `wandb sync {offline[-1]}`)"
+        resumed = f", resumed from {m['resumed_from']}" if m.get("resumed_from") else ""
+        final = f"{history[-1][1]:.4f}" if history else "–"
+        rows.append(f"| {n} | {m['global_step']:,}{resumed} | {m['train_seconds']:.0f} s | "
+                    f"{m.get('tokens_per_second') or 0:,.0f} | {final} | "
+                    f"{m['train_loss']:.4f} | {wandb} |")  # fmt: skip
+    if not rows:
+        return []
+    head = ("| Setting | Steps | Time (this session) | Tokens/s | Final loss | Mean loss (all "
+            "steps) | W&B run |")  # fmt: skip
+    lines = ["## Training", "", head, "|---" * 7 + "|", *rows, ""]
+    if any(curves.values()):
+        figures["loss"] = loss_png(curves, title="Training loss")
+        lines += ["{{figure:loss}}", "", "*Figure 0. Training loss by step, per setting (the "
+                  "mean loss of each logging interval).*", ""]  # fmt: skip
+    return lines

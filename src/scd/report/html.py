@@ -24,7 +24,7 @@ from markdown_it import MarkdownIt
 from scd.errors import InputError
 from scd.io import atomic_file
 
-__all__ = ["render_html", "render_markdown", "write_report"]
+__all__ = ["anchor", "render_html", "render_markdown", "write_report"]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _NAME = r"[A-Za-z0-9_.-]+"
@@ -33,6 +33,11 @@ _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _NUMERIC = re.compile(r"^[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)\s*%?(\s*±\s*\d[\d,]*(\.\d*)?\s*%?)?$")
 
 CSS = (files("scd.report") / "report.css").read_text(encoding="utf-8")  # the page's style
+
+
+def anchor(heading: str) -> str:
+    """A heading's anchor, as GitHub makes it: lower case, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _markdown_it() -> MarkdownIt:
@@ -60,6 +65,13 @@ def _markdown_it() -> MarkdownIt:
             f"report markdown: image {src!r} cannot be embedded; use a {{{{figure:NAME}}}} line"
         )
 
+    def heading_open(renderer, tokens, idx, options, env):  # an anchor for the contents
+        inline = tokens[idx + 1] if idx + 1 < len(tokens) else None
+        if inline is not None and inline.type == "inline":
+            tokens[idx].attrSet("id", anchor(inline.content))
+        return renderer.renderToken(tokens, idx, options, env)
+
+    md.add_render_rule("heading_open", heading_open)
     md.add_render_rule("table_open", table_open)
     md.add_render_rule("table_close", table_close)
     md.add_render_rule("td_open", td_open)

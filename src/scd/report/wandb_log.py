@@ -1,10 +1,12 @@
 """Weights & Biases logging of a finished ``scd run``.
 
-One W&B *group* per run (the run id): each setting's training is a W&B run of the group (TRL's
-callback logs its loss curves there), and a last run ``<run_id>/report`` carries the resolved
-recipe as config, every table of ``tables/`` as a ``wandb.Table``, every figure as a
-``wandb.Image`` and each setting's adapter as a ``model`` artifact. Without a key or a network
-the runs are offline (``wandb sync`` uploads them later); secrets are never logged.
+One W&B *group* per run (the run id): each setting is one W&B run of the group -- its training
+(TRL's callback logs the loss curves; kept across kills and resumes), then its evaluations'
+headline numbers in its summary, and its adapter as a ``model`` artifact with
+``wandb.log_adapter`` -- and a last run ``<run_id>/report`` carries the resolved recipe as config,
+every table of ``tables/`` as a ``wandb.Table`` and every figure as a ``wandb.Image``. Without a
+key or a network the runs are offline (the path and the ``wandb sync`` command are printed);
+secrets are never logged.
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ import pandas as pd
 
 from scd.config.schema import Recipe
 from scd.eval.benchmarks import REGISTRY
-from scd.tracking import start_run
+from scd.tracking import finish_run, start_run
 
 __all__ = ["log_run", "log_tuned_results"]
-
-ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 
 
 def _tuned_summary(results: dict[str, str]) -> dict[str, Any]:
@@ -48,15 +48,15 @@ def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, st
         return False
     run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,
                     group=recipe.wandb.group, entity=recipe.wandb.entity, config={},
-                    directory=Path(adapter) / "wandb", job_type="train",
+                    directory=Path(adapter), job_type="train",
                     run_id=manifest["wandb_run_id"])  # fmt: skip
     run.summary.update(summary)
-    run.finish()
+    finish_run(run)
     return True
 
 
 def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
-    """Log the tables, figures and adapters of ``run_dir``; return what was logged."""
+    """Log the tables and figures of ``run_dir``; return what was logged."""
     import wandb
 
     run_dir = Path(run_dir)
@@ -67,13 +67,12 @@ def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
         group=group,
         entity=recipe.wandb.entity,
         config={"recipe": recipe.to_dict(), "run_id": run_dir.name},
-        directory=run_dir / "wandb",
+        directory=run_dir,
         job_type="report",
     )
     logged: dict[str, Any] = {
         "tables": [],
         "figures": [],
-        "artifacts": [],
         "mode": run.settings.mode,
     }
     for path in sorted((run_dir / "tables").glob("*.csv")):
@@ -83,21 +82,10 @@ def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:
     for path in sorted((run_dir / "figures").glob("*.png")):
         run.log({f"figures/{path.stem}": wandb.Image(str(path))})
         logged["figures"].append(path.stem)
-    layout = json.loads((run_dir / "layout.json").read_text())
-    for n, info in layout["settings"].items():
-        adapter = Path(info["adapter"])
-        manifest = json.loads((adapter / "train_manifest.json").read_text())
-        artifact = wandb.Artifact(
-            f"adapter-{run_dir.name}-setting-{n}", type="model", metadata=manifest
-        )
-        for name in ADAPTER_FILES:
-            artifact.add_file(str(adapter / name))
-        run.log_artifact(artifact)
-        logged["artifacts"].append(artifact.name)
     table10 = run_dir / "tables" / "table10.csv"
     if table10.is_file():
         for row in pd.read_csv(table10).query("contact == 'all'").to_dict("records"):
             for when in ("before", "after"):
                 run.summary[f"setting-{row['setting']}/heldout_bias_{when}"] = row[f"{when}_pct"]
-    run.finish()
+    finish_run(run)
     return logged

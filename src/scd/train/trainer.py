@@ -18,6 +18,7 @@ Output directory::
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ from scd import __version__
 from scd.config.schema import Recipe
 from scd.errors import InputError, first_line
 from scd.io import write_json
-from scd.tracking import redact, start_run
+from scd.tracking import finish_run, redact, start_run
 from scd.train.sft_rows import check_trained_tokens, prepare_data, training_rows
+from scd.train.training_log import log_history, log_lines, mean_loss
 
 __all__ = ["build_trainer", "lora_config", "sft_config", "train"]
 
@@ -89,7 +91,7 @@ def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: 
         run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
-        disable_tqdm=not progress,
+        disable_tqdm=not (progress and sys.stderr.isatty()),  # in a log file: one line per log
     )
 
 
@@ -120,36 +122,6 @@ def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
             model, use_gradient_checkpointing=recipe.train.gradient_checkpointing and cuda
         )
     return model
-
-
-def _log_line(state: Any, logs: dict[str, Any]) -> str:
-    """One readable line for a training log entry ("step 10/50  loss 0.4739  lr 3.0e-04 ...")."""
-    if "train_runtime" in logs:
-        loss = logs.get("train_loss")
-        mean = f", mean loss {float(loss):.4f}" if loss is not None else ""
-        return f"trained {state.global_step} steps in {float(logs['train_runtime']):.0f} s{mean}"
-    head = "eval" if any(k.startswith("eval_") for k in logs) else "step"
-    parts = [f"{head} {state.global_step}/{state.max_steps}"]
-    names = {"loss": "loss", "eval_loss": "loss", "learning_rate": "lr",
-             "grad_norm": "grad norm", "mean_token_accuracy": "token acc",
-             "eval_mean_token_accuracy": "token acc"}  # fmt: skip
-    for key, name in names.items():
-        if key in logs:
-            value = float(logs[key])
-            parts.append(f"{name} {value:.1e}" if key == "learning_rate" else f"{name} {value:.4f}")
-    return "  ".join(parts)
-
-
-def _quiet_progress() -> Any:
-    """transformers' progress bar, writing :func:`_log_line` instead of the raw log dict."""
-    from transformers.trainer_callback import ProgressCallback
-
-    class LogLines(ProgressCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
-            if state.is_world_process_zero and self.training_bar is not None and logs:
-                self.training_bar.write(_log_line(state, logs))
-
-    return LogLines
 
 
 def _device_index() -> int:
@@ -242,11 +214,11 @@ def build_trainer(
         checked = check_trained_tokens(trainer.train_dataset, check_rows, formatter)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    if not progress:
-        trainer.remove_callback(PrinterCallback)  # it prints every log dict without the bar
-    elif not verbose:
+    if not verbose:  # the libraries' own: a bar, or every log dict as it is
+        trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(_quiet_progress())
+        if progress:
+            trainer.add_callback(log_lines(bar=sys.stderr.isatty()))
     return trainer, checked
 
 
@@ -308,12 +280,21 @@ def train(
     sft_dir = sft_dir or (Path(recipe.data.sft) if recipe.data.sft else out / "data" / "sft")
     manifest = json.loads((sft_dir / "manifest.json").read_text())
     resolved = redact(recipe.to_dict())
-    run = None
+    run, id_file = None, out / "wandb_run_id"  # one W&B run across kills and resumes
     if enabled and state.is_main_process:
+        known = id_file.read_text().strip() if checkpoint and id_file.is_file() else None
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
                         group=recipe.wandb.group, entity=recipe.wandb.entity,
                         config={"recipe": resolved, "data_manifest": manifest},
-                        directory=out / "wandb", job_type="train")  # fmt: skip
+                        directory=out, job_type="train", run_id=known)  # fmt: skip
+        id_file.write_text(run.id + "\n")
+        if known:  # what the killed process may not have flushed to W&B: its steps again
+            log_history(run, checkpoint)
+    if checkpoint and resume and progress and state.is_main_process:
+        from scd.progress import say
+
+        step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+        say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
     trainer, checked = build_trainer(
         recipe, model_path, sft_dir, out, cuda=cuda, progress=progress, verbose=verbose, args=args
     )
@@ -332,7 +313,7 @@ def train(
             "base_model": model_path,
             "model": recipe.model,
             "global_step": trainer.state.global_step,
-            "train_loss": result.training_loss,
+            "train_loss": mean_loss(trainer.state.log_history) or result.training_loss,
             "train_seconds": round(seconds, 3),
             "tokens_seen": tokens,
             "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
@@ -340,20 +321,24 @@ def train(
             "world_size": state.num_processes,
             "token_check_rows": checked,
             "wandb_run_id": run.id if run is not None else None,
-        }
+            "log_history": [{k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm")
+                             if k in e} for e in trainer.state.log_history if "loss" in e],
+        }  # fmt: skip
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
         write_json(out / "data_manifest.json", manifest)
         write_json(out / "train_manifest.json", info)
         if run is not None:
-            run.summary.update({f"scd/{k}": v for k, v in info.items() if v is not None})
+            run.summary.update({f"scd/{k}": v for k, v in info.items()
+                                if v is not None and k != "log_history"})  # fmt: skip
             if recipe.wandb.log_adapter:
                 import wandb
 
-                artifact = wandb.Artifact(f"adapter-{out.name}", type="model", metadata=info)
+                name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
+                artifact = wandb.Artifact(name, type="model", metadata=info)
                 for name in ("adapter_model.safetensors", "adapter_config.json"):
                     artifact.add_file(str(out / name))
                 run.log_artifact(artifact)
-            run.finish()
+            finish_run(run)
     state.wait_for_everyone()
     return info
 

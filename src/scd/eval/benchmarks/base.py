@@ -28,7 +28,9 @@ from scd.eval.engines import SharedEngine, require_adapter
 from scd.eval.tasks import CausalModel, EvalTask, Launch, run_task
 from scd.io import json_text, read_json
 
-__all__ = ["Benchmark", "BenchmarkOptions", "Job", "RunData", "Table", "read_summaries"]
+__all__ = [
+    "Benchmark", "BenchmarkOptions", "Job", "RunData", "Table", "evaluated", "read_summaries",
+]  # fmt: skip
 
 
 @dataclass
@@ -78,6 +80,12 @@ class Table:
     markdown: str
     rows: list[dict[str, Any]]
     name: str
+
+
+def evaluated(summary: dict[str, Any]) -> str:
+    """What an evaluation's summary is of: ``model`` or ``model + adapter DIR``."""
+    run = summary["run"]
+    return run["model"] + (f" + adapter {run['adapter']}" if run.get("adapter") else "")
 
 
 def read_summaries(runs: dict[str, Path | str], what: str) -> dict[str, dict[str, Any]]:

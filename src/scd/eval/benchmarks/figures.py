@@ -26,7 +26,7 @@ from matplotlib.patches import Patch
 from scd.config import vocabulary
 from scd.errors import InputError
 
-__all__ = ["CONTACT_LABELS", "bbq_bars_png", "figure1_png", "figure2_png"]
+__all__ = ["CONTACT_LABELS", "bbq_bars_png", "figure1_png", "figure2_png", "loss_png"]
 
 DPI = 150
 CONTACT_LABELS = {**vocabulary.CONTACT_LABELS, "all": "All"}
@@ -87,12 +87,14 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     One panel per contact type present (in the order no, positive, negative contact, all),
     settings on the x axis, a light "Before" and a dark "After" bar for each, each bar labelled
     with its value (so a 0.2% bar is readable); the y axis (bias %) starts at 0. A NaN value
-    leaves its bar out (marked "n/a"). ``title`` goes above the panels.
+    leaves its bar out (marked "n/a"). ``title`` goes above the panels. With columns
+    ``before_low``, ``before_high``, ``after_low``, ``after_high`` (a 95% interval) each bar
+    carries its error bar.
 
     Args:
         frame: one row per (setting, contact) with columns ``setting`` (label such as
             "Setting 1"), ``contact`` (``none``, ``positive``, ``negative`` or ``all``),
-            ``before`` and ``after`` (bias %, or NaN).
+            ``before`` and ``after`` (bias %, or NaN), and optionally their intervals.
 
     Returns:
         PNG bytes.
@@ -118,7 +120,8 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     settings = _unique(frame["setting"])
     contacts = [c for c in CONTACT_LABELS if c in set(frame["contact"])]
     n = len(settings)
-    top = _top(frame[["before", "after"]].to_numpy())
+    bounds = [c for c in ("before_high", "after_high") if c in frame]
+    top = _top(frame[["before", "after", *bounds]].to_numpy())
     panel_w = max(2.6, 0.5 * n + 1.0)
     # Panels in one row while that stays page-wide (≤ 11 in), else two per row.
     ncols = len(contacts) if panel_w * len(contacts) <= 11 else min(2, len(contacts))
@@ -137,9 +140,14 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             (-width / 2, "before", BEFORE_COLOR),
             (width / 2, "after", AFTER_COLOR),
         ):
-            bars = ax.bar(x + offset, sub[col], width, color=color)
+            err = None
+            if f"{col}_low" in sub:  # the 95% interval
+                low, high = sub[f"{col}_low"].to_numpy(float), sub[f"{col}_high"].to_numpy(float)
+                err = np.nan_to_num([sub[col] - low, high - sub[col]])
+            bars = ax.bar(x + offset, sub[col], width, color=color, yerr=err, capsize=2,
+                          error_kw={"elinewidth": 0.8, "ecolor": "#404040"})  # fmt: skip
             labels = ["" if np.isnan(v) else f"{v:.1f}" for v in sub[col].to_numpy()]
-            ax.bar_label(bars, labels, fontsize=6.5, padding=1, rotation=90 if n > 4 else 0)
+            ax.bar_label(bars, labels, fontsize=8, padding=2, rotation=90 if n > 4 else 0)
             for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
                 ax.text(xi + offset, top * 0.01, "n/a", **NA_LABEL)
         ax.set_title(CONTACT_LABELS[contact], fontsize=11)
@@ -168,6 +176,24 @@ def _grid_values(grid: pd.DataFrame, what: str) -> pd.DataFrame:
     if grid.empty:
         raise InputError(f"{what}: the grid is empty")
     return _numeric(grid, list(grid.columns), what)
+
+
+def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = None) -> bytes:
+    """Training loss by step, one line per run (a setting's training), labelled in a legend."""
+    fig = Figure(figsize=(7.0, 3.4), layout="constrained")
+    ax = fig.subplots()
+    for name, points in curves.items():
+        if points:
+            steps, losses = zip(*points)
+            ax.plot(steps, losses, marker="o", markersize=3, linewidth=1.4, label=_label(name))
+    ax.set_xlabel("step", fontsize=10)
+    ax.set_ylabel("training loss", fontsize=10)
+    ax.grid(color="#e0e0e0", linewidth=0.8)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return _png(fig)
 
 
 def figure2_png(
@@ -222,7 +248,7 @@ def figure2_png(
                 rgba = cmap(min(max(v, 0.0), 100.0) / 100.0)
                 luminance = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
                 color = "white" if luminance < 0.5 else "black"
-                ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize=8, color=color)
+                ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize=9, color=color)
         names = [_label(r).capitalize() for r in rows] if i == 0 else []
         ax.set_xticks(range(len(cols)), [_label(c).capitalize() for c in cols], rotation=30,
                       ha="right", fontsize=9)  # fmt: skip
@@ -289,7 +315,7 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             bars = ax.barh(y - 0.4 + band * (m + 0.5), values, band, color=color)
             labels = ["" if np.isnan(v) else f"{v:+.2f}" if xlim[0] < 0 else f"{v:.2f}"
                       for v in values]  # fmt: skip
-            ax.bar_label(bars, labels, fontsize=6.5, padding=2)
+            ax.bar_label(bars, labels, fontsize=7.5, padding=2)
         ax.set_title(name, fontsize=10)
         ax.set_xlim(xlim[0] - (0.15 if xlim[0] < 0 else 0), xlim[1] + 0.15)
         if xlim[0] < 0:

@@ -178,8 +178,7 @@ class BBQTask(CausalTask):
         return summary
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.bbq.metrics import markdown, table15_rows
 
-        run = summary["run"]
-        label = run["model"] + (f" + adapter {run['adapter']}" if run.get("adapter") else "")
-        return {"tables.md": markdown(table15_rows({label: summary}))}
+        return {"tables.md": markdown(table15_rows({evaluated(summary): summary}))}

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from scd.config.settings import load_settings
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, SCALES, SCENARIO_TABLE_ORDER, RunLayout
 from scd.eval.benchmarks.base import Table, read_summaries, save_table
-from scd.eval.benchmarks.bias.metrics import format_cell, grid_markdown, markdown_table
+from scd.eval.benchmarks.bias.metrics import format_cell, format_pct, grid_markdown, markdown_table
 from scd.eval.benchmarks.bias.transfer import (
     TRANSFER_TABLES,
     before_after,
@@ -89,48 +89,51 @@ def _settings_table(
     return rows
 
 
-def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> list[str]:
+def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> tuple:
+    """Table 10 with Figure 1 (the headline), and the per-setting heatmaps with the transfer
+    tables (after the base model's sections); Markdown lines of each."""
     from scd.eval.benchmarks.figures import figure1_png, figure2_png
 
     settings = load_settings()  # defaults; each setting's SFT manifest says what the run used
     pairs = _pairs(layout, base, settings)
     if not pairs:
-        return []
+        return [], []
     descriptions = {n: s.description for n, s in settings.items()}
     for n, info in layout["settings"].items():  # what the setting really used, if less
         descriptions[int(n)] = _manifest(info).get("description", descriptions.get(int(n)))
     evaluated = {n: len(before) for n, (before, _) in pairs.items()}
-    lines = ["## The settings", "", *_settings_table(layout, descriptions, evaluated), ""]
+    head = ["## The settings", "", *_settings_table(layout, descriptions, evaluated), ""]
     t10 = table10_frame(pairs)
-    md = table_markdown(t10, "Table 10: bias % before and after SCD tuning, per setting")
+    md = table_markdown(t10, "Table 10: bias % before and after SCD tuning, per setting", ci=True)
     _save(tables, "table10", t10, md)
-    fig = t10.assign(setting=[f"Setting {n}" for n in t10["setting"]])
-    fig = fig.rename(columns={"before_pct": "before", "after_pct": "after"})
+    fig = t10.assign(setting=[f"Setting {n}" for n in t10["setting"]]).rename(columns={
+        f"{w}_{k}": f"{w}{x}" for w in ("before", "after")
+        for k, x in (("pct", ""), ("ci_low", "_low"), ("ci_high", "_high"))})  # fmt: skip
     figures["figure1"] = figure1_png(
-        fig[["setting", "contact", "before", "after"]],
+        fig[["setting", "contact", "before", "after", "before_low", "before_high", "after_low",
+             "after_high"]],
         title="Bias % before and after SCD tuning, on each setting's held-out prompts",
-    )
-    lines += [md, "", "{{figure:figure1}}", "",
-              "*Figure 1. Bias % before (light) and after (dark) SCD tuning, per setting and "
-              "contact type, on each setting's held-out prompts: the same prompts before and "
-              "after (n per setting in Table 10; what each setting trains and evaluates on in "
-              "the table above).*", ""]  # fmt: skip
-    first = min(pairs)
-    before, after = pairs[first]
-    figures["figure2_heldout"] = figure2_png(
-        _grid_frame(before), _grid_frame(after),
-        titles=(f"Before (setting {first}, held-out)", f"After (setting {first}, held-out)"),
     )  # fmt: skip
-    lines += ["{{figure:figure2_heldout}}", "",
-              f"*Figure 2b. Bias % by axis and scenario on setting {first}'s held-out prompts "
-              f"({len(before):,}), before and after tuning; grey: no prompts.*", ""]  # fmt: skip
+    head += [md, "", "{{figure:figure1}}", "",
+             "*Figure 1. Bias % before (light) and after (dark) SCD tuning, per setting and "
+             "contact type, on each setting's held-out prompts: the same prompts before and "
+             "after; error bars: 95% Wilson intervals (n per setting in Table 10; what each "
+             "setting trains and evaluates on in the table above).*", ""]  # fmt: skip
+    tail = ["## Each setting's held-out prompts by axis and scenario", ""]
+    for n, (before, after) in sorted(pairs.items()):
+        name = f"figure2_setting{n}"
+        titles = (f"Setting {n}: before", f"Setting {n}: after")
+        figures[name] = figure2_png(_grid_frame(before), _grid_frame(after), titles=titles)
+        tail += [f"{{{{figure:{name}}}}}", "",
+                 f"*Figure 2.{n}. Bias % by axis and scenario on setting {n}'s held-out prompts "
+                 f"({len(before):,}), before and after tuning; grey: no prompts.*", ""]  # fmt: skip
     for dim, (number, title) in TRANSFER_TABLES.items():
         frame = transfer_frame(dim, pairs, settings)
         if frame is not None:
             md = table_markdown(frame, title, row_key="value", descriptions=descriptions)
             _save(tables, f"table{number}", frame, md)
-            lines += [md, ""]
-    return lines
+            tail += [md, ""]
+    return head, tail
 
 
 def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> list[str]:
@@ -161,6 +164,26 @@ def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -
                 for s, cell in r.items()]  # fmt: skip
         _save(tables, f"table{number}", pd.DataFrame(rows), "\n".join(md))
         lines.append("\n".join(md))
+    return [*lines, "", *_beyond_the_paper(summary)]
+
+
+def _beyond_the_paper(summary: dict[str, Any]) -> list[str]:
+    """The base model's descriptor-free baseline, its excess over it and its answer tendency."""
+    lines = ["## Beyond the paper: baselines and answer tendency of the base model", "",
+             "The same templates with no descriptor: a model that answers by a fixed option "
+             "per scale scores about 50% on the paper's metric (half of the prompts have a "
+             "negative action); the excess over this baseline is the descriptors' effect.",
+             ""]  # fmt: skip
+    if "baseline" in summary:
+        lines += grid_markdown(_ordered(summary["baseline"], SCALES, CONTACTS), "Baseline")
+        lines += markdown_table(["Excess (points)", *(CONTACT_LABELS[c] for c in CONTACTS)], (
+            [s.capitalize(), *(format_pct(row.get(c), sign=True) for c in CONTACTS)]
+            for s, row in _ordered(summary["excess"], SCALES, ()).items()))  # fmt: skip
+    tendency = _ordered(summary.get("answer_tendency", {}), SCALES, ()) if summary.get(
+        "answer_tendency") else {}  # fmt: skip
+    lines += markdown_table(["Scale", "First option", "Share choosing it [95% CI]", "n"], (
+        [s.capitalize(), t["option"] or "–", format_cell(t), f"{t['n']:,}"]
+        for s, t in tendency.items()))  # fmt: skip
     return lines
 
 
@@ -168,10 +191,10 @@ def bias_sections(layout: RunLayout, tables: Path, figures: dict[str, bytes]) ->
     """The bias part of a run report (Markdown lines; tables and figures written alongside)."""
     base = {k: bias_frame(layout["base"][k]) for k in ("bias", "bias_eval_prompts")
             if k in layout["base"]}  # fmt: skip
-    lines = _tuned_sections(layout, base, tables, figures)
+    head, tail = _tuned_sections(layout, base, tables, figures)
     if "bias" in base:
-        lines += _base_sections(layout, base, tables, figures)
-    return lines
+        head += _base_sections(layout, base, tables, figures)
+    return head + tail
 
 
 def runs_table(runs: dict[str, Path | str]) -> Table:

@@ -155,12 +155,7 @@ class BiasTask(CausalTask):
         return summarize(records, denominator=self.denominator)
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.bias.metrics import tables_markdown
 
-        return {"tables.md": tables_markdown(summary, title=self._title(summary))}
-
-    @staticmethod
-    def _title(summary: dict[str, Any]) -> str:
-        run = summary["run"]
-        tuned = f" + adapter {run['adapter']}" if run.get("adapter") else ""
-        return f"Bias: {run['model']}{tuned}"
+        return {"tables.md": tables_markdown(summary, title=f"Bias: {evaluated(summary)}")}

@@ -149,10 +149,9 @@ def table_markdown(
     contacts = [c for c in (*CONTACTS, "all") if c in set(frame["contact"])]
     labels = {**CONTACT_LABELS, "all": "All"}
     head = ["", *(f"{labels[c]} {w}" for c in contacts for w in ("before", "after")), "n"]
-    note = (
-        "Bias % of the same held-out prompts before and after tuning (n prompts per row; "
-        "95% Wilson intervals in the CSV/JSON)."
-    )
+    where = "[in brackets]" if ci else "in the CSV/JSON"
+    note = (f"Bias % of the same held-out prompts before and after tuning (n prompts per row; "
+            f"95% Wilson intervals {where}).")  # fmt: skip
 
     def rows_of(group: pd.DataFrame) -> list[list[str]]:
         rows = []

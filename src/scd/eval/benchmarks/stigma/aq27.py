@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scd.config.vocabulary import AQ27_COLUMNS
+from scd.eval.benchmarks.base import evaluated
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import mental_vs_physical
 from scd.eval.engines import ChoiceRequest
@@ -230,7 +231,7 @@ class AQ27(StigmaProbe):
         return {**summarize_aq27(records), "scoring": scoring}
 
     def markdown(self, summary: dict[str, Any]) -> str:
-        return aq27_markdown(summary, f"Stigma probe aq27: {summary['run']['model']}")
+        return aq27_markdown(summary, f"Stigma probe aq27: {evaluated(summary)}")
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         return {"mean_diff": summary["overall"]["mean_diff"]}

@@ -27,6 +27,7 @@ from typing import Any
 
 from scd.config.options import option, positive
 from scd.errors import InputError, first_line
+from scd.eval.benchmarks.base import evaluated
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.sds import RECORD_KEYS
 from scd.eval.benchmarks.stigma.stats import ATTITUDES, p_negative
@@ -236,7 +237,7 @@ class MLM(StigmaProbe):
     def markdown(self, summary: dict[str, Any]) -> str:
         from scd.eval.benchmarks.stigma.sds import sds_markdown
 
-        text = sds_markdown(summary, f"Stigma probe mlm: {summary['run']['model']}")
+        text = sds_markdown(summary, f"Stigma probe mlm: {evaluated(summary)}")
         return text + (
             f"\nTop-k probability mass: {summary['mean_topk_mass']:.3f} (mean per prompt); "
             f"share of it rated by the lexicon: {summary['mean_rated_share']:.3f}.\n"

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from scd.config.vocabulary import SDS_COLUMNS
+from scd.eval.benchmarks.base import evaluated
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap
 from scd.eval.engines import ChoiceRequest
@@ -176,4 +177,4 @@ class SDS(StigmaProbe):
         return summarize_sds(records, task.options.seed)
 
     def markdown(self, summary: dict[str, Any]) -> str:
-        return sds_markdown(summary, f"Stigma probe sds: {summary['run']['model']}")
+        return sds_markdown(summary, f"Stigma probe sds: {evaluated(summary)}")

@@ -24,6 +24,7 @@ from typing import Any
 from scd.config.options import option
 from scd.config.vocabulary import SENTIMENT_COLUMNS
 from scd.errors import InputError, first_line
+from scd.eval.benchmarks.base import evaluated
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap, pearson
 
@@ -197,7 +198,7 @@ class Sentiment(StigmaProbe):
         from scd.eval.benchmarks.stigma.common import fmt as _f
         from scd.eval.benchmarks.stigma.sds import sds_markdown
 
-        title = f"Stigma probe sentiment: {summary['run']['model']}"
+        title = f"Stigma probe sentiment: {evaluated(summary)}"
         text = sds_markdown(summary, title, "proportion of negative predictions")
         c = summary.get("correlation")
         if c:

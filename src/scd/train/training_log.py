@@ -1,0 +1,68 @@
+"""What a training says as it goes: one readable line per log entry (under the progress bar on a
+terminal, plain lines in a log file), the log of a resumed run's checkpoint again into its W&B
+run, and the mean loss of the whole training across resumes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["log_history", "log_line", "log_lines", "mean_loss"]
+
+
+def log_line(state: Any, logs: dict[str, Any]) -> str:
+    """One readable line for a training log entry ("step 10/50  loss 0.4739  lr 3.0e-04 ...")."""
+    if "train_loss" in logs:  # the last entry (every one has train_runtime with tokens counted)
+        mean = f", mean loss {float(logs['train_loss']):.4f} (this session's steps)"
+        return f"trained {state.global_step} steps in {float(logs['train_runtime']):.0f} s{mean}"
+    head = "eval" if any(k.startswith("eval_") for k in logs) else "step"
+    parts = [f"{head} {state.global_step}/{state.max_steps}"]
+    names = {"loss": "loss", "eval_loss": "loss", "learning_rate": "lr",
+             "grad_norm": "grad norm", "mean_token_accuracy": "token acc",
+             "eval_mean_token_accuracy": "token acc"}  # fmt: skip
+    for key, name in names.items():
+        if key in logs:
+            value = float(logs[key])
+            parts.append(f"{name} {value:.1e}" if key == "learning_rate" else f"{name} {value:.4f}")
+    return "  ".join(parts)
+
+
+def log_lines(bar: bool) -> Any:
+    """A callback writing :func:`log_line` for each log: under transformers' progress bar on a
+    terminal, as plain lines in a log file."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class LogLines(ProgressCallback if bar else PrinterCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            if state.is_world_process_zero and logs:
+                if bar and self.training_bar is not None:
+                    self.training_bar.write(log_line(state, logs))
+                elif not bar:
+                    print(log_line(state, logs), file=sys.stderr, flush=True)
+
+    return LogLines
+
+
+def log_history(run: Any, checkpoint: str) -> None:
+    """The training log of ``checkpoint`` into ``run``, as transformers' W&B callback logs it
+    (x axis ``train/global_step``): a killed process loses the records W&B had not written yet."""
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    for entry in state["log_history"]:
+        step = entry.get("step")
+        items = {k.replace("eval_", "eval/", 1) if k.startswith("eval_") else f"train/{k}": v
+                 for k, v in entry.items()
+                 if k != "step" and isinstance(v, (int, float))}  # fmt: skip
+        run.log({**items, "train/global_step": step})
+
+
+def mean_loss(history: list[dict[str, Any]]) -> float | None:
+    """The mean training loss over every step the log history covers (a resumed run's history
+    starts with the steps of the run it continues), each logged mean weighted by its steps."""
+    total = steps = last = 0
+    for entry in history:
+        if "loss" in entry and "step" in entry:
+            total += float(entry["loss"]) * (entry["step"] - last)
+            steps, last = steps + entry["step"] - last, entry["step"]
+    return total / steps if steps else None
