@@ -9,7 +9,6 @@ keys) or only speed and memory (recorded) is its field's ``speed`` metadata.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,7 +23,7 @@ from scd.config.options import (
     share,
 )
 
-__all__ = ["DTYPES", "ENGINES", "EVAL_BATCH_SIZE", "LORA_RANKS", "EngineSpec", "resolve_dtype"]
+__all__ = ["ENGINES", "EVAL_BATCH_SIZE", "LORA_RANKS", "EngineSpec", "resolve_dtype"]
 
 ENGINES = {  # backend -> "module:Class", imported when used
     "hf": "scd.eval.engines.hf:HFEngine",
@@ -32,7 +31,6 @@ ENGINES = {  # backend -> "module:Class", imported when used
 }
 Backend = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # the names above
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-DTYPES = typing.get_args(Dtype)
 EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
 

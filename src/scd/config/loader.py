@@ -268,9 +268,5 @@ def pinned(recipe: dict[str, Any]) -> dict[str, Any]:
     pins, so that a killed run may resume with other values of those."""
     out = json.loads(json.dumps(recipe))
     for key in speed_keys(Recipe) + speed_keys(EvalSpec, "eval."):
-        *sections, last = key.split(".")
-        node = out
-        for section in sections:
-            node = node.get(section, {})
-        node.pop(last, None)
+        _pop(out, key)
     return out

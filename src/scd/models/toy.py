@@ -137,49 +137,36 @@ def _train(
 
     ids, pos, pair = data
     off = None if progress else True  # None: off when stderr is not a terminal
-    bar = tqdm(total=max_steps, desc="toy model", unit="step", disable=off, leave=False)
-    try:
-        return _steps(model, ids, pos, pair, seed, max_steps, bar)
-    finally:
-        bar.close()
-
-
-def _steps(
-    model: Any,
-    ids: torch.Tensor,
-    pos: torch.Tensor,
-    pair: torch.Tensor,
-    seed: int,
-    max_steps: int,
-    bar: Any,
-) -> tuple[int, list[float], float]:
-    gen = torch.Generator().manual_seed(seed)
-    sample = torch.randperm(len(ids), generator=gen)[:CHECK_SAMPLE]
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    step, losses, order = 0, [], torch.empty(0, dtype=torch.long)
-    while step < max_steps:
-        if len(order) < BATCH:
-            order = torch.randperm(len(ids), generator=gen)
-        batch, order = order[:BATCH], order[BATCH:]
-        x, p = ids[batch, : int(pos[batch].max()) + 2], pos[batch, None]
-        targets = torch.cat([p, p + 1], 1)  # logits at p-1 and p predict the answer and </s>
-        logits = _logits_at(model, x, targets - 1).flatten(0, 1)
-        loss = torch.nn.functional.cross_entropy(logits, x.gather(1, targets).flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        step += 1
-        bar.update()
-        losses = [*losses[1 - CHECK_EVERY :], loss.item()]
-        if step % CHECK_EVERY == 0:
-            acc = _accuracy(model, ids[sample], pos[sample], pair[sample])
-            log.info("toy model: step %d, loss %.4f, sample accuracy %.4f", step, losses[-1], acc)
-            bar.set_postfix_str(f"loss {losses[-1]:.3f}, accuracy {acc:.3f}")
-            if acc >= TARGET_ACCURACY:
-                acc = _accuracy(model, ids, pos, pair)
+    with tqdm(total=max_steps, desc="toy model", unit="step", disable=off, leave=False) as bar:
+        gen = torch.Generator().manual_seed(seed)
+        sample = torch.randperm(len(ids), generator=gen)[:CHECK_SAMPLE]
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+        step, losses, order = 0, [], torch.empty(0, dtype=torch.long)
+        while step < max_steps:
+            if len(order) < BATCH:
+                order = torch.randperm(len(ids), generator=gen)
+            batch, order = order[:BATCH], order[BATCH:]
+            x, p = ids[batch, : int(pos[batch].max()) + 2], pos[batch, None]
+            targets = torch.cat([p, p + 1], 1)  # logits at p-1 and p predict the answer and </s>
+            logits = _logits_at(model, x, targets - 1).flatten(0, 1)
+            loss = torch.nn.functional.cross_entropy(logits, x.gather(1, targets).flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            bar.update()
+            losses = [*losses[1 - CHECK_EVERY :], loss.item()]
+            if step % CHECK_EVERY == 0:
+                acc = _accuracy(model, ids[sample], pos[sample], pair[sample])
+                log.info(
+                    "toy model: step %d, loss %.4f, sample accuracy %.4f", step, losses[-1], acc
+                )
+                bar.set_postfix_str(f"loss {losses[-1]:.3f}, accuracy {acc:.3f}")
                 if acc >= TARGET_ACCURACY:
-                    return step, losses, acc
-    return step, losses, _accuracy(model, ids, pos, pair)
+                    acc = _accuracy(model, ids, pos, pair)
+                    if acc >= TARGET_ACCURACY:
+                        return step, losses, acc
+        return step, losses, _accuracy(model, ids, pos, pair)
 
 
 def build_toy_model(

@@ -71,11 +71,8 @@ def _markdown_it() -> MarkdownIt:
             tokens[idx].attrSet("id", anchor(inline.content))
         return renderer.renderToken(tokens, idx, options, env)
 
-    md.add_render_rule("heading_open", heading_open)
-    md.add_render_rule("table_open", table_open)
-    md.add_render_rule("table_close", table_close)
-    md.add_render_rule("td_open", td_open)
-    md.add_render_rule("image", image)
+    for rule in (heading_open, table_open, table_close, td_open, image):
+        md.add_render_rule(rule.__name__, rule)
     return md
 
 

@@ -138,10 +138,8 @@ def _last_checkpoint(out: Path) -> str | None:
     ckpt = out / "checkpoints"
     if not ckpt.is_dir():
         return None
-    steps = []
-    for path in ckpt.glob("checkpoint-*"):
-        if path.name.removeprefix("checkpoint-").isdigit():
-            steps.append((int(path.name.removeprefix("checkpoint-")), path))
+    steps = [(int(p.name.removeprefix("checkpoint-")), p) for p in ckpt.glob("checkpoint-*")
+             if p.name.removeprefix("checkpoint-").isdigit()]  # fmt: skip
     for _, path in sorted(steps, reverse=True):
         try:
             json.loads((path / "trainer_state.json").read_text())

@@ -18,8 +18,8 @@ from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, PRINCIPLES, SCALES, 
 from scd.errors import InputError
 
 __all__ = [
-    "bias_rate", "bias_table", "format_cell", "format_pct", "grid_markdown", "markdown_table",
-    "records_frame", "summarize", "tables_markdown",
+    "bias_rate", "bias_table", "format_cell", "format_pct", "grid_markdown", "label_of",
+    "markdown_table", "records_frame", "summarize", "tables_markdown",
 ]  # fmt: skip
 
 # Display orders (the paper's): unknown values found in the records follow, sorted.
@@ -229,7 +229,8 @@ def format_cell(cell: dict | None, digits: int = 1) -> str:
     return f"{format_pct(cell['pct'], digits)} [{lo}, {hi}]"
 
 
-def _label(key: str) -> str:
+def label_of(key: object) -> str:
+    """A key as a table label: "sexual_orientation" -> "Sexual orientation"."""
     return str(key).replace("_", " ").capitalize()
 
 
@@ -242,13 +243,13 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list
 def grid_markdown(grid: dict[str, dict[str, dict]], first: str) -> list[str]:
     """Lines of a Markdown table of cells ``grid[row][column]`` (``first`` heads the row names)."""
     cols = list(dict.fromkeys(c for row in grid.values() for c in row))
-    head = [first] + [CONTACT_LABELS.get(c, _label(c)) for c in cols]
-    rows = ([_label(r)] + [format_cell(grid[r].get(c)) for c in cols] for r in grid)
+    head = [first] + [CONTACT_LABELS.get(c, label_of(c)) for c in cols]
+    rows = ([label_of(r)] + [format_cell(grid[r].get(c)) for c in cols] for r in grid)
     return markdown_table(head, rows)
 
 
 def _list(cells: dict[str, dict], first: str, head: str = "Bias % [95% CI]") -> list[str]:
-    rows = ([_label(k), format_cell(v), str(v["n"])] for k, v in cells.items())
+    rows = ([label_of(k), format_cell(v), str(v["n"])] for k, v in cells.items())
     return markdown_table([first, head, "n"], rows)
 
 
@@ -274,10 +275,10 @@ def tables_markdown(summary: dict[str, Any], title: str = "Bias evaluation") -> 
     lines += ["## Contact hypothesis (positive < none < negative)", ""]
     mark = {True: "✓", False: "✗", None: "–"}
     hyp = s["contact_hypothesis"].items()
-    rows = ([_label(k), *(format_pct(v[c]) for c in CONTACTS), mark[v["holds"]]] for k, v in hyp)
+    rows = ([label_of(k), *(format_pct(v[c]) for c in CONTACTS), mark[v["holds"]]] for k, v in hyp)
     lines += markdown_table(["Scale", *CONTACT_LABELS.values(), "Holds"], rows)
     for scale, grid in s["axis_by_scenario"].items():
-        lines += [f"## Bias % by axis and scenario: {_label(scale)} prompts", ""]
+        lines += [f"## Bias % by axis and scenario: {label_of(scale)} prompts", ""]
         lines += grid_markdown(grid, "Axis")
     lines += ["## Bias % by principle", "", *_list(s["by_principle"], "Principle")]
     lines += ["## Bias % by axis", "", *_list(s["by_axis"], "Axis")]
@@ -285,16 +286,16 @@ def tables_markdown(summary: dict[str, Any], title: str = "Bias evaluation") -> 
     flat = sorted((t for t in flat if t[2]["pct"] is not None), key=lambda t: -t[2]["pct"])
     lines += [f"## Bias % by descriptor (top {TOP_DESCRIPTORS} by bias %)", ""]
     lines += [f"Only the {TOP_DESCRIPTORS} highest of {len(flat)} descriptors are shown.", ""]
-    rows = ([_label(a), d, format_cell(c), str(c["n"])] for a, d, c in flat[:TOP_DESCRIPTORS])
+    rows = ([label_of(a), d, format_cell(c), str(c["n"])] for a, d, c in flat[:TOP_DESCRIPTORS])
     lines += markdown_table(["Axis", "Descriptor", "Bias % [95% CI]", "n"], rows)
     if "baseline" in s:
         lines += ["## Beyond the paper: descriptor-free baseline", "", _BASELINE_NOTE, ""]
         lines += grid_markdown(s["baseline"], "Scale")
         exc = s["excess"].items()
-        rows = ([_label(k), *(format_pct(v[c], sign=True) for c in CONTACTS)] for k, v in exc)
+        rows = ([label_of(k), *(format_pct(v[c], sign=True) for c in CONTACTS)] for k, v in exc)
         lines += markdown_table(["Excess (points)", *CONTACT_LABELS.values()], rows)
     lines += ["## Beyond the paper: answer tendency", "", _TENDENCY_NOTE, ""]
     tend = s["answer_tendency"].items()
-    rows = ([_label(k), v["option"] or "–", format_cell(v), str(v["n"])] for k, v in tend)
+    rows = ([label_of(k), v["option"] or "–", format_cell(v), str(v["n"])] for k, v in tend)
     lines += markdown_table(["Scale", "First option", "Share % [95% CI]", "n"], rows)
     return "\n".join(lines)

@@ -179,8 +179,7 @@ def _beyond_the_paper(summary: dict[str, Any]) -> list[str]:
         lines += markdown_table(["Excess (points)", *(CONTACT_LABELS[c] for c in CONTACTS)], (
             [s.capitalize(), *(format_pct(row.get(c), sign=True) for c in CONTACTS)]
             for s, row in _ordered(summary["excess"], SCALES, ()).items()))  # fmt: skip
-    tendency = _ordered(summary.get("answer_tendency", {}), SCALES, ()) if summary.get(
-        "answer_tendency") else {}  # fmt: skip
+    tendency = _ordered(summary.get("answer_tendency") or {}, SCALES, ())
     lines += markdown_table(["Scale", "First option", "Share choosing it [95% CI]", "n"], (
         [s.capitalize(), t["option"] or "–", format_cell(t), f"{t['n']:,}"]
         for s, t in tendency.items()))  # fmt: skip

@@ -16,7 +16,7 @@ import pandas as pd
 
 from scd.config.settings import Setting
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS
-from scd.eval.benchmarks.bias.metrics import bias_table, format_pct, markdown_table
+from scd.eval.benchmarks.bias.metrics import bias_table, format_pct, label_of, markdown_table
 from scd.eval.records import read_records
 
 __all__ = [
@@ -54,10 +54,7 @@ def before_after(
 def _cells(frame: pd.DataFrame, keys: list[str], denominator: str) -> pd.DataFrame:
     """Bias % cells per ``keys`` + contact, plus an ``all`` contact row per ``keys``."""
     by_contact = bias_table(frame, [*keys, "contact"], denominator=denominator)
-    if keys:
-        overall = bias_table(frame, keys, denominator=denominator).assign(contact="all")
-    else:
-        overall = bias_table(frame, [], denominator=denominator).assign(contact="all")
+    overall = bias_table(frame, keys, denominator=denominator).assign(contact="all")
     return pd.concat([by_contact, overall], ignore_index=True)
 
 
@@ -157,7 +154,7 @@ def table_markdown(
         rows = []
         for key, sub in group.groupby(row_key, sort=False):
             cells = sub.set_index("contact")
-            label = f"Setting {key}" if row_key == "setting" else _label(key)
+            label = f"Setting {key}" if row_key == "setting" else label_of(key)
             vals = [
                 _cell(cells.loc[c], w, ci) if c in cells.index else "–"
                 for c in contacts
@@ -176,7 +173,3 @@ def table_markdown(
         lines += [f"**Setting {setting}**" + (f": {text}" if text else ""), ""]
         lines += [*markdown_table(head, rows_of(group)), ""]
     return "\n".join(lines).rstrip()
-
-
-def _label(value: object) -> str:
-    return str(value).replace("_", " ").capitalize()

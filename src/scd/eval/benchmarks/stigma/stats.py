@@ -79,19 +79,12 @@ def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread to resample; Welch t undefined
         out.update(ci_low=out["gap"], ci_high=out["gap"], p_welch=1.0 if out["gap"] == 0 else None)
         return out
-    res = stats.bootstrap(
-        (a, b), _mean_diff, n_resamples=N_RESAMPLES, method="BCa", rng=np.random.default_rng(seed)
-    )
-    low, high = res.confidence_interval
-    if not (np.isfinite(low) and np.isfinite(high)):  # degenerate BCa: percentile instead
-        res = stats.bootstrap(
-            (a, b),
-            _mean_diff,
-            n_resamples=N_RESAMPLES,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
+    for method in ("BCa", "percentile"):  # a degenerate BCa interval: percentile instead
+        rng = np.random.default_rng(seed)
+        res = stats.bootstrap((a, b), _mean_diff, n_resamples=N_RESAMPLES, method=method, rng=rng)
         low, high = res.confidence_interval
+        if np.isfinite(low) and np.isfinite(high):
+            break
     p = stats.ttest_ind(a, b, equal_var=False).pvalue
     out.update(ci_low=float(low), ci_high=float(high), p_welch=float(p))
     return out
