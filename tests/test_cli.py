@@ -65,7 +65,7 @@ def test_a_mistyped_flag_is_named_before_a_missing_one(argv, expected):
 
 def test_quickstart_help_says_what_where_and_how_long():
     text = dict(_parsers(build_parser()))["scd quickstart"].format_help()
-    for words in ("toy", "planted", "report", "--out", "outputs/quickstart", "minutes"):
+    for words in ("toy", "planted", "report", "--out", "outputs/quickstart", "About a minute"):
         assert words in text
 
 

@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nationality, generates the contact prompts over a packaged toy descriptor list, "
         "LoRA-tunes it on setting 1 (TRL + PEFT), evaluates the base model and the tuned model "
         "on the held-out prompts, writes tables, figures and an HTML report into --out, "
-        "and prints Table 10. About 1.5 minutes on 2 CPU cores; a second run is a no-op and a "
+        "and prints Table 10. About a minute on 2 CPU cores; a second run is a no-op and a "
         "killed run resumes.",
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
@@ -304,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # bitsandbytes warns at import, on CPUs with AVX512-BF16, that an optional CPU 4-bit kernel
     # package is missing: noise for every command (and it would break one-line errors)
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    if not sys.stderr.isatty():  # transformers' and the Hub's bars are noise in a log file
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {

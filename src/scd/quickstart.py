@@ -35,5 +35,5 @@ def run_quickstart(out: Path | str) -> Path:
     recipe = recipe_from_dict(QUICKSTART_RECIPE, "quickstart")
     # the cache beside the run, as `scd run --outputs ROOT` keeps it (ROOT/<run>, ROOT/cache)
     report = run_recipe(recipe, out, out.parent / "cache")
-    print(f"Report: {report} (and {out / 'report.md'}; tables in {out / 'tables'})")
+    print(f"Open {report}; the tables (Markdown, CSV, JSON) are in {out / 'tables'}")
     return report

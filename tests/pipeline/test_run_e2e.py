@@ -57,7 +57,7 @@ def test_quickstart_shows_the_planted_bias_and_its_reduction(quickstart: str, ro
     befores, afters = cells[0:8:2], cells[1:8:2]
     assert all(b > 15 for b in befores), befores
     assert all(a <= 0.5 * b for a, b in zip(afters, befores)), (befores, afters)
-    assert f"Report: {root / 'report.html'}" in quickstart
+    assert f"Open {root / 'report.html'}" in quickstart
     for name in ("report.md", "report.html", "tables/table10.csv", "tables/table1.md"):
         assert (root / name).is_file(), name
     for name in ("figure1", "figure2", "figure2_setting1", "loss"):
