@@ -49,6 +49,19 @@ def test_the_marked_blocks_are_the_offline_ones():
 
 
 BLOCKS = runnable_blocks((REPO / "README.md").read_text())
+# what a block must leave beyond its --out paths, by a command it holds
+LEAVES = {
+    "scd quickstart": "outputs/quickstart/report.html",
+    "scd run recipes/quickstart.yaml": "outputs/quickstart/tables/table10.csv",
+    "scd report bbq": "outputs/table15.md",
+    "scd merge": "outputs/merged/quickstart/model.safetensors",
+    "outputs/eval/smollm2-60": "outputs/eval/smollm2-60/summary.json",
+    "outputs/sds/toy-scd": "outputs/sds/toy-scd/summary.json",
+}
+
+
+def test_each_expected_output_belongs_to_a_block():
+    assert all(any(command in b for b in BLOCKS) for command in LEAVES)
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)), ids=lambda i: f"block{i + 1}")
@@ -72,7 +85,9 @@ def test_each_readme_block_runs_on_its_own_from_a_fresh_clone(
     said = [x for x in done.stderr.replace("\r", "\n").splitlines() if "/s]" not in x]
     assert done.returncode == 0, f"{block}\n--- stderr ---\n" + "\n".join(said[-30:])
     for out in re.findall(r"--out[ =](\S+)", re.sub(r"#.*", "", block)):
-        assert (clone / out).exists(), out
+        assert (clone / out).is_file() or any((clone / out).iterdir()), out  # not left empty
+    for path in (path for command, path in LEAVES.items() if command in block):
+        assert (clone / path).is_file(), path
     untracked = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
                                cwd=clone, capture_output=True, text=True).stdout  # fmt: skip
     assert untracked == "", f"README commands wrote files git does not ignore:\n{untracked}"

@@ -9,12 +9,22 @@ import sys
 import time
 from typing import Any
 
+from scd.errors import InputError
+
 __all__ = ["Progress", "say"]
 
 
 def say(text: str) -> None:
     """One line on stderr, now."""
     print(text, file=sys.stderr, flush=True)
+
+
+def _seconds(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError("expected seconds between progress lines, e.g. 30",
+                         key="SCD_PROGRESS_SECONDS", value=value) from None  # fmt: skip
 
 
 def _eta(seconds: float) -> str:
@@ -30,7 +40,7 @@ class Progress:
                  enabled: bool = True) -> None:  # fmt: skip
         self.name, self.total, self.done, self.unit = name, total, done, unit
         self.enabled, self.first = enabled, done
-        self.every = float(os.environ.get("SCD_PROGRESS_SECONDS", "30"))
+        self.every = _seconds(os.environ.get("SCD_PROGRESS_SECONDS", "30"))
         self.started = self.last = time.perf_counter()
         self.bar: Any = None
         if enabled and done:

@@ -106,4 +106,5 @@ def finish_run(run: Any, say: Any = None) -> None:
     if offline:
         from scd.progress import say as stderr
 
-        (say or stderr)(f"W&B run {run.id} (offline) in {where}; upload: wandb sync {where}")
+        every = f"{where.parent}/offline-run-*-{run.id}"  # a resumed run's segments, oldest first
+        (say or stderr)(f"W&B run {run.id} (offline) in {where}; upload: wandb sync {every}")

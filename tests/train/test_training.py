@@ -160,9 +160,19 @@ def _train_cmd(recipe: Path, model: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
+    from scd.train.training_log import mean_loss
+
+    history = [{"loss": 1.0, "step": 5}, {"eval_loss": 9.0, "step": 5}, {"loss": 0.4, "step": 15},
+               {"train_loss": 7.0, "train_runtime": 1.0, "step": 15}]  # fmt: skip
+    assert mean_loss(history) == pytest.approx((1.0 * 5 + 0.4 * 10) / 15)  # 0.6, not 0.7
+    assert mean_loss([]) is None and mean_loss([{"eval_loss": 1.0, "step": 5}]) is None
+
+
 def _wandb_steps(run_dir: Path) -> list[int]:
-    """The ``train/global_step`` of every history record of an offline W&B run directory (its
-    ``.wandb`` file: a LevelDB-style log of protobuf records after a 7-byte header)."""
+    """The ``train/global_step`` of every history record with a ``train/loss`` of an offline W&B
+    run directory (its ``.wandb`` file: a LevelDB-style log of protobuf records after a 7-byte
+    header)."""
     import struct
 
     from wandb.proto import wandb_internal_pb2
@@ -179,7 +189,7 @@ def _wandb_steps(run_dir: Path) -> list[int]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(frag)
             items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
-            if record.WhichOneof("record_type") == "history" and "train/global_step" in items:
+            if record.WhichOneof("record_type") == "history" and "train/loss" in items:
                 steps.append(int(float(items["train/global_step"])))
             frag = b""
     return steps
@@ -220,8 +230,9 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     segments = sorted((out / "wandb").glob("offline-run-*"))
     assert len(segments) == 2 and {p.name.rsplit("-", 1)[1] for p in segments} == {
         info["wandb_run_id"]}  # fmt: skip
-    steps = sorted(step for seg in segments for step in _wandb_steps(seg))
-    assert steps[0] == 5 and steps[-1] == 30 and set(range(5, 31, 5)) <= set(steps)
+    first, second = (_wandb_steps(seg) for seg in segments)
+    assert all(s <= int(info["resumed_from"].split("-")[1]) + 5 for s in first)  # then killed
+    assert sorted(second) == list(range(5, 31, 5))  # the checkpoint's steps again, then the rest
     history = json.loads((out / "checkpoints" / "checkpoint-30" / "trainer_state.json").read_text())
     resumed_part = [h for h in history["log_history"] if h.get("step", 0) > 10 and "loss" in h]
     assert info["train_loss"] == pytest.approx(_mean_loss(history["log_history"]))

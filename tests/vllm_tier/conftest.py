@@ -24,8 +24,15 @@ def _in_tier(item: pytest.Item) -> bool:
     return TIER in Path(str(item.fspath)).parents
 
 
-@pytest.hookimpl(trylast=True)  # after -m has deselected (the tier's modules are marked vllm)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: every test of the tier is marked vllm
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in filter(_in_tier, items):
+        item.add_marker(pytest.mark.vllm)
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected
+def pytest_collection_finish(session: pytest.Session) -> None:
+    items = session.items
     mixed = any(_in_tier(i) for i in items) and not all(_in_tier(i) for i in items)
     for item in items:
         if _in_tier(item) and mixed:

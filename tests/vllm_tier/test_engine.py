@@ -19,7 +19,6 @@ from scd.models.formatting import load_tokenizer
 sys.path.insert(0, str(Path(__file__).parents[1] / "eval"))
 from vllm_reference import reference_score  # noqa: E402  tests/eval/vllm_reference.py
 
-pytestmark = pytest.mark.vllm
 VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=0.5)
 
 

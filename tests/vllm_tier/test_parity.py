@@ -20,7 +20,6 @@ from conftest import TOLERANCE  # tests/vllm/conftest.py
 from scd.config.engine import EngineSpec
 from scd.eval.benchmarks import get
 
-pytestmark = pytest.mark.vllm
 HF = EngineSpec(dtype="float32", device="cpu")
 VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=1.0)
 

@@ -5,13 +5,10 @@ the tables of the same recipe on the transformers backend."""
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 from conftest import TOLERANCE  # tests/vllm/conftest.py
 
 from scd.pipeline.launch import run_recipe
 from scd.pipeline.recipe import recipe_from_dict
-
-pytestmark = pytest.mark.vllm
 
 
 def _recipe(model: str, bbq: str, backend: str) -> dict:

@@ -148,10 +148,12 @@ def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
     from scd.progress import Progress
 
     shown = Progress(task.name, len(task.work), done=log.done, unit=task.unit, enabled=progress)
-    for lo, hi in log.chunks():
-        log.append(task.score(task.work[lo:hi]))
-        shown.update(hi - lo)
-    shown.close()
+    try:
+        for lo, hi in log.chunks():
+            log.append(task.score(task.work[lo:hi]))
+            shown.update(hi - lo)
+    finally:
+        shown.close()
 
 
 @dataclass

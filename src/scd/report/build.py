@@ -141,9 +141,9 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
         history = [(e["step"], e["loss"]) for e in m.get("log_history", [])]
         curves[f"Setting {n}"] = history
         wandb = m.get("wandb_run_id") or "–"
-        offline = sorted((Path(info["adapter"]) / "wandb").glob(f"offline-run-*-{wandb}"))
-        if offline:
-            wandb += f" (offline: `wandb sync {offline[-1]}`)"
+        segments = Path(info["adapter"]) / "wandb"
+        if any(segments.glob(f"offline-run-*-{wandb}")):  # every segment, oldest first
+            wandb += f" (offline: `wandb sync {segments}/offline-run-*-{wandb}`)"
         resumed = f", resumed from {m['resumed_from']}" if m.get("resumed_from") else ""
         final = f"{history[-1][1]:.4f}" if history else "–"
         rows.append(f"| {n} | {m['global_step']:,}{resumed} | {m['train_seconds']:.0f} s | "

@@ -28,7 +28,7 @@ import yaml
 from scd import __version__
 from scd.config.schema import Recipe
 from scd.errors import InputError, first_line
-from scd.io import write_json
+from scd.io import atomic_file, write_json
 from scd.tracking import finish_run, redact, start_run
 from scd.train.sft_rows import check_trained_tokens, prepare_data, training_rows
 from scd.train.training_log import log_history, log_lines, mean_loss
@@ -280,12 +280,13 @@ def train(
     resolved = redact(recipe.to_dict())
     run, id_file = None, out / "wandb_run_id"  # one W&B run across kills and resumes
     if enabled and state.is_main_process:
-        known = id_file.read_text().strip() if checkpoint and id_file.is_file() else None
+        known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
                         group=recipe.wandb.group, entity=recipe.wandb.entity,
                         config={"recipe": resolved, "data_manifest": manifest},
                         directory=out, job_type="train", run_id=known)  # fmt: skip
-        id_file.write_text(run.id + "\n")
+        with atomic_file(id_file) as tmp:
+            tmp.write_text(run.id + "\n")
         if known:  # what the killed process may not have flushed to W&B: its steps again
             log_history(run, checkpoint)
     if checkpoint and resume and progress and state.is_main_process:
@@ -305,13 +306,14 @@ def train(
     if state.is_main_process:
         tokenizer.save_pretrained(str(out))
         tokens = int(trainer.state.num_input_tokens_seen)
+        loss = mean_loss(trainer.state.log_history)  # every step, across resumes
         info = {
             "kind": "scd_adapter",
             "scd_version": __version__,
             "base_model": model_path,
             "model": recipe.model,
             "global_step": trainer.state.global_step,
-            "train_loss": mean_loss(trainer.state.log_history) or result.training_loss,
+            "train_loss": result.training_loss if loss is None else loss,
             "train_seconds": round(seconds, 3),
             "tokens_seen": tokens,
             "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
@@ -332,7 +334,8 @@ def train(
                 import wandb
 
                 name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
-                artifact = wandb.Artifact(name, type="model", metadata=info)
+                meta = {k: v for k, v in info.items() if k != "log_history"}
+                artifact = wandb.Artifact(name, type="model", metadata=meta)
                 for name in ("adapter_model.safetensors", "adapter_config.json"):
                     artifact.add_file(str(out / name))
                 run.log_artifact(artifact)

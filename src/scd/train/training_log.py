@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["log_history", "log_line", "log_lines", "mean_loss"]
+# not history: the step (logged as train/global_step), and what transformers puts into the
+# summary at the end of a training
+END_OF_TRAINING = {"step", "train_runtime", "train_samples_per_second", "train_steps_per_second",
+                   "train_loss", "total_flos"}  # fmt: skip
 
 
 def log_line(state: Any, logs: dict[str, Any]) -> str:
@@ -46,20 +50,25 @@ def log_lines(bar: bool) -> Any:
 
 
 def log_history(run: Any, checkpoint: str) -> None:
-    """The training log of ``checkpoint`` into ``run``, as transformers' W&B callback logs it
-    (x axis ``train/global_step``): a killed process loses the records W&B had not written yet."""
+    """The training log of ``checkpoint`` into the resumed ``run`` under the names transformers'
+    W&B callback uses (x axis ``train/global_step``): a killed process loses the records W&B had
+    not written yet. Steps the run already holds are skipped where W&B says which (online: its
+    summary); an offline run's second segment repeats them, with the same values."""
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    held = run.summary.get("train/global_step") or 0
     for entry in state["log_history"]:
-        step = entry.get("step")
+        step = entry.get("step", 0)
         items = {k.replace("eval_", "eval/", 1) if k.startswith("eval_") else f"train/{k}": v
                  for k, v in entry.items()
-                 if k != "step" and isinstance(v, (int, float))}  # fmt: skip
-        run.log({**items, "train/global_step": step})
+                 if k not in END_OF_TRAINING and isinstance(v, (int, float))}  # fmt: skip
+        if step > held and items:
+            run.log({**items, "train/global_step": step})
 
 
 def mean_loss(history: list[dict[str, Any]]) -> float | None:
     """The mean training loss over every step the log history covers (a resumed run's history
-    starts with the steps of the run it continues), each logged mean weighted by its steps."""
+    starts with the steps of the run it continues), each logged mean weighted by the steps since
+    the log before it -- exact where checkpoints fall on logging steps, as in scd's recipes."""
     total = steps = last = 0
     for entry in history:
         if "loss" in entry and "step" in entry:

@@ -1,5 +1,5 @@
 """The bias benchmark's part of a run report: the settings, Table 10 with Figure 1, the transfer
-Tables 11-14, the held-out heatmaps (Figure 2b), and the base model's Table 1, Figure 2 and
+Tables 11-14, the held-out heatmaps (Figures 2.N), and the base model's Table 1, Figure 2 and
 Tables 3-5; and ``scd report bias --runs``: several bias evaluations side by side.
 
 Everything is recomputed from the per-prompt records, so the report of a resumed run equals that
