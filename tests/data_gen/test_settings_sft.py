@@ -63,6 +63,8 @@ def test_setting2_trains_on_holistic_bias_and_evaluates_on_stigma(
     held = pq.read_table(tmp_path / "s2/heldout/prompts.parquet")
     train_all = set(pq.read_table(hb_prompts / "prompts.parquet")["prompt"].to_pylist())
     assert held.num_rows == info["counts"]["heldout_prompts"] > 0
+    manifest = json.loads((tmp_path / "s2/heldout/manifest.json").read_text())
+    assert manifest["kind"] == "heldout_prompts" and manifest["setting"] == 2
     assert not set(held["prompt"].to_pylist()) & train_all
     assert any("who have" in p for p in held["prompt"].to_pylist())
     with pytest.raises(InputError, match="--eval-prompts"):

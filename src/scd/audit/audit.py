@@ -47,16 +47,14 @@ def load_encoder(encoder: str, device: str | None = None, layers: int | None = N
     from scd.models.resolve import resolve_model
 
     path = resolve_model(encoder, key="--encoder")
-    config_kwargs = None
+    config_kwargs, verbosity = None, hf_logging.get_verbosity()
     if layers is not None:
         depth = _depth(path, encoder)
         if not 1 <= layers <= depth:
             raise InputError(f"expected 1 to {depth} (the layers of {encoder})",
                              key="encoder_layers", value=layers)  # fmt: skip
         config_kwargs = {"num_hidden_layers": layers}
-    verbosity = hf_logging.get_verbosity()
-    if layers is not None:  # the dropped layers' weights are reported as unexpected: expected
-        hf_logging.set_verbosity_error()
+        hf_logging.set_verbosity_error()  # else the dropped layers' weights show as unexpected
     try:
         if is_sentence_transformer_model(path):
             return SentenceTransformer(path, device=device, trust_remote_code=False,
@@ -75,8 +73,7 @@ def load_encoder(encoder: str, device: str | None = None, layers: int | None = N
         pooling = Pooling(module.get_embedding_dimension(), "mean")
         return SentenceTransformer(modules=[module, pooling], device=device)
     except (OSError, ValueError, ImportError, RuntimeError) as err:  # not found, bad weights
-        first = first_line(err)
-        raise InputError(f"cannot load a sentence encoder ({first})", key="encoder",
+        raise InputError(f"cannot load a sentence encoder ({first_line(err)})", key="encoder",
                          value=encoder) from None  # fmt: skip
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -90,8 +87,7 @@ def _depth(path: str, encoder: str) -> int:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         composite = config.get_text_config() is not config
     except (OSError, ValueError) as err:
-        first = first_line(err)
-        raise InputError(f"--encoder-layers needs the encoder's config.json ({first})",
+        raise InputError(f"--encoder-layers needs the encoder's config.json ({first_line(err)})",
                          key="encoder", value=encoder) from None  # fmt: skip
     depth = getattr(config, "num_hidden_layers", None)
     if composite or not isinstance(depth, int):
@@ -135,11 +131,8 @@ def train_scm(
     vectors = corpora.encode(model, texts, embeddings(cache), encoder_key, progress, batch_size)
     scm = SCMModel.fit(vectors, [s.label for s in sentences])
     info = {"encoder": encoder_key, "n_seed_sentences": len(texts), "n_components": N_COMPONENTS}
-    if validate:
-        lookup = {t: i for i, t in enumerate(texts)}
-        info["cross_validation"] = cross_validate(
-            sentences, lambda t: vectors[[lookup[x] for x in t]]
-        )
+    if validate:  # cross_validate embeds exactly ``texts``: reuse their vectors
+        info["cross_validation"] = cross_validate(sentences, lambda _: vectors)
     if where is not None:
         scm.save(where, info)
     return scm, info
@@ -191,8 +184,7 @@ def audit_scm(
         split = corpora.split_sentences(document)
         n_sentences += len(split)
         for sentence in split:
-            found = matcher.find(sentence)
-            if found:
+            if found := matcher.find(sentence):
                 terms_of = {f"{kind}_terms": found.get(kind, []) for kind in matcher.patterns}
                 rows.append({"document": d, "sentence": sentence, **terms_of})
     if not rows:
@@ -221,9 +213,8 @@ def audit_scm(
 
 
 def _read_aq27(run: str) -> dict[str, Any]:
-    path = Path(run) / "summary.json"
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads((Path(run) / "summary.json").read_text())
     except (OSError, json.JSONDecodeError):
         raise InputError("no summary.json of a finished `scd eval stigma --probe aq27` run",
                          key="aq27_run", value=run) from None  # fmt: skip

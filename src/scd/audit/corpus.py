@@ -71,14 +71,12 @@ class TermMatcher:
 
     def find(self, sentence: str) -> dict[str, list[str]]:
         """``{type: [terms found]}`` for the types the sentence mentions."""
-        found = {}
-        for kind, patterns in self.patterns.items():
-            if not self.any[kind].search(sentence):
-                continue
-            hits = [term for term, pattern in patterns if pattern.search(sentence)]
-            if hits:
-                found[kind] = hits
-        return found
+        hits = {
+            kind: [term for term, pattern in patterns if pattern.search(sentence)]
+            for kind, patterns in self.patterns.items()
+            if self.any[kind].search(sentence)
+        }
+        return {kind: terms for kind, terms in hits.items() if terms}
 
 
 def _pattern(term: str) -> str:
@@ -112,9 +110,8 @@ def read_corpus(source: str, text_column: str = "text") -> list[str]:
                          "owner/name)", key="corpus", value=source)  # fmt: skip
     else:
         rows = _hub_rows(source)
-    columns = set(rows[0]) if rows else set()
-    if rows and text_column not in columns:
-        raise InputError(f"no column {text_column!r} (columns: {', '.join(sorted(columns))}); "
+    if rows and text_column not in rows[0]:
+        raise InputError(f"no column {text_column!r} (columns: {', '.join(sorted(rows[0]))}); "
                          "name it with --text-column", key="corpus", value=source)  # fmt: skip
     return _nonempty([str(r.get(text_column) or "") for r in rows], source)
 
@@ -152,10 +149,7 @@ def _nonempty(documents: list[str], source: str) -> list[str]:
 
 def fingerprint(texts: Iterable[str]) -> str:
     """A content hash of a list of texts."""
-    digest = hashlib.sha256()
-    for text in texts:
-        digest.update(text.encode("utf-8") + b"\0")
-    return digest.hexdigest()[:16]
+    return hashlib.sha256(b"".join(t.encode("utf-8") + b"\0" for t in texts)).hexdigest()[:16]
 
 
 def encode(

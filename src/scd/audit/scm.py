@@ -72,19 +72,21 @@ def load_seeds(paths: Sequence[Path | str]) -> list[SeedSentence]:
         InputError: a missing file, missing columns, a sentence without ``<target>``, an unknown
             label, or no sentences of some quadrant (the POLAR directions need all four).
     """
-    files: list[Path] = []
+    files: list[tuple[Path, bool]] = []  # (file, named itself: it must have the columns)
     for p in map(Path, paths):
         if p.is_dir():
-            files += [f for f in sorted(p.glob("*.csv")) if _has_columns(f)]
+            files += [(f, False) for f in sorted(p.glob("*.csv"))]
         elif p.is_file():
-            files.append(p)
+            files.append((p, True))
         else:
             raise InputError("no such file or directory", key="seeds", value=p)
     seeds = []
-    for f in files:
+    for f, named in files:
         with open(f, encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
             if not {"Sentence", "Target"} <= set(reader.fieldnames or []):
+                if not named:
+                    continue
                 raise InputError(f"expected columns Sentence,Target (found {reader.fieldnames})",
                                  key="seeds", value=f)  # fmt: skip
             for n, row in enumerate(reader, start=2):
@@ -101,11 +103,6 @@ def load_seeds(paths: Sequence[Path | str]) -> list[SeedSentence]:
                          "warmth and competence directions need all four)", key="seeds",
                          value=", ".join(map(str, paths)))  # fmt: skip
     return seeds
-
-
-def _has_columns(path: Path) -> bool:
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        return {"Sentence", "Target"} <= set(csv.DictReader(handle).fieldnames or [])
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -148,16 +145,13 @@ class SCMModel:
 
     def reduce(self, embeddings: np.ndarray) -> np.ndarray:
         """The PLS components of embeddings."""
-        return ((np.asarray(embeddings, dtype=np.float64) - self.x_mean) / self.x_std) @ (
-            self.rotations
-        )
+        x = np.asarray(embeddings, dtype=np.float64)
+        return ((x - self.x_mean) / self.x_std) @ self.rotations
 
     def score(self, embeddings: np.ndarray) -> np.ndarray:
         """``(n, 2)``: warmth and competence of each embedding."""
         diag = _unit(self.reduce(embeddings)) @ self.polar  # warm+comp, warm+incomp diagonals
-        warmth = (diag[:, 0] + diag[:, 1]) / np.sqrt(2)
-        competence = (diag[:, 0] - diag[:, 1]) / np.sqrt(2)
-        return np.stack([warmth, competence], axis=1)
+        return diag @ np.array([[1.0, 1.0], [1.0, -1.0]]) / np.sqrt(2)  # warmth, competence
 
     def save(self, out: Path | str, info: dict[str, Any]) -> None:
         """Write ``scm.npz`` (arrays, no pickle) and ``manifest.json`` (``info``) atomically."""
@@ -175,13 +169,9 @@ class SCMModel:
 
 def accuracy(scores: np.ndarray, labels: Sequence[str]) -> float:
     """Share of sentences on the right side of their label's axis (both axes for a pair)."""
-    right = []
-    for (warmth, competence), label in zip(scores, labels):
-        comp, warm = LABELS[label]
-        ok = [(competence >= 0) == (comp > 0)] if comp else []
-        ok += [(warmth >= 0) == (warm > 0)] if warm else []
-        right.append(all(ok))
-    return float(np.mean(right)) if right else float("nan")
+    want = np.array([LABELS[lab][::-1] for lab in labels]).reshape(-1, 2)  # (warmth, competence)
+    right = ((want == 0) | ((np.asarray(scores) >= 0) == (want > 0))).all(axis=1)
+    return float(right.mean()) if len(right) else float("nan")
 
 
 def adjective_folds(seeds: list[SeedSentence], folds: int = 5, seed: int = 0) -> dict[str, int]:

@@ -7,7 +7,7 @@ derived from their content, so the same inputs give byte-identical files.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from scd import __version__
 from scd.config.vocabulary import COUNT_COLUMNS, PROMPT_COLUMNS
+from scd.data_gen import content_id
 from scd.data_gen.descriptors import Descriptor, DescriptorSet
 from scd.data_gen.templates import (
     ACTIONS,
@@ -44,12 +45,6 @@ BASELINE_AXIS = "baseline"
 COLUMNS = PROMPT_COLUMNS  # prompts.parquet, defined in scd.config.vocabulary
 
 
-def set_id(template: Template, action: str, scale: str, descriptor: str) -> str:
-    """Stable prompt-set id: a short hash of what defines the set."""
-    key = f"{template.template_id}|{action}|{scale}|{descriptor}".encode()
-    return hashlib.blake2b(key, digest_size=8).hexdigest()
-
-
 def generate_contact_table(
     descriptors: DescriptorSet,
     templates: Sequence[Template] | None = None,
@@ -66,13 +61,10 @@ def generate_contact_table(
     descs = descriptors.descriptors
     n_d, n_c = len(descs), len(CONTACTS)
     blocks = [(t, a, s) for t in templates for a in ACTIONS for s in scales]  # one per set row
-    texts = pa.array([d.text for d in descs], pa.string())
-    group_cache: dict[str, pa.Array] = {}
 
+    @functools.cache
     def groups(noun: str) -> pa.Array:
-        if noun not in group_cache:
-            group_cache[noun] = pa.array([d.group(noun) for d in descs], pa.string())
-        return group_cache[noun]
+        return pa.array([d.group(noun) for d in descs], pa.string())
 
     chunks = []  # order: block, contact, descriptor
     for t, a, s in blocks:
@@ -84,42 +76,36 @@ def generate_contact_table(
             pieces = [p for p in pieces if not (isinstance(p, str) and p == "")]
             chunks.append(pc.binary_join_element_wise(*pieces, ""))
     # row r = (block, descriptor, contact) <- chunk index (block, contact) at offset descriptor
-    b = np.repeat(np.arange(len(blocks)), n_d * n_c)
-    d = np.tile(np.repeat(np.arange(n_d), n_c), len(blocks))
-    c = np.tile(np.arange(n_c), len(blocks) * n_d)
+    b, d, c = np.indices((len(blocks), n_d, n_c)).reshape(3, -1)
     prompt = pa.concat_arrays(chunks).take(pa.array((b * n_c + c) * n_d + d))
 
     set_ids = pa.array(
-        [set_id(t, a, s, x.text) for t, a, s in blocks for x in descs], pa.string()
+        [content_id(t.template_id, a, s, x.text) for t, a, s in blocks for x in descs], pa.string()
     )  # order: block, descriptor
     set_col = set_ids.take(pa.array(b * n_d + d))
     contact_col = _dict(list(CONTACTS), c)
     prompt_id = pc.binary_join_element_wise(set_col, contact_col.cast(pa.string()), "-")
 
-    def per_block(values: list[str]) -> pa.DictionaryArray:
-        return _dict_from(values, b)
-
-    unbiased = [scales[s].answers(a)[0] for _, a, s in blocks]
-    biased = [scales[s].answers(a)[1] for _, a, s in blocks]
-    scale_names = list(scales)
-    options = pa.array([list(scales[s].options) for s in scale_names], pa.list_(pa.string()))
-    scale_idx = np.array([scale_names.index(s) for _, _, s in blocks])[b]
+    per_block = {  # the same value for every row of a block
+        "principle": [t.principle for t, _, _ in blocks],
+        "scenario": [t.scenario for t, _, _ in blocks],
+        "action": [a for _, a, _ in blocks],
+        "scale": [s for _, _, s in blocks],
+        "unbiased_answer": [scales[s].answers(a)[0] for _, a, s in blocks],
+        "biased_answer": [scales[s].answers(a)[1] for _, a, s in blocks],
+        "instruction": [scales[s].instruction for _, _, s in blocks],
+    }
+    options = pa.array([list(scales[s].options) for _, _, s in blocks], pa.list_(pa.string()))
     columns = {
+        **{name: _dict_from(values, b) for name, values in per_block.items()},
         "set_id": set_col,
         "prompt_id": prompt_id,
-        "principle": per_block([t.principle for t, _, _ in blocks]),
-        "scenario": per_block([t.scenario for t, _, _ in blocks]),
-        "action": per_block([a for _, a, _ in blocks]),
-        "scale": per_block([s for _, _, s in blocks]),
         "contact": contact_col,
         "axis": _dict_from([x.axis for x in descs], d),
         "bucket": _dict_from([x.bucket for x in descs], d),
-        "descriptor": texts.take(pa.array(d)),
+        "descriptor": pa.array([x.text for x in descs], pa.string()).take(pa.array(d)),
         "prompt": prompt,
-        "options": options.take(pa.array(scale_idx)),
-        "unbiased_answer": per_block(unbiased),
-        "biased_answer": per_block(biased),
-        "instruction": per_block([scales[s].instruction for _, _, s in blocks]),
+        "options": options.take(pa.array(b)),
     }
     return pa.table({name: columns[name] for name in COLUMNS})
 
@@ -183,16 +169,15 @@ def write_prompts(
     """
     tpath = Path(templates_file) if templates_file else templates_path()
     spath = Path(scales_file) if scales_file else scales_path()
-    table = generate_contact_table(descriptors, load_templates(tpath), load_scales(spath))
+    templates, scales = load_templates(tpath), load_scales(spath)
+    table = generate_contact_table(descriptors, templates, scales)
     info = manifest(
         table,
         descriptors,
         templates={"path": tpath.name, "sha256": sha256_file(tpath)},
         scales={"path": spath.name, "sha256": sha256_file(spath)},
     )
-    baseline = generate_contact_table(
-        baseline_descriptors(), load_templates(tpath), load_scales(spath)
-    )
+    baseline = generate_contact_table(baseline_descriptors(), templates, scales)
     with atomic_output_dir(out, "contact_prompts") as tmp:
         pq.write_table(table, tmp / "prompts.parquet", compression="zstd")
         pq.write_table(baseline, tmp / "baseline.parquet", compression="zstd")

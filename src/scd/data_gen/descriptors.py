@@ -8,13 +8,12 @@ wheelchairs", "students who have depression").
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from scd.data_gen import data_path
 from scd.data_gen.stigma_conditions import load_stigma_conditions
 from scd.errors import InputError
 from scd.io import atomic_file, data_dir, read_json, sha256_file
@@ -72,19 +71,18 @@ def _holistic_bias_entries(path: Path, drop_dispreferred: bool) -> list[Descript
                 raise InputError(f"{path}: {axis}.{bucket} must be a list of descriptors")
             for i, entry in enumerate(entries):
                 if isinstance(entry, str):
-                    text, preference = entry, None
-                elif isinstance(entry, dict) and isinstance(entry.get("descriptor"), str):
-                    text, preference = entry["descriptor"], entry.get("preference")
-                else:
+                    entry = {"descriptor": entry}
+                if not isinstance(entry, dict) or not isinstance(entry.get("descriptor"), str):
                     raise InputError(
                         f"{path}: {axis}.{bucket}[{i}] must be a string or an object with a "
                         "string 'descriptor'"
                     )
-                if not text.strip():
+                text, preference = entry["descriptor"].strip(), entry.get("preference")
+                if not text:
                     raise InputError(f"{path}: {axis}.{bucket}[{i}] is an empty descriptor")
                 if drop_dispreferred and preference in DISPREFERRED:
                     continue
-                out.append(Descriptor(axis, bucket, text.strip(), "before", preference))
+                out.append(Descriptor(axis, bucket, text, "before", preference))
     return out
 
 
@@ -179,20 +177,14 @@ def load_stigma_descriptors() -> DescriptorSet:
     Axis = the paper's category, bucket = the condition ("Latina/Latino"), text = the phrase after
     the noun ("who are Latinas", "who have depression").
     """
-    entries = []
-    for cond in load_stigma_conditions():
-        for form in cond.forms:
-            entries.append(
-                Descriptor(
-                    cond.category,
-                    cond.condition,
-                    f"who {form.plural}",
-                    "after",
-                    "stigmatized" if cond.stigmatized else "non_stigmatized",
-                )
-            )
+    preference = {True: "stigmatized", False: "non_stigmatized"}
+    entries = [
+        Descriptor(c.category, c.condition, f"who {f.plural}", "after", preference[c.stigmatized])
+        for c in load_stigma_conditions()
+        for f in c.forms
+    ]
     kept, dropped = _dedupe(entries)
-    packaged = Path(str(files("scd.data_gen") / "data" / "stigma_conditions.yaml"))
+    packaged = data_path("stigma_conditions.yaml")
     source = {"kind": "stigma", "path": packaged.name, "sha256": sha256_file(packaged)}
     return DescriptorSet(kept, source, dropped)
 
@@ -206,7 +198,7 @@ def _fetch(version: str, file: str) -> Path:
     try:
         with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 (fixed https URL)
             payload = resp.read()
-    except (urllib.error.URLError, OSError) as err:
+    except OSError as err:  # urllib's URLError is one
         reason = getattr(err, "reason", err)
         raise InputError(
             f"holistic_bias {version}: {path} is missing and {url} could not be fetched "
@@ -237,7 +229,7 @@ def resolve_descriptors(
     if spec == "stigma":
         return load_stigma_descriptors()
     if spec == "toy":  # the small packaged list of the toy model and the quickstart
-        toy = Path(str(files("scd.data_gen") / "data" / "toy_descriptors.json"))
+        toy = data_path("toy_descriptors.json")
         result = load_holistic_bias(toy, drop_dispreferred=drop_dispreferred)
         result.source.update(kind="toy", path=toy.name)
         return result

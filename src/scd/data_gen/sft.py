@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from scd import __version__
 from scd.config.schema import SEED, STYLES, SFTOptions
 from scd.config.settings import load_settings, split_masks
 from scd.config.vocabulary import CONTACTS
+from scd.data_gen import data_path
 from scd.data_gen.contact import read_baseline, read_prompts, write_prompts
 from scd.data_gen.descriptors import resolve_descriptors
 from scd.errors import InputError
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
 
 
-def _explanations() -> dict[str, list[str]]:
-    return read_yaml(Path(str(files("scd.data_gen") / "data" / "sft_explanations.yaml")))
-
-
 def _pick(key: str, options: list[str]) -> str:
     digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
     return options[int.from_bytes(digest, "big") % len(options)]
@@ -54,7 +50,7 @@ def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
     """Turn prompt rows into conversational SFT rows with the unbiased answer as completion."""
     if style not in STYLES:
         raise InputError(f"expected one of {', '.join(STYLES)}", key="style", value=style)
-    notes = _explanations() if style == "explained" else {}
+    notes = read_yaml(data_path("sft_explanations.yaml")) if style == "explained" else {}
     rows = []
     cols = ("prompt_id", "prompt", "instruction", "unbiased_answer", "action")
     for r in table.select(list(cols)).to_pylist():
@@ -77,12 +73,8 @@ def _row(user: str, reply: str, prompt_id: str, source: str, answer: str | None)
 def _sample_per_contact(table: pa.Table, cap: int, rng: np.random.Generator) -> pa.Table:
     """Up to ``cap`` rows of each contact type, drawn at random, kept in file order."""
     contact = table["contact"].combine_chunks().cast(pa.string()).to_numpy(zero_copy_only=False)
-    keep = []
-    for c in CONTACTS:
-        idx = np.flatnonzero(contact == c)
-        if len(idx) > cap:
-            idx = np.sort(rng.choice(idx, size=cap, replace=False))
-        keep.append(idx)
+    groups = [np.flatnonzero(contact == c) for c in CONTACTS]
+    keep = [rng.choice(i, size=cap, replace=False) if len(i) > cap else i for i in groups]
     return table.take(pa.array(np.sort(np.concatenate(keep))))
 
 
@@ -197,23 +189,16 @@ def write_sft(
     rng = np.random.default_rng(seed)
     train_rows = sft_rows(_sample_per_contact(train_part, max_train, rng), style)
     eval_rows = sft_rows(_sample_per_contact(eval_part, max_eval, rng), style)
-    n_general = 0
-    if general_fraction > 0:
-        want = round(general_fraction / (1 - general_fraction) * len(train_rows))
-        general_rows = load_general(general, want, seed)
-        n_general = len(general_rows)
-        train_rows += general_rows
+    want = round(general_fraction / (1 - general_fraction) * len(train_rows))
+    general_rows = load_general(general, want, seed) if general_fraction > 0 else []
+    train_rows += general_rows
     train_rows = [train_rows[i] for i in rng.permutation(len(train_rows))]
+    lacking = "; it ".join(w.split(": ", 1)[1] for w in warnings)
     info = {
         "kind": "sft",
         "scd_version": __version__,
         "setting": setting,
-        "description": spec.description
-        + (
-            "; with these prompts it " + "; it ".join(w.split(": ", 1)[1] for w in warnings)
-            if warnings
-            else ""
-        ),
+        "description": spec.description + (f"; with these prompts it {lacking}" if lacking else ""),
         "description_paper": spec.description,
         "used": used,
         "warnings": warnings,
@@ -222,7 +207,7 @@ def write_sft(
         "seed": seed,
         "max_train_per_contact": max_train,
         "max_eval_per_contact": max_eval,
-        "general": {"source": general, "fraction": general_fraction, "rows": n_general},
+        "general": {"source": general, "fraction": general_fraction, "rows": len(general_rows)},
         "sources_sha256": sources,
         "counts": {
             "train": len(train_rows),
@@ -243,7 +228,7 @@ def write_sft(
             pq.write_table(
                 baseline.filter(keep), tmp / "heldout" / "baseline.parquet", compression="zstd"
             )
-        write_json(tmp / "heldout" / "manifest.json", {"kind": "heldout_prompts", **info})
+        write_json(tmp / "heldout" / "manifest.json", {**info, "kind": "heldout_prompts"})
         write_json(tmp / "manifest.json", info)
     return info
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from scd.data_gen import data_path
 from scd.errors import InputError
 from scd.io import read_yaml
 
@@ -80,17 +80,16 @@ def load_stigma_conditions(path: Path | None = None) -> list[StigmaCondition]:
         InputError: The file cannot be read or parsed, a key is missing or unknown, a value is
             empty, a condition has no forms, or a condition name repeats within its list.
     """
-    path = path or Path(str(files("scd.data_gen") / "data" / "stigma_conditions.yaml"))
-    name = str(path)
-    data = _mapping(read_yaml(path), f"{name}: top level", tuple(key for key, _ in _LISTS))
+    path = path or data_path("stigma_conditions.yaml")
+    data = _mapping(read_yaml(path), f"{path}: top level", tuple(key for key, _ in _LISTS))
     conditions: list[StigmaCondition] = []
     for key, stigmatized in _LISTS:
         entries = data[key]
         if not isinstance(entries, list) or not entries:
-            raise InputError(f"{name}: '{key}' must be a non-empty list of conditions")
+            raise InputError(f"{path}: '{key}' must be a non-empty list of conditions")
         seen: set[str] = set()
         for i, raw in enumerate(entries):
-            where = f"{name}: {key}[{i}]"
+            where = f"{path}: {key}[{i}]"
             entry = _mapping(raw, where, _ENTRY_KEYS)
             condition = _text(entry["condition"], where, "condition")
             where = f"{where} (condition '{condition}')"

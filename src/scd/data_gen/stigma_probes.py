@@ -16,11 +16,9 @@ are short hashes of the row's content, so the same inputs give byte-identical fi
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import pyarrow.parquet as pq
 
 from scd import __version__
 from scd.config.vocabulary import STIGMA_TABLES
+from scd.data_gen import content_id, data_path
 from scd.data_gen.stigma_conditions import StigmaCondition, load_stigma_conditions
 from scd.errors import InputError
 from scd.io import atomic_output_dir, read_parquet, read_yaml, sha256_file, write_json
@@ -42,10 +41,6 @@ MASK = "<mask>"
 LANGUAGES = {"en": "stigma_aq27.yaml", "es": "stigma_aq27_es.yaml"}  # the packaged AQ-27 probes
 NOUN_KINDS = ("name_male", "name_female", "gendered", "neutral")
 ILLNESS_TYPES = ("mental", "physical")
-
-
-def _data_path(name: str) -> Path:
-    return Path(str(files("scd.data_gen") / "data" / name))
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
@@ -86,7 +81,7 @@ class Aq27Spec:
 
 def load_sds_spec(path: Path | None = None) -> SdsSpec:
     """Load and check ``stigma_sds.yaml`` (4 templates, 7 items, 2 sentiment templates)."""
-    path = path or _data_path("stigma_sds.yaml")
+    path = path or data_path("stigma_sds.yaml")
     data = _read_mapping(path)
     templates = {int(t["id"]): str(t["text"]) for t in _need(data, "templates", path)}
     items = tuple((str(i["key"]), str(i["action"])) for i in _need(data, "items", path))
@@ -108,7 +103,7 @@ def load_aq27_spec(path: Path | None = None, language: str = "en") -> Aq27Spec:
     or the packaged one of ``language`` (:data:`LANGUAGES`)."""
     if path is None and language not in LANGUAGES:
         raise InputError(f"expected one of {', '.join(LANGUAGES)}", key="language", value=language)
-    path = path or _data_path(LANGUAGES[language])
+    path = path or data_path(LANGUAGES[language])
     data = _read_mapping(path)
     dims = tuple(_need(data, "dimensions", path))
     items = []
@@ -128,10 +123,6 @@ def load_aq27_spec(path: Path | None = None, language: str = "en") -> Aq27Spec:
     clauses = tuple(data.get("relative_clauses", ("who has",)))
     return Aq27Spec(dims, tuple(items), nouns, ills, str(data.get("language", "en")), clauses,
                     str(data.get("name_clause", clauses[0])))  # fmt: skip
-
-
-def _id(*parts: Any) -> str:
-    return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).hexdigest()
 
 
 def _targets(
@@ -155,37 +146,33 @@ def _targets(
 
 def sds_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str, Any]]:
     """SDS statement rows: templates x items x forms, then the baselines (templates x items)."""
-    rows = []
-    for columns, someone in _targets(conditions, "singular", "someone"):
-        for tid, template in spec.templates.items():
-            for n, (key, action) in enumerate(spec.items, start=1):
-                rows.append(
-                    {
-                        "prompt_id": _id("sds", tid, key, columns["condition"], columns["form"]),
-                        "template": tid,
-                        "item": n,
-                        "item_key": key,
-                        **columns,
-                        "prompt": template.format(action=action.format(someone=someone)),
-                    }
-                )
-    return rows
+    return [
+        {
+            "prompt_id": content_id("sds", tid, key, columns["condition"], columns["form"]),
+            "template": tid,
+            "item": n,
+            "item_key": key,
+            **columns,
+            "prompt": template.format(action=action.format(someone=someone)),
+        }
+        for columns, someone in _targets(conditions, "singular", "someone")
+        for tid, template in spec.templates.items()
+        for n, (key, action) in enumerate(spec.items, start=1)
+    ]
 
 
 def sentiment_rows(conditions: list[StigmaCondition], spec: SdsSpec) -> list[dict[str, Any]]:
     """Sentiment rows: the two templates per form, then the two baselines ("They are people.")."""
-    rows = []
-    for columns, people in _targets(conditions, "plural", "people"):
-        for tid, template in spec.sentiment.items():
-            rows.append(
-                {
-                    "prompt_id": _id("sentiment", tid, columns["condition"], columns["form"]),
-                    "template": tid,
-                    **columns,
-                    "prompt": template.format(people=people),
-                }
-            )
-    return rows
+    return [
+        {
+            "prompt_id": content_id("sentiment", tid, columns["condition"], columns["form"]),
+            "template": tid,
+            **columns,
+            "prompt": template.format(people=people),
+        }
+        for columns, people in _targets(conditions, "plural", "people")
+        for tid, template in spec.sentiment.items()
+    ]
 
 
 _AGREE = re.compile(r"\{([^{}|]*)\|([^{}|]*)\}")  # {masculine|feminine}
@@ -216,12 +203,12 @@ def aq27_rows(spec: Aq27Spec) -> list[dict[str, Any]]:
         for kind in NOUN_KINDS:
             for noun in spec.noun_phrases[kind]:
                 frame = _frame(text, noun, kind, spec)
-                frame_id = _id("aq27", item, noun)
+                frame_id = content_id("aq27", item, noun)
                 for itype in ILLNESS_TYPES:
                     for illness in spec.illnesses[itype]:
                         rows.append(
                             {
-                                "prompt_id": _id("aq27", item, noun, illness),
+                                "prompt_id": content_id("aq27", item, noun, illness),
                                 "frame_id": frame_id,
                                 "item": item,
                                 "dimension": dim,
@@ -280,8 +267,8 @@ def generate_stigma(
     Returns:
         The manifest: row counts per table, counts of conditions and forms, source hashes.
     """
-    cpath = Path(conditions_file) if conditions_file else _data_path("stigma_conditions.yaml")
-    spath = Path(sds_file) if sds_file else _data_path("stigma_sds.yaml")
+    cpath = Path(conditions_file) if conditions_file else data_path("stigma_conditions.yaml")
+    spath = Path(sds_file) if sds_file else data_path("stigma_sds.yaml")
     aq_spec = load_aq27_spec(Path(aq27_file) if aq27_file else None, language)
     conditions = _subset_conditions(load_stigma_conditions(cpath), limit_conditions)
     tables = {"aq27": aq27_rows(_subset_aq27(aq_spec, limit_conditions))}
@@ -289,7 +276,7 @@ def generate_stigma(
         sds_spec = load_sds_spec(spath)
         tables = {"sds": sds_rows(conditions, sds_spec),
                   "sentiment": sentiment_rows(conditions, sds_spec), **tables}  # fmt: skip
-    apath = Path(aq27_file) if aq27_file else _data_path(LANGUAGES[language])
+    apath = Path(aq27_file) if aq27_file else data_path(LANGUAGES[language])
     info = {
         "kind": "stigma_prompts",
         "scd_version": __version__,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from scd.config.vocabulary import ACTIONS, CONTACTS, PRINCIPLES, SCALES, SCENARIOS
+from scd.data_gen import data_path
 from scd.errors import InputError
 from scd.io import read_yaml
 
@@ -31,12 +31,12 @@ MENTION = re.compile(r"\[descriptor\] <([^<>]+)>")
 
 def templates_path() -> Path:
     """The packaged contact templates file."""
-    return Path(str(files("scd.data_gen") / "data" / "contact_templates.yaml"))
+    return data_path("contact_templates.yaml")
 
 
 def scales_path() -> Path:
     """The packaged prompt scales file."""
-    return Path(str(files("scd.data_gen") / "data" / "scales.yaml"))
+    return data_path("scales.yaml")
 
 
 @dataclass(frozen=True)
@@ -161,12 +161,8 @@ def load_templates(path: Path | str | None = None) -> list[Template]:
                 raise InputError(f"{path}: {where}.none must not have a preface")
             if contact != "none" and not preface:
                 raise InputError(f"{path}: {where}.{key}.preface is missing")
-            var = Variant(
-                contact,
-                preface,
-                str(spec.get("positive") or base["positive"]).strip(),
-                str(spec.get("negative") or base["negative"]).strip(),
-            )
+            phrases = {a: str(spec.get(a) or base[a]).strip() for a in ACTIONS}
+            var = Variant(contact, preface, **phrases)
             for action in ACTIONS:
                 _check_mentions(path, f"{where}.{key}", f"{var.preface} {getattr(var, action)}")
             # the contact preface is about the group; the no-contact question names it
@@ -201,6 +197,5 @@ def render(compiled: CompiledPrompt, group: Any) -> str:
     """Render a compiled prompt; ``group(noun)`` returns the group mention for a noun."""
     out = [compiled.parts[0]]
     for noun, part in zip(compiled.nouns, compiled.parts[1:]):
-        out.append(group(noun))
-        out.append(part)
+        out += [group(noun), part]
     return "".join(out)
