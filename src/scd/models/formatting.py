@@ -113,9 +113,6 @@ class Formatter:
         return head + PLAIN_FORMAT.format(user=user)
 
     # -- tokens ------------------------------------------------------------------------------
-    def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=not self.chat)["input_ids"]
-
     def encode(self, users: Sequence[str]) -> list[list[int]]:
         """Token ids of each formatted prompt (one BOS: the template's, or the tokenizer's)."""
         texts = [self.text(u) for u in users]
@@ -134,11 +131,6 @@ class Formatter:
                 f"({str(err).strip()[:120]}); its answers cannot be scored or trained"
             ) from None
 
-    def conversation_ids(self, user: str, reply: str) -> tuple[list[int], list[int]]:
-        """(prompt ids, prompt + reply ids) of one exchange, tokenized as training does."""
-        prompt, full = self._exchange_texts(user, reply)
-        return self._ids(prompt), self._ids(full)
-
     def reply_ids(self, option: str) -> tuple[int, ...]:
         """Token ids of ``option`` as the model writes it as its whole reply (no end-of-turn).
 
@@ -153,7 +145,7 @@ class Formatter:
         if option in self._replies:
             return self._replies[option]
         prompt_text, full_text = self._exchange_texts(_PROBE, option)
-        prompt_ids = self._ids(prompt_text)
+        prompt_ids = self.encode([_PROBE])[0]
         enc = self.tokenizer(
             full_text, add_special_tokens=not self.chat, return_offsets_mapping=True
         )

@@ -32,32 +32,21 @@ from scd import __version__
 from scd.errors import InputError, first_line
 from scd.io import atomic_output_dir, model_cache, sha256_file, write_json
 
-__all__ = ["GGUFInfo", "convert_gguf", "gguf_cache_dir", "inspect_gguf"]
+__all__ = ["convert_gguf", "inspect_gguf"]
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
 
 
-class GGUFInfo(dict):
-    """What :func:`inspect_gguf` read from a file's header (a plain dict, JSON-serialisable)."""
-
-
-def gguf_cache_dir() -> Path:
-    """Where converted GGUF models live: ``$SCD_DATA_DIR/models/gguf``."""
-    return model_cache() / "gguf"
-
-
 def _field(reader: Any, key: str) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        return None
     try:
-        return field.contents()
-    except Exception:  # a malformed field reads as missing  # noqa: BLE001
+        return reader.fields[key].contents()
+    except Exception:  # a missing or malformed field  # noqa: BLE001
         return None
 
 
-def inspect_gguf(path: Path | str) -> GGUFInfo:
-    """Read a GGUF file's header and check that scd can convert it, without loading weights.
+def inspect_gguf(path: Path | str) -> dict[str, Any]:
+    """Read a GGUF file's header and check that scd can convert it, without loading weights;
+    what it read as a JSON-serialisable dict.
 
     Raises:
         InputError: not a GGUF file, truncated, an architecture transformers cannot read, or a
@@ -102,7 +91,7 @@ def inspect_gguf(path: Path | str) -> GGUFInfo:
             ) from None
         except Exception:  # noqa: BLE001 -- a shape quirk of a supported type
             pass
-    return GGUFInfo(
+    return dict(
         architecture=arch,
         name=_field(reader, "general.name"),
         tensor_types=types,
@@ -156,14 +145,6 @@ def _plain_copy(model: Any) -> Any:
     return plain.eval()
 
 
-def _max_logit_diff(a: Any, b: Any, tokenizer: Any) -> float:
-    import torch
-
-    ids = tokenizer(PROBE_TEXT, return_tensors="pt")["input_ids"]
-    with torch.inference_mode():
-        return float((a(input_ids=ids).logits - b(input_ids=ids).logits).abs().max())
-
-
 def convert_gguf(
     path: Path | str, *, say: Callable[[str], None] = print, cache: Path | None = None
 ) -> Path:
@@ -172,7 +153,7 @@ def convert_gguf(
     Args:
         path: a local ``.gguf`` file.
         say: where the one-line progress messages go (transformers shows a bar per tensor).
-        cache: the cache root (default :func:`gguf_cache_dir`).
+        cache: the cache root (default ``$SCD_DATA_DIR/models/gguf``).
 
     Raises:
         InputError: see :func:`inspect_gguf`; or the conversion itself failed.
@@ -180,7 +161,7 @@ def convert_gguf(
     path = Path(path).expanduser()
     if not path.is_file():
         raise InputError(f"{path}: no such GGUF file")
-    root = cache or gguf_cache_dir()
+    root = cache or model_cache() / "gguf"
     sha = _sha256(path, root)
     out = root / f"{_slug(path.stem)}-{sha[:16]}"
     if (out / "manifest.json").is_file():
@@ -205,7 +186,7 @@ def convert_gguf(
     return out.resolve()
 
 
-def _convert(path: Path, tmp: Path, info: GGUFInfo, sha: str) -> dict[str, Any]:
+def _convert(path: Path, tmp: Path, info: dict[str, Any], sha: str) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -216,7 +197,9 @@ def _convert(path: Path, tmp: Path, info: GGUFInfo, sha: str) -> dict[str, Any]:
         str(path.parent), gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
     ).eval()
     plain = _plain_copy(gguf_model)
-    diff = _max_logit_diff(gguf_model, plain, tokenizer)
+    ids = tokenizer(PROBE_TEXT, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        diff = float((gguf_model(input_ids=ids).logits - plain(input_ids=ids).logits).abs().max())
     if diff > 1e-4:
         raise RuntimeError(f"the plain copy's logits differ from the GGUF model's by {diff:.2e}")
     del gguf_model

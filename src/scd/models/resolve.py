@@ -32,15 +32,13 @@ def is_gguf(spec: str) -> bool:
 
 
 def _looks_local(spec: str) -> bool:
-    if (
+    slashes = spec.count("/")
+    return (
         spec.startswith(("/", ".", "~"))
         or "\\" in spec
-        or spec.count("/") > (2 if is_gguf(spec) else 1)
-        or (is_gguf(spec) and spec.count("/") != 2)  # a Hub GGUF is owner/repo/file.gguf
-    ):
-        return True
-    first = spec.split("/", 1)[0]
-    return "/" in spec and Path(first).is_dir()
+        or (slashes != 2 if is_gguf(spec) else slashes > 1)  # a Hub GGUF is owner/repo/file.gguf
+        or (slashes > 0 and Path(spec.split("/", 1)[0]).is_dir())
+    )
 
 
 def check_model_spec(spec: str, key: str = "--model") -> str:
@@ -64,9 +62,9 @@ def check_model_spec(spec: str, key: str = "--model") -> str:
     if _looks_local(spec):
         kind = "file" if is_gguf(spec) else "directory"
         raise InputError(f"{key} {spec}: no such {kind}")
-    if is_gguf(spec) and spec.count("/") == 2:
+    if is_gguf(spec):  # owner/repo/file.gguf: any other shape looked local
         return "hub_gguf"
-    if _HUB_ID.fullmatch(spec) and not is_gguf(spec):
+    if _HUB_ID.fullmatch(spec):
         return "hub"
     raise InputError(f"{key} {spec}: neither an existing path nor a Hub id (owner/name)")
 
@@ -95,13 +93,12 @@ def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = 
 
         repo, filename = spec.rsplit("/", 1)
         try:
-            local = hf_hub_download(repo, filename)
+            spec = hf_hub_download(repo, filename)
         except Exception as err:  # network, auth, missing file  # noqa: BLE001
             first = first_line(err)
             raise InputError(
                 f"{key} {spec}: cannot download {filename} from {repo} ({first})"
             ) from None
-        return str(convert_gguf(local, say=say))
     return str(convert_gguf(spec, say=say))
 
 

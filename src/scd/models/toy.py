@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from scd import __version__
 from scd.data_gen.contact import generate_contact_table
@@ -116,10 +117,8 @@ def _encode(tokenizer: Any, messages: list[str], answers: list[str]) -> tuple[to
         [{"role": "user", "content": "\0"}], tokenize=False, add_generation_prompt=True
     ).split("\0")
     texts = [f"{prefix}{m}{suffix} {a} {tokenizer.eos_token}" for m, a in zip(messages, answers)]
-    seqs = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    ids = torch.full((len(seqs), max(map(len, seqs))), tokenizer.pad_token_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
+    seqs = [torch.tensor(s) for s in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    ids = pad_sequence(seqs, batch_first=True, padding_value=tokenizer.pad_token_id)
     return ids, torch.tensor([len(s) - 2 for s in seqs])  # </s> follows the answer
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 from scd.io import atomic_output_dir, write_json
 
 __all__ = ["merge_adapter"]
@@ -22,15 +22,13 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    adapter = Path(adapter)
-    config_path = adapter / "adapter_config.json"
-    if not config_path.is_file():
-        raise InputError(
-            "no adapter_config.json (a PEFT adapter dir)", key="adapter", value=adapter
-        )
-    config = json.loads(config_path.read_text())
+    from scd.eval.engines import require_adapter
     from scd.models import resolve_model
 
+    adapter = Path(adapter)
+    require_adapter(adapter)
+    config_path = adapter / "adapter_config.json"
+    config = json.loads(config_path.read_text())
     if base:
         base = resolve_model(base, key="--base")  # a GGUF file is converted once
     else:
@@ -45,12 +43,13 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
     try:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=False)
     except (OSError, ValueError) as err:
-        raise InputError(f"base model {base}: cannot load ({str(err).splitlines()[0]})") from None
+        raise InputError(f"base model {base}: cannot load ({first_line(err)})") from None
     try:
         merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (RuntimeError, ValueError, KeyError) as err:
-        first = str(err).splitlines()[0][:200]
-        raise InputError(f"does not fit {base} ({first})", key="adapter", value=adapter) from None
+        raise InputError(
+            f"does not fit {base} ({first_line(err)})", key="adapter", value=adapter
+        ) from None
     tok_source = adapter if (adapter / "tokenizer_config.json").is_file() else base
     tokenizer = AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=False)
     info = {"kind": "merged_model", "base_model": base, "adapter": str(adapter),

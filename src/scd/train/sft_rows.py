@@ -50,12 +50,8 @@ def check_trained_tokens(
     Raises:
         InputError: a mismatch, naming the row and both token sequences.
     """
-    checked = 0
-    for i, row in enumerate(rows):
-        if checked >= sample:
-            break
-        if not row.get("answer"):
-            continue
+    answered = [(i, row) for i, row in enumerate(rows) if row.get("answer")][:sample]
+    for i, row in answered:
         ids = dataset[i]["input_ids"]
         mask = dataset[i].get("completion_mask")
         if mask is None:
@@ -72,5 +68,4 @@ def check_trained_tokens(
                 f"trained {decode(trained)} after {len(ids[:start])} prompt tokens; the evaluator "
                 f"scores {decode(option)} after {len(prompt)}"
             )
-        checked += 1
-    return checked
+    return len(answered)

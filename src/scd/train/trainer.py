@@ -17,6 +17,7 @@ Output directory::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -99,9 +100,10 @@ def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    kwargs: dict[str, Any] = {"trust_remote_code": False}
     compute = torch.bfloat16 if cuda and recipe.train.bf16 else torch.float32
+    kwargs: dict[str, Any] = {"trust_remote_code": False, "dtype": compute}
     if recipe.quantization == "4bit":
+        from accelerate import PartialState
         from peft import prepare_model_for_kbit_training
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -110,8 +112,7 @@ def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
             bnb_4bit_compute_dtype=compute,
             bnb_4bit_use_double_quant=True,
         )
-        kwargs["device_map"] = {"": _device_index() if cuda else "cpu"}
-    kwargs["dtype"] = compute
+        kwargs["device_map"] = {"": PartialState().local_process_index if cuda else "cpu"}
     try:
         model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     except (OSError, ValueError) as err:
@@ -124,28 +125,18 @@ def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
     return model
 
 
-def _device_index() -> int:
-    from accelerate import PartialState
-
-    return PartialState().local_process_index
-
-
 def _last_checkpoint(out: Path) -> str | None:
     """The newest complete checkpoint: one whose ``trainer_state.json`` (written last) parses.
 
     A run killed while writing a checkpoint leaves a partial directory; resuming skips it.
     """
-    ckpt = out / "checkpoints"
-    if not ckpt.is_dir():
-        return None
+    ckpt = out / "checkpoints"  # none yet: glob finds nothing
     steps = [(int(p.name.removeprefix("checkpoint-")), p) for p in ckpt.glob("checkpoint-*")
              if p.name.removeprefix("checkpoint-").isdigit()]  # fmt: skip
     for _, path in sorted(steps, reverse=True):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             json.loads((path / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            continue
-        return str(path)
+            return str(path)
     return None
 
 
@@ -297,14 +288,13 @@ def train(
     trainer, checked = build_trainer(
         recipe, model_path, sft_dir, out, cuda=cuda, progress=progress, verbose=verbose, args=args
     )
-    tokenizer = trainer.processing_class
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint if resume else None)
     seconds = time.perf_counter() - start
     _save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
-        tokenizer.save_pretrained(str(out))
+        trainer.processing_class.save_pretrained(str(out))
         tokens = int(trainer.state.num_input_tokens_seen)
         loss = mean_loss(trainer.state.log_history)  # every step, across resumes
         info = {

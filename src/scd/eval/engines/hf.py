@@ -14,11 +14,13 @@ it (unmerged) and switches between adapters, or runs the base with the adapter l
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
 from scd.errors import InputError
@@ -72,17 +74,15 @@ class HFEngine:
             raise InputError("no CUDA GPU is available here", key="device", value=self.device)
         if self.device == "mps" and not torch.backends.mps.is_available():
             raise InputError("no Apple GPU is available here", key="device", value="mps")
-        batch_size = spec.batch_size or EVAL_BATCH_SIZE
-        dtype = spec.dtype
         for path in adapters:
             require_adapter(path)
         self.model_name = model
-        self.model = load_model(model, self.device, dtype)
+        self.model = load_model(model, self.device, spec.dtype)
         self.adapters: dict[str, str] = {}  # adapter path -> PEFT adapter name
         self.active: str | None = None
         self._loaded = 0
         self.tokenizer = tokenizer
-        self.batch_size = batch_size
+        self.batch_size = spec.batch_size or EVAL_BATCH_SIZE
         self.padding_side = padding_side
         pad = getattr(tokenizer, "pad_token_id", None)
         if pad is None:
@@ -134,14 +134,14 @@ class HFEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            sl = slice(width - len(s), width) if self.padding_side == "left" else slice(0, len(s))
-            ids[i, sl] = torch.tensor(s, dtype=torch.long)
-            mask[i, sl] = 1
+    def _pad(
+        self, seqs: Sequence[Sequence[int]], side: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Padded ids, attention mask and positions (``side``: default the engine's)."""
+        rows = [torch.tensor(s, dtype=torch.long) for s in seqs]
+        side = side or self.padding_side
+        ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_id, padding_side=side)
+        mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side=side)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return ids.to(self.device), mask.to(self.device), positions.to(self.device)
 
@@ -168,27 +168,23 @@ class HFEngine:
         order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
         scores: list[Any] = [None] * len(requests)
         with self._active_model():
-            self._score_batches(requests, order, scores)
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start : start + self.batch_size]
+                reqs = [requests[i] for i in batch]
+                if all(len(o) == 1 for r in reqs for o in r.option_ids):
+                    values = self._score_single(reqs)
+                elif min(len(r.prompt_ids) for r in reqs) > 1:
+                    values = self._score_shared_prefix(reqs)
+                else:
+                    values = self._score_full(reqs)
+                for i, v in zip(batch, values):
+                    scores[i] = v
         return scores
-
-    def _score_batches(self, requests: list[ChoiceRequest], order: list[int], scores: list) -> None:
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            reqs = [requests[i] for i in batch]
-            if all(len(o) == 1 for r in reqs for o in r.option_ids):
-                values = self._score_single(reqs)
-            elif min(len(r.prompt_ids) for r in reqs) > 1:
-                values = self._score_shared_prefix(reqs)
-            else:
-                values = self._score_full(reqs)
-            for i, v in zip(batch, values):
-                scores[i] = v
 
     @torch.inference_mode()
     def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
         """Single-token options: one forward pass, all options read at the last position."""
-        seqs = [list(r.prompt_ids) for r in reqs]
-        ids, mask, positions = self._pad(seqs)
+        ids, mask, positions = self._pad([r.prompt_ids for r in reqs])
         left = self.padding_side == "left"
         out = self.model(
             input_ids=ids,
@@ -196,18 +192,11 @@ class HFEngine:
             position_ids=positions,
             logits_to_keep=1 if left else 0,
         )
-        rows = torch.arange(len(reqs), device=out.logits.device)
-        last = (
-            torch.full_like(rows, out.logits.shape[1] - 1)
-            if left
-            else torch.tensor([len(x) - 1 for x in seqs], device=rows.device)
-        )
-        logprobs = torch.log_softmax(out.logits[rows, last].float(), dim=-1)
-        width = max(len(r.option_ids) for r in reqs)
-        options = torch.tensor(
-            [[o[0] for o in r.option_ids] + [0] * (width - len(r.option_ids)) for r in reqs],
-            device=logprobs.device,
-        )
+        rows = torch.arange(len(reqs), device=mask.device)
+        last = out.logits[:, -1] if left else out.logits[rows, mask.sum(-1) - 1]
+        logprobs = torch.log_softmax(last.float(), dim=-1)
+        options = [torch.tensor([o[0] for o in r.option_ids]) for r in reqs]
+        options = pad_sequence(options, batch_first=True).to(logprobs.device)  # 0 after the last
         picked = logprobs.gather(1, options).tolist()
         return [values[: len(r.option_ids)] for values, r in zip(picked, reqs)]
 
@@ -217,7 +206,7 @@ class HFEngine:
         is repeated per option; each option row then feeds ``[last prompt token] + option[:-1]``
         and reads the option's tokens. Same numbers as scoring each prompt + option alone."""
         k = max(len(r.option_ids) for r in reqs)
-        ids, mask, positions = self._pad([list(r.prompt_ids[:-1]) for r in reqs])
+        ids, mask, positions = self._pad([r.prompt_ids[:-1] for r in reqs])
         cache = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
             logits_to_keep=1,
@@ -226,19 +215,13 @@ class HFEngine:
         options = [list(r.option_ids[j % len(r.option_ids)]) for r in reqs for j in range(k)]
         feeds = [[r.prompt_ids[-1], *o[:-1]] for r, o in zip(
             (r for r in reqs for _ in range(k)), options)]  # fmt: skip
-        width = max(len(f) for f in feeds)
-        feed_ids = torch.full((len(feeds), width), self.pad_id, dtype=torch.long)
-        feed_mask = torch.zeros((len(feeds), width), dtype=torch.long)
-        targets = torch.zeros((len(feeds), width), dtype=torch.long)
-        for i, (f, o) in enumerate(zip(feeds, options)):
-            feed_ids[i, : len(f)] = torch.tensor(f)
-            feed_mask[i, : len(f)] = 1
-            targets[i, : len(o)] = torch.tensor(o)
-        start = mask.sum(-1).repeat_interleave(k).cpu()[:, None]
+        feed_ids, feed_mask, _ = self._pad(feeds, "right")
+        targets = pad_sequence([torch.tensor(o) for o in options], batch_first=True)
+        start = mask.sum(-1).repeat_interleave(k)[:, None]  # each row's prompt length
         out = self.model(
-            input_ids=feed_ids.to(self.device),
-            attention_mask=torch.cat([mask.repeat_interleave(k, 0), feed_mask.to(self.device)], 1),
-            position_ids=(start + torch.arange(width)[None, :]).to(self.device),
+            input_ids=feed_ids,
+            attention_mask=torch.cat([mask.repeat_interleave(k, 0), feed_mask], 1),
+            position_ids=start + torch.arange(feed_ids.shape[1], device=feed_ids.device),
             past_key_values=cache,
             use_cache=False,
         )
@@ -251,36 +234,25 @@ class HFEngine:
         """Each prompt + option as its own sequence (the reference; used for 1-token prompts)."""
         seqs = [list(r.prompt_ids) + list(o) for r in reqs for o in r.option_ids]
         spans = [len(o) for r in reqs for o in r.option_ids]
-        flat = [sum(x) for x in self._token_logprobs(seqs, spans)]
-        out, i = [], 0
-        for r in reqs:
-            out.append(flat[i : i + len(r.option_ids)])
-            i += len(r.option_ids)
-        return out
+        flat = iter([sum(x) for x in self._token_logprobs(seqs, spans)])
+        return [list(itertools.islice(flat, len(r.option_ids))) for r in reqs]
 
     @torch.inference_mode()
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]:
         """Greedy continuations (left-padded batches), decoded without special tokens."""
         texts: list[Any] = [None] * len(prompt_ids)
         order = sorted(range(len(prompt_ids)), key=lambda i: -len(prompt_ids[i]))
-        side, self.padding_side = self.padding_side, "left"
-        try:
-            for start in range(0, len(order), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                ids, mask, _ = self._pad([list(prompt_ids[i]) for i in batch])
-                with self._active_model():
-                    new = self._generate(ids, mask, max_new_tokens)
-                for i, row in zip(batch, new.tolist()):
-                    texts[i] = self.tokenizer.decode(row, skip_special_tokens=True).strip()
-        finally:
-            self.padding_side = side
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            ids, mask, _ = self._pad([prompt_ids[i] for i in batch], "left")
+            with self._active_model():
+                new = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.pad_id,
+                )
+            for i, row in zip(batch, new[:, ids.shape[1] :].tolist()):
+                texts[i] = self.tokenizer.decode(row, skip_special_tokens=True).strip()
         return texts
-
-    def _generate(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> Any:
-        return self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=self.pad_id,
-        )[:, ids.shape[1] :]
