@@ -15,7 +15,7 @@ from scd.cli import main
 from scd.config.engine import EngineSpec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
-from scd.eval.benchmarks.stigma.mlm import load_lexicon, pll_word_l2r
+from scd.eval.benchmarks.stigma.mlm import load_lexicon, pll_scores
 
 SHARED_LEXICON = Path(__file__).resolve().parents[2].parent / "shared/data/stigma"
 
@@ -74,10 +74,9 @@ def test_pll_word_l2r_against_naive_loop(toy_mlm: Path) -> None:
         x[0, i] = tok.mask_token_id
         with torch.no_grad():
             naive += torch.log_softmax(model(input_ids=x).logits[0, i], -1)[ids[i]].item()
-    assert pll_word_l2r(model, tok, text) == pytest.approx(naive, abs=1e-4)
+    got = pll_scores(model, [ids], [words], tok.mask_token_id, tok.pad_token_id)[0]
+    assert got == pytest.approx(naive, abs=1e-4)
     # multi-token words: a word's later tokens stay masked while its earlier ones are scored
-    from scd.eval.benchmarks.stigma.mlm import pll_scores
-
     grouped = [None, 0, 0, 1, 2, 2, 2, 3, None]
     toks = ids[: len(grouped) - 1] + [ids[-1]]
     naive = 0.0

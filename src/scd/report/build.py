@@ -16,6 +16,7 @@ from typing import Any
 from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
+from scd.eval.benchmarks.base import markdown_table
 from scd.io import read_json
 from scd.report.html import anchor
 
@@ -146,14 +147,14 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
             wandb += f" (offline: `wandb sync {segments}/offline-run-*-{wandb}`)"
         resumed = f", resumed from {m['resumed_from']}" if m.get("resumed_from") else ""
         final = f"{history[-1][1]:.4f}" if history else "–"
-        rows.append(f"| {n} | {m['global_step']:,}{resumed} | {m['train_seconds']:.0f} s | "
-                    f"{m.get('tokens_per_second') or 0:,.0f} | {final} | "
-                    f"{m['train_loss']:.4f} | {wandb} |")  # fmt: skip
+        rows.append([n, f"{m['global_step']:,}{resumed}", f"{m['train_seconds']:.0f} s",
+                     f"{m.get('tokens_per_second') or 0:,.0f}", final, f"{m['train_loss']:.4f}",
+                     wandb])  # fmt: skip
     if not rows:
         return []
-    head = ("| Setting | Steps | Time (this session) | Tokens/s | Final loss | Mean loss (all "
-            "steps) | W&B run |")  # fmt: skip
-    lines = ["## Training", "", head, "|---" * 7 + "|", *rows, ""]
+    head = ["Setting", "Steps", "Time (this session)", "Tokens/s", "Final loss",
+            "Mean loss (all steps)", "W&B run"]  # fmt: skip
+    lines = ["## Training", "", *markdown_table(head, rows)]
     if any(curves.values()):
         figures["loss"] = loss_png(curves, title="Training loss")
         lines += ["{{figure:loss}}", "", "*Figure 0. Training loss by step, per setting (the "

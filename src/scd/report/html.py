@@ -40,6 +40,12 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def _inline_text(tokens: list, idx: int) -> str:
+    """The text of the inline token after ``tokens[idx]`` ("" when there is none)."""
+    after = tokens[idx + 1] if idx + 1 < len(tokens) else None
+    return after.content if after is not None and after.type == "inline" else ""
+
+
 def _markdown_it() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
 
@@ -50,12 +56,7 @@ def _markdown_it() -> MarkdownIt:
         return renderer.renderToken(tokens, idx, options, env) + "</div>\n"
 
     def td_open(renderer, tokens, idx, options, env):
-        inline = tokens[idx + 1] if idx + 1 < len(tokens) else None
-        if (
-            inline is not None
-            and inline.type == "inline"
-            and _NUMERIC.match(inline.content.strip())
-        ):
+        if _NUMERIC.match(_inline_text(tokens, idx).strip()):
             tokens[idx].attrJoin("class", "num")
         return renderer.renderToken(tokens, idx, options, env)
 
@@ -66,9 +67,7 @@ def _markdown_it() -> MarkdownIt:
         )
 
     def heading_open(renderer, tokens, idx, options, env):  # an anchor for the contents
-        inline = tokens[idx + 1] if idx + 1 < len(tokens) else None
-        if inline is not None and inline.type == "inline":
-            tokens[idx].attrSet("id", anchor(inline.content))
+        tokens[idx].attrSet("id", anchor(_inline_text(tokens, idx)))
         return renderer.renderToken(tokens, idx, options, env)
 
     for rule in (heading_open, table_open, table_close, td_open, image):
@@ -123,14 +122,9 @@ def _split(markdown_text: str, figures: dict[str, bytes]) -> list[tuple[str, str
 
 
 def render_markdown(markdown_text: str, figures: dict[str, bytes] | None = None) -> str:
-    """The Markdown file of a report: placeholders become ``![NAME](figures/NAME.png)``.
-
-    Args:
-        markdown_text: report Markdown with ``{{figure:NAME}}`` lines.
-        figures: PNG bytes by name (written by :func:`write_report` as ``figures/NAME.png``).
-
-    Returns:
-        Markdown text ending in a newline, unused figures appended under "Figures".
+    """The Markdown file of a report: placeholders become ``![NAME](figures/NAME.png)`` (the
+    ``figures``, PNG bytes by name, that :func:`write_report` writes there); the text ends in a
+    newline, unused figures appended under "Figures".
 
     Raises:
         InputError: a placeholder names a missing figure, or a figure is invalid.
@@ -150,14 +144,6 @@ def render_html(title: str, markdown_text: str, figures: dict[str, bytes] | None
     The page has inline CSS, no scripts and no external resources: figures are embedded as
     ``data:image/png;base64`` URIs. ``title`` (escaped) is the page title and, unless the
     Markdown already starts with a level-1 heading, is shown as one.
-
-    Args:
-        title: page title (plain text).
-        markdown_text: report Markdown (CommonMark + GFM tables) with ``{{figure:NAME}}`` lines.
-        figures: PNG bytes by name.
-
-    Returns:
-        The HTML document.
 
     Raises:
         InputError: a placeholder names a missing figure, a figure is not PNG bytes or has a
@@ -198,16 +184,8 @@ def write_report(
 
     ``report.md`` starts with ``# title`` unless the Markdown already starts with a level-1
     heading. Both documents are rendered (and so validated) before anything is written; each file is
-    written atomically (:func:`scd.io.atomic_file`). Other files in ``out_dir`` are left.
-
-    Args:
-        out_dir: directory to write into (created if needed).
-        title: report title.
-        markdown_text: report Markdown with ``{{figure:NAME}}`` lines.
-        figures: PNG bytes by name.
-
-    Returns:
-        The paths of ``report.md`` and ``report.html``.
+    written atomically (:func:`scd.io.atomic_file`), ``out_dir`` created if needed; other files
+    in it are left. Returns the paths of ``report.md`` and ``report.html``.
 
     Raises:
         InputError: as :func:`render_html`.

@@ -6,6 +6,7 @@ module of its own and one :func:`register` call (built-in ones: the lines below)
 
 from __future__ import annotations
 
+from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark
 
 __all__ = ["REGISTRY", "get", "recipe_sections", "register"]
@@ -25,8 +26,6 @@ def get(name: str) -> Benchmark:
     Raises:
         InputError: no such benchmark (naming the known ones).
     """
-    from scd.errors import InputError
-
     if name not in REGISTRY:
         raise InputError(f"expected one of {', '.join(REGISTRY)}", key="benchmark", value=name)
     return REGISTRY[name]

@@ -14,7 +14,7 @@ base first; the bias benchmark overrides both (held-out prompts per setting, Tab
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -29,7 +29,8 @@ from scd.eval.tasks import CausalModel, EvalTask, Launch, run_task
 from scd.io import json_text, read_json
 
 __all__ = [
-    "Benchmark", "BenchmarkOptions", "Job", "RunData", "Table", "evaluated", "read_summaries",
+    "Benchmark", "BenchmarkOptions", "Job", "RunData", "Table", "evaluated", "markdown_table",
+    "read_summaries", "read_summary",
 ]  # fmt: skip
 
 
@@ -88,18 +89,43 @@ def evaluated(summary: dict[str, Any]) -> str:
     return run["model"] + (f" + adapter {run['adapter']}" if run.get("adapter") else "")
 
 
-def read_summaries(runs: dict[str, Path | str], what: str) -> dict[str, dict[str, Any]]:
-    """Each run's ``summary.json`` by name.
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Lines of a Markdown table (and a blank line after it); cells are shown with ``str``."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows] + [""]
+
+
+def read_summary(
+    run: Path | str, what: str, *, probe: bool = False, key: str = "runs", value: Any = None
+) -> dict[str, Any]:
+    """The ``summary.json`` of a finished ``what`` run (``probe``: a run of the stigma probe
+    ``what``).
 
     Raises:
-        InputError: no runs, or a directory without a summary (naming it as ``--runs`` gave it).
+        InputError: no summary, or a run of another probe (``--KEY VALUE``; default value: ``run``).
+    """
+    value = run if value is None else value
+    file = Path(run) / "summary.json"
+    if not file.is_file():
+        raise InputError(f"no summary.json (not a finished {what} run)", key=key, value=value)
+    summary = read_json(file)
+    if probe and summary.get("probe") != what:
+        raise InputError(f"a {summary.get('probe')!r} run, not {what}", key=key, value=value)
+    return summary
+
+
+def read_summaries(
+    runs: dict[str, Path | str], what: str, *, probe: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Each run's ``summary.json`` by name (:func:`read_summary`, naming a run as ``--runs`` gave
+    it).
+
+    Raises:
+        InputError: no runs, or as :func:`read_summary`.
     """
     if not runs:
         raise InputError("give at least one NAME=DIR", key="runs")
-    missing = [f"{n}={d}" for n, d in runs.items() if not (Path(d) / "summary.json").is_file()]
-    if missing:
-        raise InputError(f"--runs {missing[0]}: no summary.json (not a finished {what} run)")
-    return {name: read_json(Path(d) / "summary.json") for name, d in runs.items()}
+    return {n: read_summary(d, what, probe=probe, value=f"{n}={d}") for n, d in runs.items()}
 
 
 class Benchmark:
@@ -171,13 +197,18 @@ class Benchmark:
         key = {k: v for k, v in dataclasses.asdict(options).items() if k != "enabled"}
         return [Job(self.name, self, options, key)]
 
-    def report(self, layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
-        """The run report's section: :meth:`table` over the base and each tuned model."""
+    def runs(self, layout: RunLayout) -> dict[str, str]:
+        """The result directories of the base and each tuned model, by row label (base first)."""
         base = layout["base"]
         runs = {self.base_label: base[self.name]} if self.name in base else {}
         for n, info in layout["settings"].items():
             if self.name in info["evals"]:
                 runs[f"Setting {n}"] = info["evals"][self.name]
+        return runs
+
+    def report(self, layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
+        """The run report's section: :meth:`table` over :meth:`runs`."""
+        runs = self.runs(layout)
         if not runs:
             return []
         table = self.table(runs)

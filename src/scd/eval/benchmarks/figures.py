@@ -96,9 +96,6 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             "Setting 1"), ``contact`` (``none``, ``positive``, ``negative`` or ``all``),
             ``before`` and ``after`` (bias %, or NaN), and optionally their intervals.
 
-    Returns:
-        PNG bytes.
-
     Raises:
         InputError: a missing column, an empty frame, an unknown contact, a duplicated
             (setting, contact) row or a non-numeric value.
@@ -216,9 +213,6 @@ def figure2_png(
         titles: one title per grid; defaults to ``("Bias % by axis and scenario",)`` for one grid
             and ``("Before", "After")`` for two.
 
-    Returns:
-        PNG bytes.
-
     Raises:
         InputError: an empty grid, a non-numeric column or a wrong number of titles.
     """
@@ -276,9 +270,6 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             (label, e.g. "base" or "tuned"), ``accuracy_ambig``, ``accuracy_disambig``
             (fractions 0-1) and ``bias_ambig`` (s_AMB), ``bias_disambig`` (s_DIS) in [-1, 1].
         title: a title above the panels.
-
-    Returns:
-        PNG bytes.
 
     Raises:
         InputError: a missing column, an empty frame, a duplicated (category, model) row or a

@@ -26,7 +26,7 @@ from typing import Any
 
 from scd.config.options import option, positive
 from scd.errors import InputError
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, save_table
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries, save_table
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel, CausalTask
 
@@ -114,16 +114,14 @@ class BBQ(Benchmark):
 
         from scd.eval.benchmarks.figures import bbq_bars_png
 
-        runs = {self.base_label: layout["base"]["bbq"]}
-        runs.update({f"Setting {n}": i["evals"]["bbq"] for n, i in layout["settings"].items()
-                     if "bbq" in i["evals"]})  # fmt: skip
+        runs = self.runs(layout)
         table = self.table(runs)
         save_table(tables, table)
-        bars = []
-        for name, d in runs.items():
-            summary = json.loads((Path(d) / "summary.json").read_text())
-            for cat, block in summary["by_category"].items():
-                bars.append({"category": cat, "model": name, **_bars(block)})
+        bars = [
+            {"category": cat, "model": name, **_bars(block)}
+            for name, s in read_summaries(runs, "BBQ").items()
+            for cat, block in s["by_category"].items()
+        ]
         items = {r["n"] for r in table.rows if r["category"] == "All"}  # one size per model
         n_items, cats = max(items, default=0), len({r["category"] for r in table.rows}) - 1
         figures["bbq"] = bbq_bars_png(

@@ -7,7 +7,7 @@ add a descriptor-free baseline, the excess over it and the answer tendency.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -16,10 +16,11 @@ from statsmodels.stats.proportion import proportion_confint
 
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, PRINCIPLES, SCALES, SCENARIO_TABLE_ORDER
 from scd.errors import InputError
+from scd.eval.benchmarks.base import markdown_table
 
 __all__ = [
     "bias_rate", "bias_table", "format_cell", "format_pct", "grid_markdown", "label_of",
-    "markdown_table", "records_frame", "summarize", "tables_markdown",
+    "records_frame", "summarize", "tables_markdown",
 ]  # fmt: skip
 
 # Display orders (the paper's): unknown values found in the records follow, sorted.
@@ -42,15 +43,9 @@ _COLUMNS = "principle scenario scale contact axis descriptor baseline options ch
 
 
 def records_frame(records: Iterable[dict]) -> pd.DataFrame:
-    """Load evaluator records into a frame with clean booleans.
-
-    Args:
-        records: Evaluator records (dicts with the keys the evaluator writes).
-
-    Returns:
-        One row per record; ``biased``, ``unparsed`` and ``baseline`` are booleans (unparsed is
-        never biased), plus ``first_answer`` (``options[0]``) and ``first_option`` (it was chosen).
-    """
+    """Evaluator records as a frame, one row per record: ``biased``, ``unparsed`` and
+    ``baseline`` are booleans (unparsed is never biased), plus ``first_answer`` (``options[0]``)
+    and ``first_option`` (it was chosen)."""
     df = pd.DataFrame(list(records))
     for col in [*_COLUMNS.split(), "unparsed"]:
         if col not in df:
@@ -98,17 +93,9 @@ def bias_table(
     cols: str | list[str] | None = None,
     denominator: str = "all",
 ) -> pd.DataFrame:
-    """Tidy bias table: one row per (rows + cols) cell.
-
-    Args:
-        df: A frame from :func:`records_frame`.
-        rows: Row key column(s).
-        cols: Column key column(s), or None.
-        denominator: ``"all"`` (paper) or ``"parsed"`` (unparsed answers excluded).
-
-    Returns:
-        The key columns plus ``biased, n, pct, ci_low, ci_high, unparsed`` (percent; NaN if n == 0).
-    """
+    """Tidy bias table of a :func:`records_frame`: one row per (rows + cols) cell, the key
+    columns plus ``biased, n, pct, ci_low, ci_high, unparsed`` (percent; NaN if n == 0).
+    ``denominator``: ``"all"`` (paper) or ``"parsed"`` (unparsed answers excluded)."""
     keys = [[] if k is None else [k] if isinstance(k, str) else list(k) for k in (rows, cols)]
     return _table(df, keys[0] + keys[1], denominator)
 
@@ -124,21 +111,13 @@ def _cell(row: Any = None, flag: str = "biased") -> dict[str, Any]:
 def wilson_cell(biased: int, n: int, unparsed: int = 0) -> dict[str, Any]:
     """A cell of ``biased`` of ``n`` responses: percent and 95% Wilson interval."""
     pct, low, high = _wilson(np.array([biased]), np.array([n]))[:, 0]
-    none = lambda x: None if np.isnan(x) else float(x)  # noqa: E731
-    return {"biased": biased, "n": n, "pct": none(pct), "ci_low": none(low), "ci_high": none(high),
-            "unparsed": unparsed}  # fmt: skip
+    return _cell({"biased": biased, "n": n, "pct": pct, "ci_low": low, "ci_high": high,
+                  "unparsed": unparsed})  # fmt: skip
 
 
 def bias_rate(df: pd.DataFrame, denominator: str = "all") -> dict[str, Any]:
-    """Overall bias of ``df``.
-
-    Args:
-        df: A frame from :func:`records_frame`.
-        denominator: ``"all"`` (paper) or ``"parsed"`` (unparsed answers excluded).
-
-    Returns:
-        ``{biased, n, pct, ci_low, ci_high, unparsed}``; percentages are None when n == 0.
-    """
+    """Overall bias of a :func:`records_frame` (``denominator`` as in :func:`bias_table`):
+    ``{biased, n, pct, ci_low, ci_high, unparsed}``; percentages are None when n == 0."""
     return _cell(_table(df, [], denominator).iloc[0])
 
 
@@ -234,12 +213,6 @@ def label_of(key: object) -> str:
     return str(key).replace("_", " ").capitalize()
 
 
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """Lines of a Markdown table (and a blank line after it)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(r) + " |" for r in rows] + [""]
-
-
 def grid_markdown(grid: dict[str, dict[str, dict]], first: str) -> list[str]:
     """Lines of a Markdown table of cells ``grid[row][column]`` (``first`` heads the row names)."""
     cols = list(dict.fromkeys(c for row in grid.values() for c in row))
@@ -254,16 +227,9 @@ def _list(cells: dict[str, dict], first: str, head: str = "Bias % [95% CI]") -> 
 
 
 def tables_markdown(summary: dict[str, Any], title: str = "Bias evaluation") -> str:
-    """Render :func:`summarize` output as Markdown in the paper's table layouts.
-
-    Args:
-        summary: The dict from :func:`summarize`.
-        title: The top-level heading.
-
-    Returns:
-        Markdown text: Table 1, the contact-hypothesis check, axis x scenario per scale, the
-        principle/axis/top-descriptor tables, then the sections beyond the paper.
-    """
+    """:func:`summarize` output as Markdown under the heading ``title``, in the paper's table
+    layouts: Table 1, the contact-hypothesis check, axis x scenario per scale, the
+    principle/axis/top-descriptor tables, then the sections beyond the paper."""
     s, ov = summary, summary["overall"]
     n_line = (
         f"Denominator: `{s['denominator']}`; n = {ov['n']} descriptor prompts ({ov['unparsed']} "

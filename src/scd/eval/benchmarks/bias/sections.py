@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 
 from scd.config.settings import load_settings
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, SCALES, SCENARIO_TABLE_ORDER, RunLayout
-from scd.eval.benchmarks.base import Table, read_summaries, save_table
-from scd.eval.benchmarks.bias.metrics import format_cell, format_pct, grid_markdown, markdown_table
+from scd.eval.benchmarks.base import Table, markdown_table, read_summaries, save_table
+from scd.eval.benchmarks.bias.metrics import format_cell, format_pct, grid_markdown
 from scd.eval.benchmarks.bias.transfer import (
     TRANSFER_TABLES,
     before_after,
@@ -46,10 +46,9 @@ def _ordered(grid: dict, rows: tuple = (), cols: tuple = ()) -> dict:
 
 def _grid_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Bias % by axis (rows) x scenario (columns)."""
-    grid = frame.assign(biased=frame["biased"].astype(float)).pivot_table(
+    return 100 * frame.assign(biased=frame["biased"].astype(float)).pivot_table(
         index="axis", columns="scenario", values="biased", aggfunc="mean"
     )
-    return 100 * grid
 
 
 def _manifest(info: dict[str, Any]) -> dict[str, Any]:
@@ -78,15 +77,14 @@ def _settings_table(
     layout: RunLayout, descriptions: dict[int, str], evaluated: dict[int, int]
 ) -> list[str]:
     """One row per setting: what it trains and evaluates on, and how much data it had."""
-    rows = ["| Setting | Trains on, evaluates on | SFT rows | Held-out prompts | Evaluated |",
-            "|---|---|---|---|---|"]  # fmt: skip
+    rows = []
     for n, info in layout["settings"].items():
         counts = _manifest(info).get("counts", {})
         held, done = counts.get("heldout_prompts", 0), evaluated.get(int(n), 0)
-        cells = [n, descriptions.get(int(n), ""), f"{counts.get('train', 0):,}", f"{held:,}",
-                 f"{done:,}"]  # fmt: skip
-        rows.append("| " + " | ".join(map(str, cells)) + " |")
-    return rows
+        rows.append([n, descriptions.get(int(n), ""), f"{counts.get('train', 0):,}", f"{held:,}",
+                     f"{done:,}"])  # fmt: skip
+    head = ["Setting", "Trains on, evaluates on", "SFT rows", "Held-out prompts", "Evaluated"]
+    return markdown_table(head, rows)
 
 
 def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> tuple:
@@ -102,7 +100,7 @@ def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) 
     for n, info in layout["settings"].items():  # what the setting really used, if less
         descriptions[int(n)] = _manifest(info).get("description", descriptions.get(int(n)))
     evaluated = {n: len(before) for n, (before, _) in pairs.items()}
-    head = ["## The settings", "", *_settings_table(layout, descriptions, evaluated), ""]
+    head = ["## The settings", "", *_settings_table(layout, descriptions, evaluated)]
     t10 = table10_frame(pairs)
     md = table_markdown(t10, "Table 10: bias % before and after SCD tuning, per setting", ci=True)
     _save(tables, "table10", t10, md)
@@ -136,6 +134,14 @@ def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) 
     return head, tail
 
 
+def _grid_table(tables: Path, name: str, title: str, grid: dict, keys: tuple[str, str]) -> str:
+    """A ``grid[row][column]`` of cells as Markdown, saved with its tidy rows as ``name``."""
+    md = "\n".join([title, "", *grid_markdown(grid, keys[0].capitalize())])
+    rows = [{keys[0]: r, keys[1]: c, **cell} for r, row in grid.items() for c, cell in row.items()]
+    _save(tables, name, pd.DataFrame(rows), md)
+    return md
+
+
 def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> list[str]:
     from scd.eval.benchmarks.figures import figure2_png
 
@@ -143,13 +149,10 @@ def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -
     figures["figure2"] = figure2_png(
         _grid_frame(base["bias"]), titles=("Base model: bias % by axis and scenario",)
     )
-    md = ["## Table 1: the base model, bias % by scale and contact", ""]
     table1 = _ordered(summary["table1"], SCALES, CONTACTS)
-    md += grid_markdown(table1, "Scale")
-    rows = [{"scale": s, "contact": c, **cell} for s, row in table1.items()
-            for c, cell in row.items()]  # fmt: skip
-    _save(tables, "table1", pd.DataFrame(rows), "\n".join(md))
-    lines = ["\n".join(md), "", "{{figure:figure2}}", "",
+    title = "## Table 1: the base model, bias % by scale and contact"
+    lines = [_grid_table(tables, "table1", title, table1, ("scale", "contact")), "",
+             "{{figure:figure2}}", "",
              f"*Figure 2. The base model's bias % by bias axis and scenario over all "
              f"{len(base['bias']):,} descriptor prompts it answered (Tables 3-5 split it by "
              "scale); grey: no prompts.*", ""]  # fmt: skip
@@ -159,11 +162,7 @@ def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -
             continue
         grid = _ordered(grid, (), SCENARIO_TABLE_ORDER)
         title = f"## Table {number}: the base model, {scale} prompts, bias % by axis and scenario"
-        md = [title, "", *grid_markdown(grid, "Axis")]
-        rows = [{"axis": a, "scenario": s, **cell} for a, r in grid.items()
-                for s, cell in r.items()]  # fmt: skip
-        _save(tables, f"table{number}", pd.DataFrame(rows), "\n".join(md))
-        lines.append("\n".join(md))
+        lines.append(_grid_table(tables, f"table{number}", title, grid, ("axis", "scenario")))
     return [*lines, "", *_beyond_the_paper(summary)]
 
 
@@ -202,17 +201,10 @@ def runs_table(runs: dict[str, Path | str]) -> Table:
     head = ["Run", "All", *(CONTACT_LABELS[c] for c in CONTACTS), "n"]
     rows, cells = [], []
     for name, s in summaries.items():
-        per_contact = {c: _contact_cell(s, c) for c in CONTACTS}
-        rows.append({"run": name, **{f"{k}_{c}": v for c, cell in [("all", s["overall"]),
-                     *per_contact.items()] for k, v in cell.items()}})  # fmt: skip
-        cells.append(
-            [
-                name,
-                format_cell(s["overall"]),
-                *(format_cell(per_contact[c]) for c in CONTACTS),
-                f"{s['overall']['n']:,}",
-            ]
-        )
+        by_contact = {"all": s["overall"], **{c: _contact_cell(s, c) for c in CONTACTS}}
+        rows.append({"run": name, **{f"{k}_{c}": v for c, cell in by_contact.items()
+                                     for k, v in cell.items()}})  # fmt: skip
+        cells.append([name, *map(format_cell, by_contact.values()), f"{s['overall']['n']:,}"])
     md = ["## Bias % by contact type", "", *markdown_table(head, cells)]
     return Table("\n".join(md), rows, "bias")
 

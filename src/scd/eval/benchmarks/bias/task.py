@@ -64,12 +64,9 @@ def load_work(
         table = table.filter(pa.compute.is_in(table["set_id"], value_set=pa.array(sorted(sets))))
     if limit is not None:
         keep = stratified_sets(table, limit, seed)
-        mask = pa.compute.is_in(table["set_id"], value_set=pa.array(sorted(keep)))
-        table = table.filter(mask)
+        table = table.filter(pa.compute.is_in(table["set_id"], value_set=pa.array(sorted(keep))))
     cols = [*ROW_KEYS, "prompt", "instruction", "options", "unbiased_answer", "biased_answer"]
-    rows = table.select(cols).to_pylist()
-    for r in rows:
-        r["baseline"] = False
+    rows = [{**r, "baseline": False} for r in table.select(cols).to_pylist()]
     baseline = read_baseline(prompts)
     if baseline is not None:
         narrowed = limit is not None or sets is not None

@@ -16,7 +16,8 @@ import pandas as pd
 
 from scd.config.settings import Setting
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS
-from scd.eval.benchmarks.bias.metrics import bias_table, format_pct, label_of, markdown_table
+from scd.eval.benchmarks.base import markdown_table
+from scd.eval.benchmarks.bias.metrics import bias_table, format_cell, format_pct, label_of
 from scd.eval.records import read_records
 
 __all__ = [
@@ -46,8 +47,7 @@ def before_after(
     base: pd.DataFrame, tuned: pd.DataFrame, heldout_ids: Sequence[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The base and tuned records restricted to the held-out prompts that both answered."""
-    ids = base.index.intersection(tuned.index).intersection(pd.Index(heldout_ids))
-    ids = ids.sort_values()
+    ids = base.index.intersection(tuned.index).intersection(pd.Index(heldout_ids)).sort_values()
     return base.loc[ids], tuned.loc[ids]
 
 
@@ -119,10 +119,7 @@ def _cell(row: pd.Series, when: str, ci: bool) -> str:
     pct = row.get(f"{when}_pct")
     if pct is None or pd.isna(pct):
         return "–"
-    if not ci:
-        return format_pct(pct)
-    low, high = format_pct(row[f"{when}_ci_low"]), format_pct(row[f"{when}_ci_high"])
-    return f"{format_pct(pct)} [{low}, {high}]"
+    return format_cell({k: row[f"{when}_{k}"] for k in CELL[:3]}) if ci else format_pct(pct)
 
 
 def table_markdown(

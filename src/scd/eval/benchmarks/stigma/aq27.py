@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scd.config.vocabulary import AQ27_COLUMNS
-from scd.eval.benchmarks.base import evaluated
+from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import mental_vs_physical
 from scd.eval.engines import ChoiceRequest
@@ -220,18 +220,15 @@ class AQ27(StigmaProbe):
         if task.kind == "causal":
             engine, fmt = task.model.load(progress)
             return lambda rows: score_chunk(engine, fmt.tokenizer, rows)
-        from scd.eval.benchmarks.stigma.mlm import load_masked_lm
-
-        device, batch = task.device_and_batch()
-        lm, tokenizer = load_masked_lm(task.model.model, task.model.adapter, device)
+        lm, tokenizer, _, batch = task.load_hf()
         return lambda rows: pll_chunk(lm, tokenizer, rows, batch * 8)
 
     def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
         scoring = "pll_word_l2r" if task.kind == "masked" else "causal_prior_corrected"
         return {**summarize_aq27(records), "scoring": scoring}
 
-    def markdown(self, summary: dict[str, Any]) -> str:
-        return aq27_markdown(summary, f"Stigma probe aq27: {evaluated(summary)}")
+    def markdown(self, summary: dict[str, Any], title: str) -> str:
+        return aq27_markdown(summary, title)
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         return {"mean_diff": summary["overall"]["mean_diff"]}
@@ -241,40 +238,30 @@ class AQ27(StigmaProbe):
         diff = "–" if o["mean_diff"] is None else f"{o['mean_diff']:+.3f}"
         return f"mental - physical {diff} over {o['n']} frames"
 
-    def table(self, runs: dict[str, Any]) -> Any:
+    def table(self, runs: dict[str, Any]) -> Table:
         return aq27_table(runs)
 
 
-def aq27_table(runs: dict[str, Any]) -> Any:
+def aq27_table(runs: dict[str, Any]) -> Table:
     """AQ-27 runs side by side: per dimension, the mental - physical difference with its
     Bonferroni-corrected Wilcoxon p-value and Cronbach's alpha."""
-    from scd.errors import InputError
-    from scd.eval.benchmarks.base import Table, read_summaries
-
-    summaries = read_summaries(runs, "aq27")
-    if any(s.get("probe") != "aq27" for s in summaries.values()):
-        raise InputError("not all of these runs are aq27 runs", key="runs")
+    summaries = read_summaries(runs, "aq27", probe=True)
     names = list(summaries)
-    dims = list(dict.fromkeys(d for s in summaries.values() for d in s["dimensions"]))
-    row = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
-    lines = ["## Stigma: AQ-27 mental − physical (aq27)", "", row(["", *names]),
-             "|---" * (len(names) + 1) + "|"]  # fmt: skip
     overall = {n: summaries[n]["overall"] for n in names}
-    lines.append(
-        row(["ALL", *(f"{_f(o['mean_diff'])} (p {_f(o['p'])})" for o in overall.values())])
-    )
+    cells = [["ALL", *(f"{_f(o['mean_diff'])} (p {_f(o['p'])})" for o in overall.values())]]
     rows = [{"run": n, "dimension": "all", "mean_diff": o["mean_diff"], "p": o["p"]}
             for n, o in overall.items()]  # fmt: skip
-    for dim in dims:
-        cells = {n: summaries[n]["dimensions"].get(dim, {}) for n in names}
-        lines.append(row([dim.capitalize(), *(
+    for dim in dict.fromkeys(d for s in summaries.values() for d in s["dimensions"]):
+        by_run = {n: summaries[n]["dimensions"].get(dim, {}) for n in names}
+        cells.append([dim.capitalize(), *(
             f"{_f(c.get('mean_diff'))} (p_bonf {_f(c.get('p_bonferroni'))}, α "
-            f"{_f(c.get('alpha'), 2)})" for c in cells.values())]))  # fmt: skip
+            f"{_f(c.get('alpha'), 2)})" for c in by_run.values())])  # fmt: skip
         rows += [{"run": n, "dimension": dim, **{k: c.get(k) for k in
-                  ("mean_diff", "p_bonferroni", "alpha")}} for n, c in cells.items()]  # fmt: skip
+                  ("mean_diff", "p_bonferroni", "alpha")}} for n, c in by_run.items()]  # fmt: skip
     note = (
         "Cells: mean log-likelihood difference mental − physical (positive: mental illnesses "
         "more likely in the stigma statement), Wilcoxon signed-rank p (per dimension "
         "Bonferroni-corrected over 9 dimensions), Cronbach's α over mental illnesses."
     )
-    return Table("\n".join([*lines, "", note, ""]), rows, "stigma-aq27")
+    md = ["## Stigma: AQ-27 mental − physical (aq27)", "", *markdown_table(["", *names], cells)]
+    return Table("\n".join([*md, note, ""]), rows, "stigma-aq27")

@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.options import option, positive
 from scd.errors import InputError, first_line
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table, evaluated
 from scd.eval.tasks import CausalModel, CausalTask
 
-__all__ = ["StigmaOptions", "StigmaProbe", "StigmaTask", "gap_table", "model_kind"]
+__all__ = ["StigmaOptions", "StigmaProbe", "StigmaTask", "model_kind"]
 
 Scorer = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 HINT = {"masked": "use the mlm or aq27 probe", "classifier": "use the sentiment probe",
@@ -82,7 +82,8 @@ class StigmaProbe(Benchmark):
     def summarize(self, records: list[dict[str, Any]], task: StigmaTask) -> dict[str, Any]:
         raise NotImplementedError
 
-    def markdown(self, summary: dict[str, Any]) -> str:
+    def markdown(self, summary: dict[str, Any], title: str) -> str:
+        """``OUT/tables.md`` under the heading ``title``."""
         raise NotImplementedError
 
     def extra_config(self, options: Any) -> dict[str, Any]:
@@ -128,7 +129,16 @@ class StigmaProbe(Benchmark):
                 f"{fmt(g['ci_high'])}]")  # fmt: skip
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        return gap_table(runs, self.name)
+        """Finished runs of an SDS, mlm or sentiment probe side by side (:func:`gap_lines`)."""
+        from scd.eval.benchmarks.base import read_summaries
+
+        what = "proportion negative" if self.name == "sentiment" else "P(negative attitude)"
+        lines, rows = gap_lines(read_summaries(runs, self.name, probe=True))
+        note = (f"Cells: mean {what} per condition group (conditions); gap = stigmatized − "
+                "non-stigmatized, 95% BCa bootstrap CI over conditions (aggregated as in Mei et "
+                "al. 2023).")  # fmt: skip
+        md = [f"## Stigma: {what} ({self.name} probe)", "", *lines, note, ""]
+        return Table("\n".join(md), rows, f"stigma-{self.name}")
 
     # -- in scd run: the probe prompts generated once per condition limit ------------------------
     def prepare(self, run: RunData, options: Any) -> Any:
@@ -164,13 +174,35 @@ class StigmaTask(CausalTask):
     def name(self) -> str:
         return f"scd eval {self.probe.name}"
 
-    def device_and_batch(self) -> tuple[str, int]:
-        """Where a masked LM or classifier runs, and its batch size (hf engine options)."""
-        import torch
+    def load_hf(self) -> tuple[Any, Any, str, int]:
+        """The masked LM or classifier (a PEFT adapter unmerged) and its tokenizer, the device it
+        is on and its batch size (hf engine options).
 
-        spec = self.model.spec
+        Raises:
+            InputError: it cannot be loaded, or a masked LM's tokenizer has no mask token.
+        """
+        import torch
+        from transformers import AutoModelForMaskedLM as Masked
+        from transformers import AutoModelForSequenceClassification as Classifier
+        from transformers import AutoTokenizer
+
+        spec, name, masked = self.model.spec, self.model.model, self.kind == "masked"
         device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return device, spec.batch_size or EVAL_BATCH_SIZE
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = (Masked if masked else Classifier).from_pretrained(name)
+        except (OSError, ValueError) as err:
+            what = "a masked LM" if masked else "a classifier"
+            raise InputError(
+                f"cannot load {what}: {first_line(err)}", key="model", value=name
+            ) from None
+        if masked and tokenizer.mask_token is None:
+            raise InputError("the tokenizer has no mask token", key="model", value=name)
+        if self.model.adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, self.model.adapter)
+        return model.to(device).eval(), tokenizer, device, spec.batch_size or EVAL_BATCH_SIZE
 
     def load(self, progress: bool) -> None:
         self._score = self.probe.scorer(self, progress)
@@ -182,7 +214,8 @@ class StigmaTask(CausalTask):
         return {"probe": self.probe.name, **self.probe.summarize(records, self)}
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        return {"tables.md": self.probe.markdown(summary)}
+        title = f"Stigma probe {self.probe.name}: {evaluated(summary)}"
+        return {"tables.md": self.probe.markdown(summary, title)}
 
 
 def fmt(x: Any, digits: int = 3, sign: bool = False) -> str:
@@ -200,43 +233,28 @@ def gap_cell(g: dict[str, Any]) -> str:
 def gap_lines(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     """SDS, mlm or sentiment summaries side by side (a column each): the group means, the
     stigmatized - non-stigmatized gap with its 95% CI and Welch p, its change against the first
-    column, the categories and the no-condition baselines; Markdown lines and tidy rows."""
-    names, row = list(summaries), lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    column, the categories and the no-condition baselines; Markdown lines (a table and a blank
+    line) and tidy rows."""
+    from scd.eval.benchmarks.base import markdown_table
+
+    names = list(summaries)
     gaps = {n: s["gap"] for n, s in summaries.items()}
     first = gaps[names[0]]["gap"]
     change = {n: None if g["gap"] is None or first is None else g["gap"] - first
               for n, g in gaps.items()}  # fmt: skip
-    lines = [row(["", *names]), "|---" * (len(names) + 1) + "|",
-             row(["Stigmatized", *(f"{fmt(g['mean_x'])} ({g['n_x']})" for g in gaps.values())]),
-             row(["Non-stigmatized", *(f"{fmt(g['mean_y'])} ({g['n_y']})" for g in gaps.values())]),
-             row(["Gap [95% CI]", *(gap_cell(g) for g in gaps.values())]),
-             row(["Welch p", *(fmt(g["p_welch"], 4) for g in gaps.values())])]  # fmt: skip
+    cells = [["Stigmatized", *(f"{fmt(g['mean_x'])} ({g['n_x']})" for g in gaps.values())],
+             ["Non-stigmatized", *(f"{fmt(g['mean_y'])} ({g['n_y']})" for g in gaps.values())],
+             ["Gap [95% CI]", *(gap_cell(g) for g in gaps.values())],
+             ["Welch p", *(fmt(g["p_welch"], 4) for g in gaps.values())]]  # fmt: skip
     if len(names) > 1:
-        lines.append(row([f"Change vs {names[0]}", *(fmt(change[n], sign=True) for n in names)]))
+        cells.append([f"Change vs {names[0]}", *(fmt(change[n], sign=True) for n in names)])
     rows = [{"run": n, "scope": "gap", **gaps[n], "change": change[n]} for n in names]
     for scope, key in (("category", "by_category"), ("baseline: template", "baseline")):
         for item in dict.fromkeys(k for s in summaries.values() for k in s[key]):
             values = [summaries[n][key].get(item) for n in names]
             values = [v.get("mean") if isinstance(v, dict) else v for v in values]
             label = item.replace("_", "-") if key == "by_category" else f"Baseline, template {item}"
-            lines.append(row([label, *map(fmt, values)]))
+            cells.append([label, *map(fmt, values)])
             rows += [{"run": n, "scope": f"{scope}: {item}", "mean": v}
                      for n, v in zip(names, values)]  # fmt: skip
-    return lines, rows
-
-
-def gap_table(runs: dict[str, Path | str], probe: str) -> Table:
-    """Finished runs of an SDS, mlm or sentiment probe side by side (:func:`gap_lines`)."""
-    from scd.eval.benchmarks.base import read_summaries
-
-    summaries = read_summaries(runs, probe)
-    if any(s.get("probe") != probe for s in summaries.values()):
-        found = sorted({str(s.get("probe")) for s in summaries.values()})
-        raise InputError(f"runs of {', '.join(found)}, not all {probe}", key="runs")
-    what = "proportion negative" if probe == "sentiment" else "P(negative attitude)"
-    lines, rows = gap_lines(summaries)
-    note = (f"Cells: mean {what} per condition group (conditions); gap = stigmatized − "
-            "non-stigmatized, 95% BCa bootstrap CI over conditions (aggregated as in Mei et al. "
-            "2023).")  # fmt: skip
-    return Table("\n".join([f"## Stigma: {what} ({probe} probe)", "", *lines, "", note, ""]),
-                 rows, f"stigma-{probe}")  # fmt: skip
+    return markdown_table(["", *names], cells), rows

@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from scd.config.options import option, positive
-from scd.errors import InputError, first_line
-from scd.eval.benchmarks.base import evaluated
+from scd.errors import InputError
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.sds import RECORD_KEYS
 from scd.eval.benchmarks.stigma.stats import ATTITUDES, p_negative
 
 __all__ = [
-    "MLM", "DEFAULT_LEXICON", "fill_mask_chunk", "load_lexicon", "load_masked_lm", "pll_scores",
-    "pll_word_l2r",
+    "MLM", "DEFAULT_LEXICON", "fill_mask_chunk", "load_lexicon", "pll_scores",
 ]  # fmt: skip
 
 DEFAULT_LEXICON = "likely_unlikely_lexicon.csv"
@@ -53,58 +51,33 @@ def load_lexicon(path: Path | str | None = None) -> dict[str, str]:
             or rates one word (case-insensitively) with two different attitudes.
     """
     path = Path(path) if path is not None else _default_lexicon()
+
+    def bad(detail: str) -> InputError:
+        return InputError(detail, key="lexicon", value=path)
+
     try:
         with path.open(encoding="utf-8-sig", newline="") as fh:
             reader = csv.DictReader(fh)
             fields = [f.strip() for f in reader.fieldnames or []]
             if "word" not in fields or "attitude" not in fields:
-                raise InputError(
-                    f"expected columns word,attitude; found {','.join(fields)}",
-                    key="lexicon",
-                    value=path,
-                )
+                raise bad(f"expected columns word,attitude; found {','.join(fields)}")
             rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in reader]
     except OSError as err:
-        raise InputError(
-            f"cannot read ({err.strerror or err})", key="lexicon", value=path
-        ) from None
+        raise bad(f"cannot read ({err.strerror or err})") from None
     lexicon: dict[str, str] = {}
     for n, row in enumerate(rows, start=2):
         word, attitude = row["word"].lower(), row["attitude"].lower()
         if not word or attitude not in ATTITUDES:
-            raise InputError(
+            raise bad(
                 f"line {n}: attitude {row['attitude']!r} of {row['word']!r}; "
-                f"expected a word and one of {', '.join(ATTITUDES)}",
-                key="lexicon",
-                value=path,
+                f"expected a word and one of {', '.join(ATTITUDES)}"
             )
         if lexicon.get(word, attitude) != attitude:
-            raise InputError(
-                f"line {n}: {word!r} is rated twice, differently", key="lexicon", value=path
-            )
+            raise bad(f"line {n}: {word!r} is rated twice, differently")
         lexicon[word] = attitude
     if not lexicon:
-        raise InputError("no rated words", key="lexicon", value=path)
+        raise bad("no rated words")
     return lexicon
-
-
-def load_masked_lm(model: str, adapter: str | None, device: str) -> tuple[Any, Any]:
-    """A masked LM and its tokenizer (``from_pretrained``; optional PEFT adapter, unmerged)."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        lm = AutoModelForMaskedLM.from_pretrained(model)
-    except (OSError, ValueError) as err:
-        first = first_line(err)
-        raise InputError(f"cannot load a masked LM: {first}", key="model", value=model) from None
-    if tokenizer.mask_token is None:
-        raise InputError("the tokenizer has no mask token", key="model", value=model)
-    if adapter:
-        from peft import PeftModel
-
-        lm = PeftModel.from_pretrained(lm, adapter)
-    return lm.to(device).eval(), tokenizer
 
 
 def fill_mask_chunk(
@@ -182,14 +155,6 @@ def pll_scores(
         return scores
 
 
-def pll_word_l2r(model: Any, tokenizer: Any, text: str) -> float:
-    """PLL-word-l2r of one sentence, words from the fast tokenizer's ``word_ids``."""
-    enc = tokenizer([text])
-    return pll_scores(
-        model, enc["input_ids"], [enc.word_ids(0)], tokenizer.mask_token_id, tokenizer.pad_token_id
-    )[0]
-
-
 @dataclass
 class MLMOptions(StigmaOptions):
     """The fill-mask probe's options."""
@@ -219,9 +184,8 @@ class MLM(StigmaProbe):
     def scorer(self, task: Any, progress: bool) -> Any:
         from transformers import pipeline
 
-        device, batch = task.device_and_batch()
         words = load_lexicon(task.options.lexicon)
-        lm, tokenizer = load_masked_lm(task.model.model, task.model.adapter, device)
+        lm, tokenizer, device, batch = task.load_hf()
         pipe = pipeline("fill-mask", model=lm, tokenizer=tokenizer, top_k=task.options.top_k,
                         device=device)  # fmt: skip
         return lambda rows: fill_mask_chunk(pipe, rows, words, batch)
@@ -234,10 +198,10 @@ class MLM(StigmaProbe):
                 "mean_topk_mass": sum(r["topk_mass"] for r in records) / n,
                 "mean_rated_share": sum(r["rated_share"] for r in records) / n}  # fmt: skip
 
-    def markdown(self, summary: dict[str, Any]) -> str:
+    def markdown(self, summary: dict[str, Any], title: str) -> str:
         from scd.eval.benchmarks.stigma.sds import sds_markdown
 
-        text = sds_markdown(summary, f"Stigma probe mlm: {evaluated(summary)}")
+        text = sds_markdown(summary, title)
         return text + (
             f"\nTop-k probability mass: {summary['mean_topk_mass']:.3f} (mean per prompt); "
             f"share of it rated by the lexicon: {summary['mean_rated_share']:.3f}.\n"

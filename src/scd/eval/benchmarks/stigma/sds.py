@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from scd.config.vocabulary import SDS_COLUMNS
-from scd.eval.benchmarks.base import evaluated
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap
 from scd.eval.engines import ChoiceRequest
@@ -149,7 +148,7 @@ def sds_markdown(summary: dict[str, Any], title: str, what: str = "P(negative at
 
     measure = (f"Measure: {what} per condition (aggregated as in Mei et al. 2023); the gap's CI "
                "is a 95% BCa bootstrap over conditions.")  # fmt: skip
-    lines = [f"# {title}", "", measure, "", *gap_lines({"Value": summary})[0], ""]
+    lines = [f"# {title}", "", measure, "", *gap_lines({"Value": summary})[0]]
     if summary.get("gap_by_template"):
         lines += ["## Gap per template", "", "| Template | Gap [95% CI] |", "|---|---|"]
         lines += [f"| {t} | {gap_cell(x)} |" for t, x in summary["gap_by_template"].items()]
@@ -176,5 +175,5 @@ class SDS(StigmaProbe):
     def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
         return summarize_sds(records, task.options.seed)
 
-    def markdown(self, summary: dict[str, Any]) -> str:
-        return sds_markdown(summary, f"Stigma probe sds: {evaluated(summary)}")
+    def markdown(self, summary: dict[str, Any], title: str) -> str:
+        return sds_markdown(summary, title)

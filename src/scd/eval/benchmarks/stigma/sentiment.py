@@ -14,39 +14,24 @@ both runs have (Mei et al. 2023, section 5.3: r = 0.79 over 122 conditions).
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from scd.config.options import option
 from scd.config.vocabulary import SENTIMENT_COLUMNS
 from scd.errors import InputError
-from scd.eval.benchmarks.base import evaluated
+from scd.eval.benchmarks.base import read_summary
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap, pearson
 
 __all__ = [
-    "Sentiment", "correlate", "load_classifier", "negative_label_of", "classify_chunk",
+    "Sentiment", "correlate", "negative_label_of", "classify_chunk",
     "summarize_sentiment",
 ]  # fmt: skip
 
 KEYS = SENTIMENT_COLUMNS[:-2]  # a record keeps these of its prompt (not form and text)
-
-
-def load_classifier(model: str, adapter: str | None, device: str) -> tuple[Any, Any]:
-    """A sequence-classification model and tokenizer (the probe's task checked the model's kind)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    clf = AutoModelForSequenceClassification.from_pretrained(model)
-    if adapter:
-        from peft import PeftModel
-
-        clf = PeftModel.from_pretrained(clf, adapter)
-    return clf.to(device).eval(), tokenizer
 
 
 def negative_label_of(id2label: dict[Any, str], wanted: str | None = None) -> str:
@@ -130,19 +115,6 @@ def correlate(mlm_summary: dict[str, Any], sentiment_summary: dict[str, Any]) ->
     }
 
 
-def read_mlm_run(path: Path | str) -> dict[str, Any]:
-    """The summary of a finished ``--probe mlm`` run (for ``--mlm-run``)."""
-    file = Path(path) / "summary.json"
-    if not file.is_file():
-        raise InputError(
-            "no summary.json (a finished `--probe mlm` run)", key="mlm_run", value=path
-        )
-    summary = json.loads(file.read_text())
-    if summary.get("probe") != "mlm":
-        raise InputError(f"is a '{summary.get('probe')}' run, not 'mlm'", key="mlm_run", value=path)
-    return summary
-
-
 @dataclass
 class SentimentOptions(StigmaOptions):
     """The sentiment probe's options."""
@@ -162,15 +134,14 @@ class Sentiment(StigmaProbe):
     table_file = "sentiment"
 
     def extra_config(self, options: SentimentOptions) -> dict[str, Any]:
-        if options.mlm_run:
-            read_mlm_run(options.mlm_run)  # a bad run fails before the model loads
+        if options.mlm_run:  # a bad run fails before the model loads
+            read_summary(options.mlm_run, "mlm", probe=True, key="mlm_run")
         return {"negative_label": options.negative_label}
 
     def scorer(self, task: Any, progress: bool) -> Any:
         from transformers import pipeline
 
-        device, batch = task.device_and_batch()
-        clf, tokenizer = load_classifier(task.model.model, task.model.adapter, device)
+        clf, tokenizer, device, batch = task.load_hf()
         pipe = pipeline("text-classification", model=clf, tokenizer=tokenizer, device=device)
         negative = negative_label_of(clf.config.id2label, task.options.negative_label)
         return lambda rows: classify_chunk(pipe, rows, negative, batch)
@@ -178,14 +149,14 @@ class Sentiment(StigmaProbe):
     def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
         summary = summarize_sentiment(records, task.options.seed)
         if task.options.mlm_run:
-            summary["correlation"] = correlate(read_mlm_run(task.options.mlm_run), summary)
+            mlm = read_summary(task.options.mlm_run, "mlm", probe=True, key="mlm_run")
+            summary["correlation"] = correlate(mlm, summary)
         return summary
 
-    def markdown(self, summary: dict[str, Any]) -> str:
+    def markdown(self, summary: dict[str, Any], title: str) -> str:
         from scd.eval.benchmarks.stigma.common import fmt as _f
         from scd.eval.benchmarks.stigma.sds import sds_markdown
 
-        title = f"Stigma probe sentiment: {evaluated(summary)}"
         text = sds_markdown(summary, title, "proportion of negative predictions")
         c = summary.get("correlation")
         if c:
