@@ -56,6 +56,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
         (["eval", "bias", "--model", "m", "--prompt", "p", "--out", "o"],
          "--prompt (did you mean --prompts?)"),  # no abbreviations: it would have run
         (["run", "r.yaml", "--setting", "3"], "--setting (did you mean --set run.settings=[N]"),
+        (["run", "r.yaml", "--out", "o"], "--out (did you mean --outputs?)"),  # others' flag
     ],
 )  # fmt: skip
 def test_a_mistyped_flag_is_named_before_a_missing_one(argv, expected):
@@ -124,7 +125,8 @@ def test_cuda_without_a_gpu_is_one_line(toy_model, prompts, tmp_path):
      ("train.num_train_epochs=0", "train.num_train_epochs: expected a number > 0"),
      ("train.max_steps=0", "train.max_steps"),
      ("lora.dropout=1.5", "lora.dropout"),
-     ("data.max_train=0", "data.max_train")],
+     ("data.max_train=0", "data.max_train"),
+     ("eval.shards=0", "eval.shards: expected a positive number, got 0")],
 )  # fmt: skip
 def test_recipe_numbers_that_would_hang_training_are_refused(tmp_path, override, needle):
     recipe = REPO / "recipes" / "quickstart.yaml"
@@ -238,3 +240,11 @@ def test_a_model_is_a_path_an_owner_name_id_or_toy(toy_model, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # `toy` is scd run's default toy model, cached in outputs/cache
     assert _run([*args, "--model", "toy", "--out", str(tmp_path / "toy")])[0] == 0
     assert (tmp_path / "toy" / "summary.json").is_file()
+
+
+def test_a_section_that_is_not_a_mapping_is_one_line(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: toy\neval: 3\n")
+    code, err = _run(["run", str(recipe), "--outputs", str(tmp_path / "o")])
+    assert code == 2 and "eval must be a mapping" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()

@@ -56,20 +56,18 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         _Parser.parsers.append(self)
 
-    def _unknown(self) -> list[str]:
-        known = {o for p in self.parsers for o in p._option_string_actions}
-        flags = [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
-        return [f for f in flags if f not in known]
-
     def _suggest(self, flags: list[str]) -> str:
         import difflib
 
-        mine = [o for o in self._option_string_actions if o.startswith("--")]
+        # the options of the command being run: the deepest parser whose words start argv
+        commands = {tuple(p.prog.split()[1:]): p for p in self.parsers}
+        words = max((w for w in commands if list(w) == self.argv[: len(w)]), key=len)
+        mine = [o for o in commands[words]._option_string_actions if o.startswith("--")]
         everywhere = sorted({o for p in self.parsers for o in p._option_string_actions})
         parts = []
         for flag in flags:
             near = difflib.get_close_matches(flag, mine, n=1) or difflib.get_close_matches(
-                flag, everywhere, n=1
+                flag, [o for o in everywhere if o != flag], n=1
             )
             if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
                 near = ["--set run.settings=[N] (or --set data.setting=N)"]
@@ -77,7 +75,9 @@ class _Parser(argparse.ArgumentParser):
         return ", ".join(parts)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        unknown = self._unknown()
+        known = {o for p in self.parsers for o in p._option_string_actions}
+        flags = [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
+        unknown = [f for f in flags if f not in known]
         if message.startswith("unrecognized arguments:"):  # a flag another command knows, too
             unknown = [a.split("=", 1)[0] for a in message.split(":", 1)[1].split() if
                        a.startswith("--")] or unknown  # fmt: skip
@@ -157,9 +157,8 @@ def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None
 
     parser.add_argument("--model", required=True, help=MODEL_HELP)
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
-    add_options(parser, EngineSpec)
-    added = {"model", "adapter", *(f.name for f in dataclasses.fields(EngineSpec))}
-    for cls in options:
+    added = {"model", "adapter"}
+    for cls in (EngineSpec, *options):
         names = [f.name for f in dataclasses.fields(cls) if f.name not in added]
         add_options(parser, cls, names)
         added.update(names)
@@ -308,33 +307,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    handlers = {
-        ("generate", "contact"): commands._generate_contact,
-        ("generate", "sft"): commands._generate_sft,
-        ("generate", "stigma"): commands._generate_stigma,
-        **{("eval", name): commands._eval for name in (*REGISTRY, "stigma")},
-        ("audit", "scm"): commands._audit_scm,
-        ("report", None): commands._report,
-        ("run", None): commands._run,
-        ("toy-model", None): commands._toy_model,
-        ("train", None): commands._train,
-        ("merge", None): commands._merge,
-        ("fetch-model", None): commands._fetch_model,
-        ("quickstart", None): commands._quickstart,
-    }
-    handler = handlers[(args.command, getattr(args, "what", None))]
+    # the handler is commands._<command>[_<what>]; every benchmark's is commands._eval
+    what = getattr(args, "what", None)
+    name = args.command if what is None or args.command == "eval" else f"{args.command}_{what}"
     try:
-        handler(args)
-    except InputError as err:
-        if os.environ.get("SCD_DEBUG"):  # the whole chain, down to the library's own error
-            _print_chain(err)
+        getattr(commands, "_" + name.replace("-", "_"))(args)
+    except (InputError, RunFailed) as err:  # RunFailed: tasks of a Ray run failed, exit code 1
+        if isinstance(err, InputError) and os.environ.get("SCD_DEBUG"):
+            _print_chain(err)  # the whole chain, down to the library's own error
         for line in str(err).splitlines():  # one line per problem (a recipe reports them all)
             print(f"scd: error: {line}", file=sys.stderr)
-        return 2
-    except RunFailed as err:  # tasks of a Ray run failed: one line each
-        for line in str(err).splitlines():
-            print(f"scd: error: {line}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, InputError) else 1
     except KeyboardInterrupt:
         print("scd: interrupted", file=sys.stderr)
         return 130

@@ -59,15 +59,14 @@ def _generate_sft(args: argparse.Namespace) -> None:
     from scd.config.options import flag_values
     from scd.config.schema import SFTOptions
     from scd.data_gen.sft import write_sft
+    from scd.progress import say
 
     options = flag_values(args, SFTOptions)
     info = write_sft(
         args.prompts, args.setting, args.out, eval_prompts=args.eval_prompts, **options
     )
-    import sys
-
     for warning in info["warnings"]:
-        print(f"scd: warning: {warning}", file=sys.stderr)
+        say(f"scd: warning: {warning}")
     c = info["counts"]
     print(
         f"setting {args.setting}: {c['train']:,} train / {c['eval']:,} eval SFT rows, "
@@ -123,14 +122,27 @@ def _audit_scm(args: argparse.Namespace) -> None:
           f"mean warmth {means} -> {args.out}/tables.md")  # fmt: skip
 
 
-def _report_tables(args: argparse.Namespace) -> None:
-    """``scd report <benchmark> --runs NAME=DIR ...``: one table over several result dirs."""
+def _report(args: argparse.Namespace) -> None:
+    """``scd report RUN_DIR``, or ``scd report <benchmark> --runs NAME=DIR ...``: one table over
+    several result dirs."""
     import json
     from pathlib import Path
 
-    from scd.eval.benchmarks import get
+    from scd.eval.benchmarks import REGISTRY, get
     from scd.io import json_text
 
+    if args.target not in (*REGISTRY, "stigma"):
+        if args.runs or args.out:
+            raise InputError(
+                "--runs/--out go with `scd report <benchmark>`; `scd report RUN_DIR` has none"
+            )
+        from scd.report.build import build_report
+
+        md, html = build_report(Path(args.target))
+        print(f"report -> {md}, {html}")
+        return
+    if not args.runs:
+        raise InputError(f"scd report {args.target}: --runs NAME=DIR [NAME=DIR ...] is required")
     runs = {}
     for item in args.runs:
         name, sep, path = item.partition("=")
@@ -139,7 +151,7 @@ def _report_tables(args: argparse.Namespace) -> None:
         runs[name] = Path(path)
     target = args.target
     if target == "stigma":  # which probe: the first run says
-        summary = Path(next(iter(runs.values()))) / "summary.json"
+        summary = next(iter(runs.values())) / "summary.json"
         target = json.loads(summary.read_text()).get("probe", "") if summary.is_file() else "sds"
     table = get(target).table(runs)
     if args.out:
@@ -149,28 +161,6 @@ def _report_tables(args: argparse.Namespace) -> None:
         print(f"{args.target} table -> {out}")
     else:
         print(table.markdown)
-
-
-def _report(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from scd.eval.benchmarks import REGISTRY
-
-    if args.target in (*REGISTRY, "stigma"):
-        if not args.runs:
-            raise InputError(
-                f"scd report {args.target}: --runs NAME=DIR [NAME=DIR ...] is required"
-            )
-        _report_tables(args)
-        return
-    if args.runs or args.out:
-        raise InputError(
-            "--runs/--out go with `scd report <benchmark>`; `scd report RUN_DIR` has none"
-        )
-    from scd.report.build import build_report
-
-    md, html = build_report(Path(args.target))
-    print(f"report -> {md}, {html}")
 
 
 def _load_recipe(args: argparse.Namespace) -> Recipe:
@@ -253,11 +243,9 @@ def _merge(args: argparse.Namespace) -> None:
 
 
 def _fetch_model(args: argparse.Namespace) -> None:
-    import sys
-
     from scd.models.catalog import fetch_model
+    from scd.progress import say  # stderr: stdout holds only the answer
 
-    say = lambda m: print(m, file=sys.stderr)  # noqa: E731 -- stdout holds only the answer
     print(fetch_model(args.name, prefer_hub=not args.no_hub, say=say))
 
 

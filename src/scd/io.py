@@ -20,8 +20,6 @@ __all__ = [
     "model_cache", "read_json", "read_parquet", "read_yaml", "sha256_file", "write_json",
 ]  # fmt: skip
 
-MARKER = "manifest.json"
-
 _UMASK = os.umask(0o022)  # read the process umask (set it back at once)
 os.umask(_UMASK)
 
@@ -48,7 +46,7 @@ def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
                 )
             break
     if out.is_dir() and any(out.iterdir()):
-        marker = out / MARKER
+        marker = out / "manifest.json"
         if not marker.is_file():
             raise InputError("directory is not empty and holds no scd output", key="out", value=out)
         try:
@@ -87,13 +85,11 @@ def atomic_output_dir(out: Path | str, kind: str | None = None) -> Iterator[Path
         ) from None
     try:
         yield tmp
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
         if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
             out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,9 +1,6 @@
-"""``scd quickstart``: the whole SCD loop on CPU, with no network and no account.
-
-Runs ``recipes/quickstart.yaml`` (package data) through the pipeline (``scd run``): builds
-the planted-bias toy model, generates the contact prompts over the packaged toy descriptors,
-LoRA-tunes it on setting 1, evaluates the base model on every prompt and the tuned model on the
-held-out prompts (one engine), writes the tables and the report, and prints Table 10.
+"""``scd quickstart``: the whole SCD loop on CPU, with no network and no account --
+``recipes/quickstart.yaml`` (package data) through the pipeline (``scd run``); its stages are
+listed in the command's help (:mod:`scd.cli`).
 """
 
 from __future__ import annotations

@@ -40,10 +40,7 @@ def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 3.0
 
 def choose_mode() -> str:
     """``WANDB_MODE`` if set, else online with a key and a network, else offline."""
-    explicit = os.environ.get("WANDB_MODE")
-    if explicit:
-        return explicit
-    return "online" if _has_key() and _reachable() else "offline"
+    return os.environ.get("WANDB_MODE") or ("online" if _has_key() and _reachable() else "offline")
 
 
 def redact(data: Any) -> Any:

@@ -8,9 +8,8 @@ keys) or only speed and memory (recorded) is its field's ``speed`` metadata.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from scd.config.options import (
@@ -81,7 +80,9 @@ class EngineSpec(Options):
 
     def identity(self) -> dict[str, Any]:
         """The fields that change what a model answers: pinned and in cache keys."""
-        return {f.name: getattr(self, f.name) for f in _own_fields() if not f.metadata["speed"]}
+        return {
+            f.name: getattr(self, f.name) for f in fields(EngineSpec) if not f.metadata["speed"]
+        }
 
     def cache_identity(self) -> dict[str, Any]:
         """:meth:`identity` with ``auto`` dtype resolved to what it means on this machine, for
@@ -92,24 +93,20 @@ class EngineSpec(Options):
         """The options the engine's constructor takes: this backend's, those that are set."""
         return {
             f.name: getattr(self, f.name)
-            for f in _own_fields()
+            for f in fields(EngineSpec)
             if getattr(self, f.name) is not None
             and (f.name == "dtype" or f.metadata["backend"] == self.backend)
         }
 
     def engine(self) -> EngineSpec:
         """The engine options alone (a recipe's ``eval`` section holds more)."""
-        return EngineSpec(**{f.name: getattr(self, f.name) for f in _own_fields()})
+        return EngineSpec(**{f.name: getattr(self, f.name) for f in fields(EngineSpec)})
 
     def problems(self) -> Iterator[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad value, an option of the other backend
         included (so a typo'd or misplaced option is never ignored)."""
-        yield from field_problems(self, EngineSpec)
-        for f in _own_fields():
+        yield from field_problems(self)
+        for f in fields(EngineSpec):
             owner = f.metadata["backend"]
             if owner and owner != self.backend and getattr(self, f.name) is not None:
                 yield f.name, f"an option of the {owner} backend, not of {self.backend}"
-
-
-def _own_fields() -> tuple[dataclasses.Field, ...]:
-    return dataclasses.fields(EngineSpec)

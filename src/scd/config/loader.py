@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from scd.config.checks import recipe_problems
-from scd.config.options import one_of, speed_keys
+from scd.config.options import TYPE_NAMES, one_of, speed_keys
 from scd.config.schema import EvalSpec, Recipe, eval_spec_class
 from scd.errors import InputError
 
@@ -38,24 +38,21 @@ RENAMED = {  # old key -> the keys that replaced it (SFTConfig's own names; sect
     "eval.stigma.limit_conditions": ("eval.sds.limit_conditions", "eval.aq27.limit_conditions"),
     "eval.stigma.probes": ("eval.<probe>.enabled",),  # [sds, aq27]: eval.sds.enabled: true, ...
 }
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Check ``value`` against a field type; ints are accepted for floats."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
         errors = []
-        for arg in typing.get_args(tp):
-            if arg is type(None):
-                if value is None:
-                    return None
-                continue
+        for arg in (a for a in typing.get_args(tp) if a is not type(None)):
             try:
                 return _coerce(value, arg, where)
             except InputError as err:
-                errors.append(str(err))
-        raise InputError(errors[0] if errors else f"{where}: wrong type")
+                errors.append(err)
+        raise errors[0]
     if origin is Literal:
         if value not in typing.get_args(tp):
             raise InputError(f"{where}: expected {one_of(typing.get_args(tp))}, got {value!r}")
@@ -72,7 +69,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     wrong_kind = isinstance(value, bool) and tp in (int, float)
     if wrong_kind or (isinstance(tp, type) and not isinstance(value, tp)
                       and not (tp is float and isinstance(value, int))):  # fmt: skip
-        raise InputError(f"{where}: expected {_TYPE_NAMES.get(tp, tp.__name__)}, got {value!r}")
+        raise InputError(f"{where}: expected {TYPE_NAMES.get(tp, tp.__name__)}, got {value!r}")
     return float(value) if tp is float else value
 
 
@@ -175,7 +172,7 @@ def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]
             warnings.warn(f"{text} (the old name still works)", FutureWarning, stacklevel=4)
         else:
             say(f"{text} (the old name still works)")
-    if data.get("eval", {}).get("stigma") == {}:
+    if isinstance(data.get("eval"), dict) and data["eval"].get("stigma") == {}:
         del data["eval"]["stigma"]
     return data
 
@@ -267,6 +264,6 @@ def pinned(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe (as data) without the keys that change only speed or tracking: what a run
     pins, so that a killed run may resume with other values of those."""
     out = json.loads(json.dumps(recipe))
-    for key in speed_keys(Recipe) + speed_keys(EvalSpec, "eval."):
+    for key in speed_keys(Recipe):  # the eval section's engine keys included
         _pop(out, key)
     return out

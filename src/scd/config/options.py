@@ -21,9 +21,9 @@ from dataclasses import field
 from typing import Any, Literal, TypeVar
 
 __all__ = [
-    "Options", "above_zero", "add_options", "argument_type", "device_name", "field_problems",
-    "flag_values", "fraction", "literal_values", "non_negative", "one_of", "option", "positive",
-    "share", "speed_keys",
+    "TYPE_NAMES", "Options", "above_zero", "add_options", "argument_type", "device_name",
+    "field_problems", "flag_values", "fraction", "literal_values", "non_negative", "one_of",
+    "option", "positive", "share", "speed_keys",
 ]  # fmt: skip
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
@@ -144,7 +144,7 @@ def speed_keys(cls: type, prefix: str = "") -> list[str]:
     return keys
 
 
-_NAMES = {int: "an integer", float: "a number", str: "a string"}
+TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def argument_type(base: type, check: Check | None) -> Callable[[str], Any]:
@@ -154,13 +154,13 @@ def argument_type(base: type, check: Check | None) -> Callable[[str], Any]:
         try:
             value = base(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {_NAMES[base]}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {TYPE_NAMES[base]}, got {text!r}") from None
         problem = check(value) if check else None
         if problem:
             raise argparse.ArgumentTypeError(f"{problem}, got {value!r}")
         return value
 
-    parse.__name__ = _NAMES[base]  # argparse names the type in its own errors
+    parse.__name__ = TYPE_NAMES[base]  # argparse names the type in its own errors
     return parse
 
 
@@ -185,9 +185,8 @@ def add_options(
         kwargs: dict[str, Any] = {
             "default": default,
             "help": f"{owner}: {help_text}" if owner else help_text,
+            "required": meta.get("required", False),
         }
-        if meta.get("required"):
-            kwargs["required"] = True
         args = typing.get_args(tp)
         choices = literal_values(tp)
         if tp is bool:

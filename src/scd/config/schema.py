@@ -142,7 +142,7 @@ def _eval_class(sections: tuple[tuple[str, type], ...]) -> type:
 
 def eval_spec_class(sections: Mapping[str, type] | None = None) -> type[EvalSpec]:
     """The ``eval`` section with a sub-section per benchmark (name -> its options class)."""
-    return _eval_class(tuple((sections or {}).items())) if sections else EvalSpec
+    return _eval_class(tuple(sections.items())) if sections else EvalSpec
 
 
 @dataclass

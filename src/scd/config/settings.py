@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import yaml
 
 from scd.config.schema import SEED
 from scd.config.vocabulary import PRINCIPLES, SCALES, SCENARIOS
 from scd.errors import InputError
+from scd.io import read_yaml
 
 __all__ = ["FILTER_KEYS", "Setting", "load_settings", "settings_path", "split_masks"]
 
@@ -75,16 +75,12 @@ def load_settings(path: Path | str | None = None) -> dict[int, Setting]:
     """Load and validate the settings file (defaults to the packaged Table 9 settings).
 
     Raises:
-        InputError: unknown keys, unknown principle/scenario/scale names, a train and eval
-            filter that could select the same prompt sets, or a bad eval fraction.
+        InputError: an unreadable file or YAML, unknown keys, unknown principle/scenario/scale
+            names, train and eval filters that could select the same prompt sets, or a bad eval
+            fraction.
     """
     path = Path(path) if path else settings_path()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except yaml.YAMLError:
-        raise InputError(f"{path}: not valid YAML") from None
+    data = read_yaml(path)
     if not isinstance(data, dict) or not data:
         raise InputError(f"{path}: expected a mapping setting number -> definition")
     settings = {}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from scd.config.schema import Recipe
 from scd.errors import InputError
+from scd.pipeline.ray_launcher import import_ray, run_on_ray
 from scd.pipeline.recipe import in_recipe_terms, validate_inputs
 from scd.pipeline.run import Run
 
@@ -35,12 +36,10 @@ def run_recipe(
 ) -> Path:
     """Run (or resume) every stage of ``recipe`` in ``run_dir``; return the report's path.
 
-    ``launcher="local"``: every setting is trained first; then one engine (``share_engine``)
-    loads the base model once and evaluates the base and each adapter on it
-    (``share_engine=False``: a fresh engine per evaluation stage; benchmarks compare the two).
-    ``launcher="ray"``: the base evaluation and each setting (SFT data, training, its
-    evaluations) are Ray tasks on the cluster at ``address`` (None: a local one), side by side.
-    Either way the same stages, state and resume.
+    ``launcher``: ``"local"`` (see the module docstring; ``share_engine=False``: a fresh engine
+    per evaluation stage, for benchmarks comparing the two), or ``"ray"``: the base evaluation and
+    each setting (SFT data, training, its evaluations) as Ray tasks on the cluster at ``address``
+    (None: a local one). Either way the same stages, state and resume.
 
     Raises:
         InputError: a recipe the pipeline cannot run (checked before any work), a run directory
@@ -48,8 +47,6 @@ def run_recipe(
         RunFailed: a Ray task failed (the others' results are kept).
     """
     if launcher == "ray":
-        from scd.pipeline.ray_launcher import import_ray
-
         import_ray()  # before any work
     validate_inputs(recipe)
     run = Run(recipe, Path(run_dir), Path(cache_dir), progress=progress, say=say)
@@ -66,8 +63,6 @@ def run_recipe(
         run.build_model()
         run.generate()
         if launcher == "ray":
-            from scd.pipeline.ray_launcher import run_on_ray
-
             base, tuned = run_on_ray(run, address)
         else:
             base, tuned = _run_here(run, share_engine)
@@ -79,7 +74,7 @@ def run_recipe(
 def _run_here(run: Run, share_engine: bool) -> tuple[dict[str, str], dict[int, dict]]:
     """Every setting trained in turn, then one engine evaluates the base and each adapter."""
     trained = {n: run.train_setting(n) for n in run.recipe.settings}
-    if share_engine:  # trained first: the evaluation engine never shares a GPU with training
+    if share_engine:
         run.share_engine([info["adapter"] for info in trained.values()])
     try:
         base = run.evaluate(None, None)

@@ -149,12 +149,9 @@ def _launch_shards(jobs: list[tuple[Any, Path]], progress: bool) -> None:
 
     from scd.eval.tasks import run_task
 
-    def shard(task: Any, out: Path) -> None:
-        run_task(task, out, progress=False)
-
-    remote = ray.remote(shard)
+    remote = ray.remote(run_task)
     refs = []
     for task, out in jobs:  # a shard loads its own model: never the parent's shared engine
         model = dataclasses.replace(task.model, shared=None)
-        refs.append(remote.remote(dataclasses.replace(task, model=model), out))
+        refs.append(remote.remote(dataclasses.replace(task, model=model), out, progress=False))
     ray.get(refs)

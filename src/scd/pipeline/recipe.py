@@ -5,7 +5,6 @@ recipe's terms (the key and the stage, not a command-line flag)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,8 @@ from scd.eval.benchmarks import REGISTRY, recipe_sections
 
 __all__ = ["in_recipe_terms", "load_recipe", "recipe_from_dict", "validate_inputs"]
 
-Say = Callable[[str], None]
 
-
-def load_recipe(path: Path | str, overrides: list[str] | None = None, say: Say | None = None
+def load_recipe(path: Path | str, overrides: list[str] | None = None, say: loader.Say | None = None
                 ) -> Recipe:  # fmt: skip
     """Read, override (``key=value`` items) and check a recipe file; ``say`` gets the notices
     of renamed keys (default: a ``FutureWarning``).
@@ -32,12 +29,10 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None, say: Say |
 
 
 def recipe_from_dict(
-    data: dict[str, Any], source: str = "recipe", overrides: list[str] | None = None,
-    say: Say | None = None,
-) -> Recipe:  # fmt: skip
+    data: dict[str, Any], source: str = "recipe", overrides: list[str] | None = None
+) -> Recipe:
     """:func:`load_recipe` for a recipe given as a mapping (``source`` names it in errors)."""
-    return loader.recipe_from_dict(data, source, sections=recipe_sections(), overrides=overrides,
-                                   say=say)  # fmt: skip
+    return loader.recipe_from_dict(data, source, sections=recipe_sections(), overrides=overrides)
 
 
 def recipe_key(key: str, section: str | None) -> str:

@@ -107,10 +107,9 @@ class Run:
         """A step of :func:`~scd.data_gen.sft.prepare_sft` as a stage of the run."""
         self.stage(name, [output], lambda: self._warn(work()))
 
-    def _warn(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def _warn(self, manifest: dict[str, Any]) -> None:
         for warning in manifest.get("warnings", []):
             self.say(f"  warning: {warning}")
-        return manifest
 
     def generate(self) -> None:
         """The prompt sets, and each enabled benchmark's inputs (generated once)."""
