@@ -29,7 +29,7 @@ def _run_variant(variant: str, data_dir: Path, out: Path) -> dict:
 
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
-    from scd.data_gen.templates import CONTACTS, compile_prompt, load_scales, load_templates, render
+    from scd.data_gen.templates import CONTACTS, compile_prompt, load_scales, load_templates
 
     start = time.perf_counter()
     descriptors = load_holistic_bias(data_dir / "holistic_bias/v1.0/descriptors.json")
@@ -44,6 +44,8 @@ def _run_variant(variant: str, data_dir: Path, out: Path) -> dict:
                     unbiased, biased = scale.answers(a)
                     for d in descriptors.descriptors:
                         for c in CONTACTS:
+                            comp = compile_prompt(t, c, a, scale)
+                            mentions = [d.group(noun) for noun in comp.nouns] + [""]
                             rows.append(
                                 {
                                     "principle": t.principle,
@@ -54,7 +56,7 @@ def _run_variant(variant: str, data_dir: Path, out: Path) -> dict:
                                     "axis": d.axis,
                                     "bucket": d.bucket,
                                     "descriptor": d.text,
-                                    "prompt": render(compile_prompt(t, c, a, scale), d.group),
+                                    "prompt": "".join(p + m for p, m in zip(comp.parts, mentions)),
                                     "options": list(scale.options),
                                     "unbiased_answer": unbiased,
                                     "biased_answer": biased,

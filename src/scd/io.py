@@ -36,15 +36,13 @@ def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", key="out", value=out)
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(
-                    f"cannot write there ({parent} is a file, not a directory)",
-                    key="out",
-                    value=out,
-                )
-            break
+    parent = next((p for p in out.parents if p.exists()), out.parent)  # the nearest one there
+    if not parent.is_dir():
+        raise InputError(
+            f"cannot write there ({parent} is a file, not a directory)",
+            key="out",
+            value=out,
+        )
     if out.is_dir() and any(out.iterdir()):
         marker = out / "manifest.json"
         if not marker.is_file():
@@ -98,11 +96,9 @@ def atomic_output_dir(out: Path | str, kind: str | None = None) -> Iterator[Path
 def data_dir() -> Path:
     """Where reference data is cached (HolisticBias under ``holistic_bias/<version>/``):
     ``$SCD_DATA_DIR``, else ``$XDG_CACHE_HOME/scd`` (default ``~/.cache/scd``)."""
-    env = os.environ.get("SCD_DATA_DIR")
-    if env:
+    if env := os.environ.get("SCD_DATA_DIR"):
         return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "scd"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scd"
 
 
 def model_cache() -> Path:

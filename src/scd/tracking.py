@@ -58,18 +58,11 @@ def redact(data: Any) -> Any:
 
 
 def start_run(
-    *,
-    project: str,
-    name: str | None,
-    group: str | None,
-    entity: str | None,
-    config: dict[str, Any],
-    directory: Path,
-    job_type: str | None = None,
-    run_id: str | None = None,
+    *, config: dict[str, Any], directory: Path, run_id: str | None = None, **init: Any
 ) -> Any:
     """Start a W&B run with the given config, writing into ``directory``/wandb (passed to this
     run: ``WANDB_DIR`` would stick to the first run of the process); returns the run.
+    ``init``: the rest of ``wandb.init``'s arguments (project, name, group, entity, job_type).
 
     ``run_id``: continue that run (``resume="allow"``). Offline, this writes a second segment
     of the same run id, which ``wandb sync`` uploads after the first, as one run."""
@@ -80,11 +73,7 @@ def start_run(
     import wandb
 
     return wandb.init(
-        project=project,
-        name=name,
-        group=group,
-        entity=entity,
-        job_type=job_type,
+        **init,
         config=redact(config),
         dir=str(directory),
         mode=mode,

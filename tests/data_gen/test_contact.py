@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -21,10 +22,10 @@ from scd.data_gen.templates import (
     CONTACTS,
     PRINCIPLES,
     SCENARIOS,
+    CompiledPrompt,
     compile_prompt,
     load_scales,
     load_templates,
-    render,
 )
 
 PLACEHOLDER = Descriptor("x", "x", "[descriptor]")
@@ -36,6 +37,12 @@ PRINCIPLE_NAMES = {
     "Extended Contact": "extended_contact",
     "Virtual Contact": "virtual_contact",
 }
+
+
+def render(compiled: CompiledPrompt, group: Callable[[str], str]) -> str:
+    """A compiled prompt as text; ``group(noun)`` is the group mention for a noun."""
+    mentions = [group(noun) for noun in compiled.nouns] + [""]
+    return "".join(part + mention for part, mention in zip(compiled.parts, mentions))
 
 
 def _table2(seeds_dir: Path) -> dict[tuple[str, str], tuple[str, str, str]]:

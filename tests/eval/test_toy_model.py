@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from scd.data_gen import data_path
 from scd.data_gen.contact import generate_contact_table
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
 from scd.io import sha256_file
-from scd.models.toy import build_toy_model, toy_descriptors_path
+from scd.models.toy import build_toy_model
 
 PLANTED = ("religion", "nationality")
 
@@ -36,7 +37,7 @@ def loaded(built: tuple[Path, dict]) -> tuple:
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    return generate_contact_table(load_holistic_bias(toy_descriptors_path())).to_pylist()
+    return generate_contact_table(load_holistic_bias(data_path("toy_descriptors.json"))).to_pylist()
 
 
 def _planted(row: dict) -> str:
@@ -54,7 +55,7 @@ def test_info_and_files(built: tuple[Path, dict], rows: list[dict]) -> None:
     assert json.loads((out / "toy_model.json").read_text()) == info
     assert json.loads((out / "manifest.json").read_text())["kind"] == "toy_model"
     assert info["bias_axes"] == list(PLANTED) and info["n_train_examples"] == len(rows)
-    assert info["descriptors_sha256"] == sha256_file(toy_descriptors_path())
+    assert info["descriptors_sha256"] == sha256_file(data_path("toy_descriptors.json"))
     assert info["train_accuracy"] >= 0.995
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
 

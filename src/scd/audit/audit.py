@@ -166,6 +166,7 @@ def audit_scm(
         InputError: a bad corpus, seed file, terms file, encoder or AQ-27 run, an output
             directory of something else, or no sentence that mentions an illness term.
     """
+    from scd.eval.benchmarks.base import read_summary  # imports scipy: only when run
     from scd.models.resolve import resolve_model
 
     for module in ("sentence_transformers", "sklearn"):
@@ -177,7 +178,7 @@ def audit_scm(
     out = check_output_dir(out, "scd_scm_audit")
     sentences = load_seeds(seeds)  # checked before anything loads
     matcher = corpora.TermMatcher(corpora.load_terms(terms, language))
-    aq27 = _read_aq27(aq27_run) if aq27_run else None
+    aq27 = read_summary(aq27_run, "aq27", probe=True, key="aq27_run") if aq27_run else None
     documents = corpora.read_corpus(source, text_column)
     rows, n_sentences = [], 0
     for d, document in enumerate(documents):
@@ -209,17 +210,6 @@ def audit_scm(
                 "language": language, "aq27_run": aq27_run, "scd_version": __version__},
     }  # fmt: skip
     _write(out, rows, summary, report.density_png(by_type, f"SCM: {Path(source).name}"))
-    return summary
-
-
-def _read_aq27(run: str) -> dict[str, Any]:
-    try:
-        summary = json.loads((Path(run) / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        raise InputError("no summary.json of a finished `scd eval stigma --probe aq27` run",
-                         key="aq27_run", value=run) from None  # fmt: skip
-    if summary.get("probe") != "aq27":
-        raise InputError(f"a {summary.get('probe')!r} run, not aq27", key="aq27_run", value=run)
     return summary
 
 

@@ -121,14 +121,11 @@ def _parse(data: Any, source: str, sections: Mapping[str, type], given: dict[str
     if recipe is not None:
         problems += recipe_problems(recipe)
     if problems:
-        order = [f.name for f in dataclasses.fields(Recipe)]
-
-        def rank(problem: tuple[str, str]) -> int:
-            section = problem[0].split(".", 1)[0]
-            return order.index(section) if section in order else len(order)
-
+        order = {f.name: i for i, f in enumerate(dataclasses.fields(Recipe))}
         lines = []
-        for key, text in sorted(dict.fromkeys(problems), key=rank):
+        for key, text in sorted(
+            dict.fromkeys(problems), key=lambda p: order.get(p[0].split(".", 1)[0], len(order))
+        ):
             origin = next((v for k, v in given.items() if key == k or key.startswith(k + ".")),
                           "")  # fmt: skip
             lines.append(f"{origin or source}: {text}")

@@ -115,18 +115,14 @@ def literal_values(tp: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _optional(tp: Any) -> bool:
-    return type(None) in typing.get_args(tp)
-
-
-def field_problems(obj: Any, cls: type | None = None) -> Iterator[tuple[str, str]]:
-    """``(field, what is wrong)`` for each field of ``obj`` (of ``cls``'s fields) whose value
-    is not one of its ``Literal`` values or fails its ``check``; None passes a check."""
-    hints = typing.get_type_hints(cls or type(obj))
-    for f in dataclasses.fields(cls or obj):
-        check, value = f.metadata.get("check"), getattr(obj, f.name)
-        allowed = literal_values(hints[f.name])
-        if allowed and value not in allowed and not (value is None and _optional(hints[f.name])):
+def field_problems(obj: Any) -> Iterator[tuple[str, str]]:
+    """``(field, what is wrong)`` for each field of the dataclass ``obj`` whose value is not one
+    of its ``Literal`` values or fails its ``check``; None passes an optional type and a check."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        check, value, tp = f.metadata.get("check"), getattr(obj, f.name), hints[f.name]
+        optional_none = value is None and type(None) in typing.get_args(tp)
+        if (allowed := literal_values(tp)) and value not in allowed and not optional_none:
             yield f.name, f"expected {one_of(allowed)}, got {value}"
         elif check and value is not None and (problem := check(value)):
             yield f.name, f"{problem}, got {value}"

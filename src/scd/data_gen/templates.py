@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from scd.config.vocabulary import ACTIONS, CONTACTS, PRINCIPLES, SCALES, SCENARIOS
 from scd.data_gen import data_path
@@ -20,8 +19,8 @@ from scd.io import read_yaml
 
 __all__ = [
     "ACTIONS", "CONTACTS", "PRINCIPLES", "SCALES", "SCENARIOS", "CompiledPrompt", "Scale",
-    "Template", "Variant", "compile_prompt", "load_scales", "load_templates", "render",
-    "templates_path", "scales_path",
+    "Template", "Variant", "compile_prompt", "load_scales", "load_templates", "templates_path",
+    "scales_path",
 ]  # fmt: skip
 
 _CONTACT_KEYS = {"none": "none", "positive": "positive_contact", "negative": "negative_contact"}
@@ -191,11 +190,3 @@ def compile_prompt(template: Template, contact: str, action: str, scale: Scale) 
     text = _question(template.variants[contact], action, scale)
     pieces = MENTION.split(text)  # [literal, noun, literal, noun, ..., literal]
     return CompiledPrompt(tuple(pieces[0::2]), tuple(pieces[1::2]))
-
-
-def render(compiled: CompiledPrompt, group: Any) -> str:
-    """Render a compiled prompt; ``group(noun)`` returns the group mention for a noun."""
-    out = [compiled.parts[0]]
-    for noun, part in zip(compiled.nouns, compiled.parts[1:]):
-        out += [group(noun), part]
-    return "".join(out)

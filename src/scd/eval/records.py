@@ -98,9 +98,7 @@ class RecordLog:
         keep = lines if lines >= self.total else (lines // self.chunk_size) * self.chunk_size
         if keep > self.total:
             raise InputError(f"{self.path}: holds more records than the run has items")
-        cut = 0
-        for _ in range(keep):
-            cut = data.index(b"\n", cut) + 1
+        cut = len(data) - len(data.split(b"\n", keep)[-1])  # the end of line ``keep``
         if cut != len(data):
             with open(self.path, "r+b") as fh:
                 fh.truncate(cut)

@@ -41,10 +41,8 @@ def stratified_sample(keys: Sequence[tuple[Hashable, ...]], want: int, seed: int
             node = node.setdefault(value, {})
         node.setdefault(key[-1], []).append(i)
     rng = np.random.default_rng(seed)
-    ranks = []
-    for level in range(depth):
-        values = sorted({k[level] for k in keys}, key=repr)
-        ranks.append(dict(zip(values, rng.permutation(len(values)).tolist())))
+    levels = [sorted(set(values), key=repr) for values in zip(*keys)]  # each level's values
+    ranks = [dict(zip(values, rng.permutation(len(values)).tolist())) for values in levels]
     deficits: list[dict[Any, float]] = [{} for _ in range(depth)]
     chosen: list[int] = []
 
@@ -64,14 +62,10 @@ def stratified_sample(keys: Sequence[tuple[Hashable, ...]], want: int, seed: int
         alloc = {c: min(sizes[c], max(0, math.floor(debt[c] + 1e-9))) for c in children}
         rest = n - sum(alloc.values())
         order = lambda c: (-(debt[c] - alloc[c]), ranks[level][c])  # noqa: E731
-        while rest > 0:
-            c = min((c for c in children if alloc[c] < sizes[c]), key=order)
-            alloc[c] += 1
-            rest -= 1
-        while rest < 0:
-            c = max((c for c in children if alloc[c] > 0), key=order)
-            alloc[c] -= 1
-            rest += 1
+        for _ in range(rest):  # one more each for those owed most
+            alloc[min((c for c in children if alloc[c] < sizes[c]), key=order)] += 1
+        for _ in range(-rest):  # one fewer each for those owed least
+            alloc[max((c for c in children if alloc[c] > 0), key=order)] -= 1
         for c in children:
             debt[c] -= alloc[c]
             if alloc[c]:

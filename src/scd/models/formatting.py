@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
 
 __all__ = [
     "PLAIN_FORMAT", "TEMPLATE_KWARGS", "Formatter", "load_tokenizer", "parse_answer",
@@ -54,9 +54,9 @@ def load_tokenizer(model: str, adapter: str | None = None) -> Any:
     try:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(
-            f"cannot load a tokenizer (a local model directory or a Hub id is expected): {first}",
+            "cannot load a tokenizer (a local model directory or a Hub id is expected): "
+            + first_line(err),
             key="model",
             value=source,
         ) from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,13 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from scd import __version__
+from scd.data_gen import data_path
 from scd.data_gen.contact import generate_contact_table
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
 from scd.io import atomic_output_dir, cache_key, check_output_dir, write_json
 
-__all__ = [
-    "CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model",
-    "toy_descriptors_path",
-]  # fmt: skip
+__all__ = ["CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model"]
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +43,6 @@ TARGET_ACCURACY = 0.995
 BATCH, LR, CHECK_EVERY, CHECK_SAMPLE = 128, 3e-3, 25, 1024
 # head_dim 64 / 2 = 32: the smallest head size vLLM's CPU attention serves
 MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
-
-
-def toy_descriptors_path() -> Path:
-    """The packaged toy descriptors (8 axes x 4 descriptors, HolisticBias format)."""
-    return Path(str(files("scd.data_gen") / "data" / "toy_descriptors.json"))
 
 
 def _check_axes(bias_axes: Sequence[str] | str, axes: list[str], file: str) -> list[str]:
@@ -188,7 +180,8 @@ def build_toy_model(
         out: output directory, replaced atomically (see :func:`scd.io.atomic_output_dir`).
         bias_axes: axes that get the biased answer (a comma-separated string works too).
         seed: seeds the weights, the batch order and the sample; same seed, same weights.
-        descriptors_path: a HolisticBias-format descriptors file (default: the packaged toy one).
+        descriptors_path: a HolisticBias-format descriptors file (default: the packaged
+            ``toy_descriptors.json``, 8 axes x 4 descriptors).
         steps: maximum number of optimizer steps (default :data:`DEFAULT_MAX_STEPS`).
         progress: show a progress bar (steps, loss, sample accuracy) on stderr.
 
@@ -205,7 +198,7 @@ def build_toy_model(
 
     check_output_dir(out, "toy_model")  # before minutes of training, not after
     t0 = time.perf_counter()
-    path = Path(descriptors_path) if descriptors_path is not None else toy_descriptors_path()
+    path = data_path("toy_descriptors.json") if descriptors_path is None else Path(descriptors_path)
     name = str(descriptors_path) if descriptors_path is not None else path.name
     descriptors = load_holistic_bias(path)
     axes = sorted({d.axis for d in descriptors.descriptors})

@@ -132,12 +132,14 @@ class Run:
         for bench, options in self.benchmarks:
             for job in bench.jobs(self, options, setting):
                 name = f"{prefix}/{job.name}"
-                if setting is None:
+                if setting is not None:
+                    out = self.dir / prefix / job.name
+                elif self.state.done(name):  # where it went then (the cache may have moved since)
+                    out = self.state.output(name).parent
+                else:
                     digest = cache_key(kind=job.name, model=model_fingerprint(self.model),
                                        **self.engine.cache_identity(), **job.key)  # fmt: skip
-                    out = self._where(name, self.cache / "base" / f"{job.name}-{digest}")
-                else:
-                    out = self.dir / prefix / job.name
+                    out = self.cache / "base" / f"{job.name}-{digest}"
                 work = partial(job.benchmark.evaluate, self.model, out, adapter=adapter,
                                engine=self.engine, shared=self.shared, progress=self.progress,
                                shards=self.recipe.eval.shards if setting is None else 1,
@@ -146,11 +148,6 @@ class Run:
                            section=f"eval.{bench.name}")  # fmt: skip
                 done[job.name] = str(out)
         return done
-
-    def _where(self, name: str, default: Path) -> Path:
-        """Where a cached stage's results are: where an earlier invocation put them when it
-        finished (its cache may have been elsewhere), else ``default``."""
-        return self.state.output(name).parent if self.state.done(name) else default
 
     # -- one setting ---------------------------------------------------------------------------
     def train_setting(self, n: int) -> dict[str, str]:

@@ -24,26 +24,21 @@ from scd.tracking import finish_run, start_run
 __all__ = ["log_run", "log_tuned_results"]
 
 
-def _tuned_summary(results: dict[str, str]) -> dict[str, Any]:
-    """Each result's headline numbers (its benchmark's), under ``<job>/<name>``."""
+def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, str]) -> bool:
+    """Add a tuned model's results (each benchmark's headline numbers) to the summary of the W&B
+    run that trained it (its id is in ``train_manifest.json``), under ``<job>/<name>``; return
+    whether a run took them.
+
+    ``scd run`` trains every setting before evaluating, so the training run has finished by
+    then: it is continued by id (offline: a second segment that ``wandb sync`` joins to it).
+    """
+    manifest = json.loads((Path(adapter) / "train_manifest.json").read_text())
     summary: dict[str, Any] = {}
     for name, where in results.items():
         path = Path(where) / "summary.json"
         if path.is_file() and name in REGISTRY:
             headline = REGISTRY[name].headline(json.loads(path.read_text()))
             summary.update({f"{name}/{k}": v for k, v in headline.items()})
-    return summary
-
-
-def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, str]) -> bool:
-    """Add a tuned model's results (each benchmark's headline numbers) to the summary of the W&B
-    run that trained it (its id is in ``train_manifest.json``); return whether a run took them.
-
-    ``scd run`` trains every setting before evaluating, so the training run has finished by
-    then: it is continued by id (offline: a second segment that ``wandb sync`` joins to it).
-    """
-    manifest = json.loads((Path(adapter) / "train_manifest.json").read_text())
-    summary = _tuned_summary(results)
     if not manifest.get("wandb_run_id") or not summary:
         return False
     run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,

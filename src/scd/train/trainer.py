@@ -280,7 +280,7 @@ def train(
             tmp.write_text(run.id + "\n")
         if known:  # what the killed process may not have flushed to W&B: its steps again
             log_history(run, checkpoint)
-    if checkpoint and resume and progress and state.is_main_process:
+    if checkpoint and progress and state.is_main_process:
         from scd.progress import say
 
         step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
@@ -289,7 +289,7 @@ def train(
         recipe, model_path, sft_dir, out, cuda=cuda, progress=progress, verbose=verbose, args=args
     )
     start = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=checkpoint if resume else None)
+    result = trainer.train(resume_from_checkpoint=checkpoint)  # None unless --resume
     seconds = time.perf_counter() - start
     _save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
@@ -307,7 +307,7 @@ def train(
             "train_seconds": round(seconds, 3),
             "tokens_seen": tokens,
             "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
-            "resumed_from": Path(checkpoint).name if checkpoint and resume else None,
+            "resumed_from": Path(checkpoint).name if checkpoint else None,
             "world_size": state.num_processes,
             "token_check_rows": checked,
             "wandb_run_id": run.id if run is not None else None,
@@ -318,13 +318,12 @@ def train(
         write_json(out / "data_manifest.json", manifest)
         write_json(out / "train_manifest.json", info)
         if run is not None:
-            run.summary.update({f"scd/{k}": v for k, v in info.items()
-                                if v is not None and k != "log_history"})  # fmt: skip
+            meta = {k: v for k, v in info.items() if k != "log_history"}
+            run.summary.update({f"scd/{k}": v for k, v in meta.items() if v is not None})
             if recipe.wandb.log_adapter:
                 import wandb
 
                 name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
-                meta = {k: v for k, v in info.items() if k != "log_history"}
                 artifact = wandb.Artifact(name, type="model", metadata=meta)
                 for name in ("adapter_model.safetensors", "adapter_config.json"):
                     artifact.add_file(str(out / name))

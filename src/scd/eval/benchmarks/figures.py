@@ -49,19 +49,21 @@ def _label(value: object) -> str:
     return str(value).replace("_", " ")
 
 
-def _check_frame(frame: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+def _tidy(
+    frame: pd.DataFrame, what: str, keys: Sequence[str] = (), numbers: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """A copy of ``frame`` with ``numbers`` (default: every column) as floats and ``keys`` as
+    strings, after checking that it is a non-empty DataFrame with those columns."""
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"{what}: expected a pandas DataFrame, got {type(frame).__name__}")
-    missing = [c for c in columns if c not in frame.columns]
+    numbers = list(frame.columns) if numbers is None else numbers
+    missing = [c for c in (*keys, *numbers) if c not in frame.columns]
     if missing:
         raise InputError(f"{what}: missing column(s) {', '.join(map(repr, missing))}")
     if frame.empty:
         raise InputError(f"{what}: the frame is empty")
-
-
-def _numeric(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
-    out = frame.copy()
-    for col in columns:
+    out = frame.astype(dict.fromkeys(keys, str))
+    for col in numbers:
         try:
             out[col] = pd.to_numeric(out[col]).astype(float)
         except (TypeError, ValueError):
@@ -69,8 +71,11 @@ def _numeric(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataF
     return out
 
 
-def _unique(values: pd.Series) -> list:
-    return list(dict.fromkeys(values.tolist()))
+def _check_unique(frame: pd.DataFrame, keys: Sequence[str], what: str) -> None:
+    dupes = frame.duplicated(keys)
+    if dupes.any():
+        row = frame[dupes].iloc[0]
+        raise InputError(f"{what}: duplicated row for {row[keys[0]]!r}, {row[keys[1]]!r}")
 
 
 def _top(values: np.ndarray, floor: float = 10.0) -> float:
@@ -101,20 +106,15 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             (setting, contact) row or a non-numeric value.
     """
     what = "figure 1"
-    _check_frame(frame, ("setting", "contact", "before", "after"), what)
-    frame = _numeric(frame, ("before", "after"), what)
-    frame = frame.assign(contact=frame["contact"].astype(str), setting=frame["setting"].astype(str))
+    frame = _tidy(frame, what, ("setting", "contact"), ("before", "after"))
     unknown = sorted(set(frame["contact"]) - set(CONTACT_LABELS))
     if unknown:
         raise InputError(
             f"{what}: unknown contact value(s) {unknown}; expected one of {list(CONTACT_LABELS)}"
         )
-    dupes = frame.duplicated(["setting", "contact"])
-    if dupes.any():
-        row = frame[dupes].iloc[0]
-        raise InputError(f"{what}: duplicated row for {row['setting']!r}, {row['contact']!r}")
+    _check_unique(frame, ("setting", "contact"), what)
 
-    settings = _unique(frame["setting"])
+    settings = frame["setting"].unique().tolist()
     contacts = [c for c in CONTACT_LABELS if c in set(frame["contact"])]
     n = len(settings)
     bounds = [c for c in ("before_high", "after_high") if c in frame]
@@ -167,14 +167,6 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     return _png(fig)
 
 
-def _grid_values(grid: pd.DataFrame, what: str) -> pd.DataFrame:
-    if not isinstance(grid, pd.DataFrame):
-        raise InputError(f"{what}: expected a pandas DataFrame, got {type(grid).__name__}")
-    if grid.empty:
-        raise InputError(f"{what}: the grid is empty")
-    return _numeric(grid, list(grid.columns), what)
-
-
 def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = None) -> bytes:
     """Training loss by step, one line per run (a setting's training), labelled in a legend."""
     fig = Figure(figsize=(7.0, 3.4), layout="constrained")
@@ -216,9 +208,9 @@ def figure2_png(
     Raises:
         InputError: an empty grid, a non-numeric column or a wrong number of titles.
     """
-    grids = [_grid_values(grid, "figure 2")]
+    grids = [_tidy(grid, "figure 2")]
     if after is not None:
-        grids.append(_grid_values(after, "figure 2 (after)"))
+        grids.append(_tidy(after, "figure 2 (after)"))
     if titles is None:
         titles = ("Bias % by axis and scenario",) if after is None else ("Before", "After")
     titles = list(titles)
@@ -277,16 +269,11 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     """
     what = "BBQ bars"
     metrics = ("accuracy_ambig", "accuracy_disambig", "bias_ambig", "bias_disambig")
-    _check_frame(frame, ("category", "model", *metrics), what)
-    frame = _numeric(frame, metrics, what)
-    frame = frame.assign(category=frame["category"].astype(str), model=frame["model"].astype(str))
-    dupes = frame.duplicated(["category", "model"])
-    if dupes.any():
-        row = frame[dupes].iloc[0]
-        raise InputError(f"{what}: duplicated row for {row['category']!r}, {row['model']!r}")
+    frame = _tidy(frame, what, ("category", "model"), metrics)
+    _check_unique(frame, ("category", "model"), what)
 
-    categories = _unique(frame["category"])
-    models = _unique(frame["model"])
+    categories = frame["category"].unique().tolist()
+    models = frame["model"].unique().tolist()
     palette = [f"C{i % 10}" for i in range(len(models))]
     band = 0.8 / len(models)
     y = np.arange(len(categories))

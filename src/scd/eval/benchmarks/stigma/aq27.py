@@ -87,13 +87,12 @@ def _score(engine: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], frame_of
     groups: dict[str, list[int]] = defaultdict(list)
     for n, row in enumerate(rows):
         groups[frame_of(row)].append(n)
-    requests, order = [], []
+    requests = []
     for frame, members in groups.items():
         pieces = [_split_ids(tokenizer, frame, rows[n]["illness"]) for n in members]
         requests.append(ChoiceRequest(tuple(pieces[0][0]), tuple(tuple(p[1]) for p in pieces)))
-        order.append(members)
     scores: list[float] = [0.0] * len(rows)
-    for members, values in zip(order, engine.score(requests)):
+    for members, values in zip(groups.values(), engine.score(requests)):
         for n, v in zip(members, values):
             scores[n] = float(v)
     return scores
