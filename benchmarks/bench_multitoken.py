@@ -30,6 +30,31 @@ def _timed(fn, reqs, batch):
     return out, time.perf_counter() - start
 
 
+def request_sets(data: Path, bbq: Path, prompts: int, bbq_items: int) -> dict[str, list]:
+    """The benchmarks' (user text, options) sets: ``prompts`` likelihood/frequency contact
+    prompts from HolisticBias v1.0 under ``data``, and ``bbq_items`` stratified BBQ items."""
+    import tempfile
+
+    from scd.data_gen.contact import write_prompts
+    from scd.data_gen.descriptors import load_holistic_bias
+    from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text, stratified_subset
+    from scd.eval.benchmarks.bias.task import load_work
+
+    tmp = Path(tempfile.mkdtemp())
+    write_prompts(tmp / "p", load_holistic_bias(data / "holistic_bias/v1.0/descriptors.json"))
+    work = [w for w in load_work(tmp / "p", prompts * 3, seed=0) if not w["baseline"]]
+    return {
+        "contact prompts (likelihood, frequency)": [
+            (f"{w['prompt']} {w['instruction']}", w["options"])
+            for w in work if w["scale"] != "certainty"
+        ][:prompts],
+        "BBQ items (3 answers)": [
+            (prompt_text(r), [r["ans0"], r["ans1"], r["ans2"]])
+            for r in stratified_subset(load_bbq(bbq), bbq_items, 0)
+        ],
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="model dir, Hub id or .gguf")
@@ -39,13 +64,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
 
-    import tempfile
-
     from scd.config.engine import EngineSpec
-    from scd.data_gen.contact import write_prompts
-    from scd.data_gen.descriptors import load_holistic_bias
-    from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text, stratified_subset
-    from scd.eval.benchmarks.bias.task import load_work
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
     from scd.models import resolve_model
@@ -56,20 +75,7 @@ def main() -> None:
     fmt = Formatter(tok)
     spec = EngineSpec(batch_size=args.batch_size)
     engine = HFEngine(model, spec, tokenizer=tok, padding_side="left")
-    tmp = Path(tempfile.mkdtemp())
-    hb = REPO.parent / "shared/data/holistic_bias/v1.0/descriptors.json"
-    write_prompts(tmp / "p", load_holistic_bias(hb))
-    work = [w for w in load_work(tmp / "p", args.prompts * 3, seed=0) if not w["baseline"]]
-    sets = {
-        "contact prompts (likelihood, frequency)": [
-            (f"{w['prompt']} {w['instruction']}", w["options"])
-            for w in work if w["scale"] != "certainty"
-        ][: args.prompts],
-        "BBQ items (3 answers)": [
-            (prompt_text(r), [r["ans0"], r["ans1"], r["ans2"]])
-            for r in stratified_subset(load_bbq(args.bbq), args.bbq_items, 0)
-        ],
-    }  # fmt: skip
+    sets = request_sets(REPO.parent / "shared/data", args.bbq, args.prompts, args.bbq_items)
     print(f"model {args.model} ({model}), torch threads {torch.get_num_threads()}, "
           f"batch {args.batch_size}")  # fmt: skip
     for name, items in sets.items():

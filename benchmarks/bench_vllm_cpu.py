@@ -23,7 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,28 +31,14 @@ VARIANTS = ("scd-hf", "scd-vllm", "lmeval-vllm", "lmeval-hf")
 
 
 def _requests(model: str, args: argparse.Namespace) -> tuple[object, dict[str, list]]:
-    from scd.data_gen.contact import write_prompts
-    from scd.data_gen.descriptors import load_holistic_bias
-    from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text, stratified_subset
-    from scd.eval.benchmarks.bias.task import load_work
+    from bench_multitoken import request_sets  # this script's folder is on sys.path
+
     from scd.eval.engines import ChoiceRequest
     from scd.models.formatting import Formatter, load_tokenizer
 
     tok = load_tokenizer(model)
     fmt = Formatter(tok)
-    tmp = Path(tempfile.mkdtemp())
-    write_prompts(tmp / "p", load_holistic_bias(args.data / "holistic_bias/v1.0/descriptors.json"))
-    work = [w for w in load_work(tmp / "p", args.prompts * 3, seed=0) if not w["baseline"]]
-    sets = {
-        "contact prompts (likelihood, frequency)": [
-            (f"{w['prompt']} {w['instruction']}", w["options"])
-            for w in work if w["scale"] != "certainty"
-        ][: args.prompts],
-        "BBQ items (3 answers)": [
-            (prompt_text(r), [r["ans0"], r["ans1"], r["ans2"]])
-            for r in stratified_subset(load_bbq(args.data / "bbq/data"), args.bbq_items, 0)
-        ],
-    }  # fmt: skip
+    sets = request_sets(args.data, args.data / "bbq/data", args.prompts, args.bbq_items)
     return tok, {
         name: [ChoiceRequest(tuple(fmt.encode([u])[0]), fmt.option_ids(o)) for u, o in items]
         for name, items in sets.items()
