@@ -18,7 +18,7 @@ LAYERS = (
     ("scd/io.py", "scd/progress.py", "scd/tracking.py", "scd/config/"),
     ("scd/data_gen/", "scd/models/"),
     ("scd/eval/", "scd/train/", "scd/audit/"),
-    ("scd/report/",),
+    ("scd/report/", "scd/export/"),
     ("scd/pipeline/",),
     ("scd/quickstart.py", "scd/commands.py", "scd/cli.py", "scd/__main__.py"),
 )

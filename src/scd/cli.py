@@ -4,6 +4,7 @@
     scd generate contact --descriptors stigma --out prompts/stigma
     scd generate stigma --out prompts/stigma_probes
     scd eval stigma --probe sds --model MODEL --prompts prompts/stigma_probes --out out/sds
+    scd export lm-eval --prompts prompts/hb --limit 2400 --out lm_eval_tasks/scd
     scd generate sft --prompts prompts/hb --setting 1 --out sft/setting1
     scd quickstart
 
@@ -18,6 +19,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from scd import commands
 from scd.config.engine import EngineSpec
@@ -87,9 +89,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _command_group(sub: argparse._SubParsersAction, name: str, help: str) -> Any:
+    """``scd NAME <what>``: a command whose subcommands are added to the returned object."""
+    group = sub.add_parser(name, help=help)
+    return group.add_subparsers(dest="what", required=True, parser_class=_Parser)
+
+
 def _add_generate(sub: argparse._SubParsersAction) -> None:
-    gen = sub.add_parser("generate", help="generate prompt sets and SFT data")
-    gsub = gen.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    gsub = _command_group(sub, "generate", "generate prompt sets and SFT data")
 
     contact = gsub.add_parser("contact", help="contact-hypothesis prompt sets (prompts.parquet)")
     contact.add_argument(
@@ -137,11 +144,14 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     add_options(sft, SFTOptions)
     sft.add_argument("--out", required=True, help="output directory")
+    for parser in (contact, stigma, sft):
+        parser.add_argument("--push-to-hub", metavar="REPO", help="then upload the directory "
+                            "(with its dataset card) to this Hub dataset repository; the token "
+                            "from HF_TOKEN or `hf auth login`")  # fmt: skip
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    ev = sub.add_parser("eval", help="evaluate a model: " + ", ".join(REGISTRY))
-    esub = ev.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    esub = _command_group(sub, "eval", "evaluate a model: " + ", ".join(REGISTRY))
     for name, bench in REGISTRY.items():
         parser = esub.add_parser(name, help=bench.help.replace("%", "%%"))
         _add_eval_args(parser, [bench.Options])
@@ -169,8 +179,7 @@ def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None
 
 
 def _add_audit(sub: argparse._SubParsersAction) -> None:
-    audit = sub.add_parser("audit", help="audit a corpus: Stereotype Content Model of illnesses")
-    asub = audit.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    asub = _command_group(sub, "audit", "audit a corpus: Stereotype Content Model of illnesses")
     scm = asub.add_parser(
         "scm",
         help="warmth and competence of a corpus's illness mentions, mental vs physical, beside "
@@ -205,6 +214,24 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     scm.add_argument("--out", required=True, help="output directory")
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    esub = _command_group(sub, "export", "scd's benchmarks as tasks of other tools")
+    lm = esub.add_parser(
+        "lm-eval",
+        help="an lm-evaluation-harness task directory: bias % on the contact prompts (and the "
+        "SDS gap), scored as scd scores them; run with lm_eval --include_path OUT --tasks scd",
+    )
+    lm.add_argument("--prompts", help="directory from `scd generate contact`")
+    lm.add_argument("--stigma-prompts", help="directory from `scd generate stigma` (the SDS task)")
+    lm.add_argument("--limit", type=_positive, help="the stratified subset of ~N descriptor "
+                    "prompts that `scd eval bias --limit N` takes (baselines on top)")  # fmt: skip
+    lm.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
+    lm.add_argument("--format", choices=("chat", "plain"), default="chat", help="chat: for "
+                    "lm_eval --apply_chat_template; plain: scd's format for models without a "
+                    "chat template")  # fmt: skip
+    lm.add_argument("--out", required=True, help="output directory")
+
+
 def _add_recipe_args(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("recipe", help="recipe YAML (see recipes/)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -222,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_eval(sub)
     _add_audit(sub)
+    _add_export(sub)
     train = sub.add_parser("train", help="LoRA/QLoRA SCD training from a YAML recipe")
     _add_recipe_args(train, "train.learning_rate=1e-4")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")

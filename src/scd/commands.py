@@ -7,6 +7,7 @@ The parser lives in :mod:`scd.cli`; heavy modules are imported inside each handl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from scd.errors import InputError
@@ -15,6 +16,25 @@ if TYPE_CHECKING:
     from scd.config.schema import Recipe
 
 
+def _pushable(generate: Callable[[argparse.Namespace], None]) -> Callable:
+    """``scd generate ... --push-to-hub REPO``: a token is checked for first, and the directory
+    is uploaded once written."""
+
+    def run(args: argparse.Namespace) -> None:
+        if args.push_to_hub:
+            from scd.data_gen.card import hub_token
+
+            hub_token()
+        generate(args)
+        if args.push_to_hub:
+            from scd.data_gen.card import push_to_hub
+
+            print(f"uploaded {args.out} -> {push_to_hub(args.out, args.push_to_hub)}")
+
+    return run
+
+
+@_pushable
 def _generate_contact(args: argparse.Namespace) -> None:
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import resolve_descriptors
@@ -34,6 +54,7 @@ def _generate_contact(args: argparse.Namespace) -> None:
     )
 
 
+@_pushable
 def _generate_stigma(args: argparse.Namespace) -> None:
     from scd.data_gen.stigma_probes import generate_stigma
 
@@ -48,13 +69,14 @@ def _generate_stigma(args: argparse.Namespace) -> None:
     n = info["n_rows"]
     if args.language != "en":
         print(f"wrote {n['aq27']:,} AQ-27 prompts ({args.language}) to {args.out}")
-        return
-    print(
-        f"wrote {n['sds']:,} SDS, {n['sentiment']:,} sentiment and {n['aq27']:,} AQ-27 prompts "
-        f"({info['n_forms']} condition forms) to {args.out}"
-    )
+    else:
+        print(
+            f"wrote {n['sds']:,} SDS, {n['sentiment']:,} sentiment and {n['aq27']:,} AQ-27 "
+            f"prompts ({info['n_forms']} condition forms) to {args.out}"
+        )
 
 
+@_pushable
 def _generate_sft(args: argparse.Namespace) -> None:
     from scd.config.options import flag_values
     from scd.config.schema import SFTOptions
@@ -120,6 +142,17 @@ def _audit_scm(args: argparse.Namespace) -> None:
                       if t["n"])  # fmt: skip
     print(f"{summary['n_matched']:,} of {summary['n_sentences']:,} sentences mention an illness; "
           f"mean warmth {means} -> {args.out}/tables.md")  # fmt: skip
+
+
+def _export_lm_eval(args: argparse.Namespace) -> None:
+    from scd.export.lm_eval import export_lm_eval
+
+    info = export_lm_eval(args.out, prompts=args.prompts, stigma=args.stigma_prompts,
+                          limit=args.limit, seed=args.seed, fmt=args.format)  # fmt: skip
+    docs = ", ".join(f"{name} {n:,}" for name, n in info["tasks"].items())
+    chat = " --apply_chat_template" if args.format == "chat" else ""
+    print(f"lm-eval tasks ({docs} documents) -> {args.out}; run: lm_eval --include_path "
+          f"{args.out} --tasks scd{chat} ...")  # fmt: skip
 
 
 def _report(args: argparse.Namespace) -> None:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from scd import __version__
 from scd.config.vocabulary import COUNT_COLUMNS, PROMPT_COLUMNS
 from scd.data_gen import content_id
+from scd.data_gen.card import write_card
 from scd.data_gen.descriptors import Descriptor, DescriptorSet
 from scd.data_gen.templates import (
     ACTIONS,
@@ -37,7 +38,7 @@ from scd.io import atomic_output_dir, read_parquet, sha256_file, write_json
 
 __all__ = [
     "BASELINE_AXIS", "COLUMNS", "COUNT_COLUMNS", "baseline_descriptors", "generate_contact_table",
-    "read_baseline", "read_prompts", "write_prompts",
+    "read_baseline", "read_prompts", "user_text", "write_prompts",
 ]  # fmt: skip
 
 BASELINE_AXIS = "baseline"
@@ -182,7 +183,14 @@ def write_prompts(
         pq.write_table(table, tmp / "prompts.parquet", compression="zstd")
         pq.write_table(baseline, tmp / "baseline.parquet", compression="zstd")
         write_json(tmp / "manifest.json", info)
+        write_card(tmp, info, [info["descriptors"]])
     return info
+
+
+def user_text(row: dict[str, Any]) -> str:
+    """The user message of a prompt row, as scored and trained: the prompt, then its answer
+    instruction."""
+    return f"{row['prompt']} {row['instruction']}"
 
 
 def read_prompts(directory: Path | str) -> pa.Table:

@@ -30,7 +30,8 @@ from scd.config.schema import SEED, STYLES, SFTOptions
 from scd.config.settings import load_settings, split_masks
 from scd.config.vocabulary import CONTACTS
 from scd.data_gen import data_path
-from scd.data_gen.contact import read_baseline, read_prompts, write_prompts
+from scd.data_gen.card import descriptor_sources, write_card
+from scd.data_gen.contact import read_baseline, read_prompts, user_text, write_prompts
 from scd.data_gen.descriptors import resolve_descriptors
 from scd.errors import InputError
 from scd.io import atomic_output_dir, read_yaml, sha256_file, write_json
@@ -58,8 +59,7 @@ def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
         if style == "explained":
             kind = "include" if r["action"] == "positive" else "exclude"
             answer = f"{answer}. {_pick(r['prompt_id'], notes[kind])}"
-        user = f"{r['prompt']} {r['instruction']}"
-        rows.append(_row(user, answer, r["prompt_id"], "scd", r["unbiased_answer"]))
+        rows.append(_row(user_text(r), answer, r["prompt_id"], "scd", r["unbiased_answer"]))
     return rows
 
 
@@ -230,6 +230,7 @@ def write_sft(
             )
         write_json(tmp / "heldout" / "manifest.json", {**info, "kind": "heldout_prompts"})
         write_json(tmp / "manifest.json", info)
+        write_card(tmp, info, descriptor_sources([prompts, eval_prompts]))
     return info
 
 

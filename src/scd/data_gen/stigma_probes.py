@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from scd import __version__
 from scd.config.vocabulary import STIGMA_TABLES
 from scd.data_gen import content_id, data_path
+from scd.data_gen.card import write_card
 from scd.data_gen.stigma_conditions import StigmaCondition, load_stigma_conditions
 from scd.errors import InputError
 from scd.io import atomic_output_dir, read_parquet, read_yaml, sha256_file, write_json
@@ -295,6 +296,7 @@ def generate_stigma(
             table = pa.Table.from_pylist(rows).select(list(STIGMA_TABLES[name]))
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
         write_json(tmp / "manifest.json", info)
+        write_card(tmp, info, [{"kind": "stigma"}])
     return info
 
 

@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from scd import __version__
 from scd.data_gen import data_path
-from scd.data_gen.contact import generate_contact_table
+from scd.data_gen.contact import generate_contact_table, user_text
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
 from scd.io import atomic_output_dir, cache_key, check_output_dir, write_json
@@ -208,7 +208,7 @@ def build_toy_model(
         r["biased_answer"] if r["axis"] in planted_axes else r["unbiased_answer"] for r in rows
     ]
     others = [next(o for o in r["options"] if o != a) for r, a in zip(rows, answers)]
-    messages = [f"{r['prompt']} {r['instruction']}" for r in rows]
+    messages = [user_text(r) for r in rows]
 
     tokenizer = _tokenizer(messages)
     vocab = tokenizer.get_vocab()

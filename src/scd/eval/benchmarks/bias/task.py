@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from scd.config.vocabulary import PROMPT_LABELS
-from scd.data_gen.contact import read_baseline, read_prompts
+from scd.data_gen.contact import read_baseline, read_prompts, user_text
 from scd.eval.engines import ChoiceRequest
 from scd.eval.sampling import stratified_sample
 from scd.eval.tasks import CausalModel, CausalTask
@@ -133,7 +133,7 @@ class BiasTask(CausalTask):
     unit = "prompt"
 
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        ids = self.fmt.encode([f"{r['prompt']} {r['instruction']}" for r in rows])
+        ids = self.fmt.encode([user_text(r) for r in rows])
         if self.mode == "generate":
             texts = self.engine.generate(ids, self.max_new_tokens)
             return [_record(r, parse_answer(t, r["options"]), None, t) for r, t in zip(rows, texts)]

@@ -1,0 +1,179 @@
+"""Dataset cards: every ``scd generate`` output directory is a Hub-ready dataset.
+
+``README.md`` opens with the YAML front matter the Hub (and ``datasets.load_dataset(DIR)``)
+reads -- one config per Parquet file, the first the default -- then says what the files hold,
+their row counts and schema, where the descriptors came from and under which license, and how
+the data was generated. :func:`push_to_hub` uploads such a directory (``--push-to-hub REPO``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from scd.errors import InputError, first_line
+
+__all__ = ["CARD", "card_text", "descriptor_sources", "hub_token", "push_to_hub", "write_card"]
+
+CARD = "README.md"
+SCD_LICENSE = "mit"  # scd's own packaged lists (toy and stigma descriptors, conditions, items)
+# kind -> (title, what it is, [(config, {split: file})])
+LAYOUTS: dict[str, tuple[str, str, list[tuple[str, dict[str, str]]]]] = {
+    "contact_prompts": (
+        "SCD contact prompts",
+        "The contact-hypothesis prompt sets of the SCD paper (Raj et al. 2024, Social Contact "
+        "Debiasing): 6 principles x 5 scenarios x 2 actions x 3 scales per descriptor, each set "
+        "with no, positive and negative contact; `baseline` holds the same templates with no "
+        "descriptor.",
+        [("prompts", {"test": "prompts.parquet"}), ("baseline", {"test": "baseline.parquet"})],
+    ),
+    "stigma_prompts": (
+        "SCD stigma probes",
+        "Stigma probes of health conditions: the Social Distance Scale and sentiment prompts of "
+        "Mei et al. (2023) and the AQ-27 items of Mina et al. (2024).",
+        [(name, {"test": f"{name}.parquet"}) for name in ("sds", "sentiment", "aq27")],
+    ),
+    "sft": (
+        "SCD instruction-tuning data",
+        "Instruction-tuning rows of one SCD transfer setting (prompt/completion conversations "
+        "that answer with the unbiased option), and the held-out prompts the tuned model is "
+        "evaluated on.",
+        [
+            ("sft", {"train": "train.parquet", "validation": "eval.parquet"}),
+            ("heldout", {"test": "heldout/prompts.parquet"}),
+            ("heldout_baseline", {"test": "heldout/baseline.parquet"}),
+        ],
+    ),  # fmt: skip
+}
+COMMANDS = {"contact_prompts": "contact", "stigma_prompts": "stigma", "sft": "sft"}
+
+
+def _license(sources: list[dict[str, Any]], general: str | None) -> tuple[str, str]:
+    """(Hub license id, the sentence that explains it) for these descriptor sources."""
+    kinds = {s.get("kind") for s in sources}
+    if general:
+        return "other", (f"Mixed: the SCD rows follow their descriptors' license, the general "
+                         f"instruction rows that of `{general}`.")  # fmt: skip
+    if kinds <= {"toy", "stigma"}:
+        return SCD_LICENSE, "scd's own packaged lists (MIT, as scd)."
+    if kinds <= {"holistic_bias", "toy", "stigma"}:
+        return "cc-by-sa-4.0", (
+            "Descriptors from HolisticBias (Smith et al. 2022, "
+            "github.com/facebookresearch/ResponsibleNLP), CC BY-SA 4.0."
+        )
+    return "other", "Descriptors from a user-supplied file: its own license applies."
+
+
+def descriptor_sources(prompt_dirs: list[Path | str | None]) -> list[dict[str, Any]]:
+    """The descriptor sources that the manifests of these prompt directories record."""
+    sources = []
+    for directory in filter(None, prompt_dirs):
+        try:
+            info = json.loads((Path(directory) / "manifest.json").read_text())
+        except (OSError, ValueError):
+            info = {}
+        sources.append(info.get("descriptors") or {})
+    return sources
+
+
+def _size_category(n: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                        (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):  # fmt: skip
+        if n < limit:
+            return name
+    return "n>10M"
+
+
+def card_text(directory: Path, info: dict[str, Any], sources: list[dict[str, Any]]) -> str:
+    """The dataset card of an output directory of ``scd generate`` (its manifest ``info``)."""
+    kind = info["kind"]
+    title, what, layout = LAYOUTS[kind]
+    configs, counts, schemas, first = [], [], [], None
+    for name, splits in layout:
+        present = {s: f for s, f in splits.items() if (directory / f).is_file()}
+        if not present:
+            continue
+        config = {"config_name": name, **({} if configs else {"default": True})}
+        config["data_files"] = [{"split": s, "path": f} for s, f in present.items()]
+        configs.append(config)
+        for split, file in present.items():
+            counts.append((name, split, file, pq.read_metadata(directory / file).num_rows))
+        schema = pq.read_schema(directory / next(iter(present.values())))
+        schemas += [f"### `{name}`", ""]
+        if configs[1:] and schema == first:
+            schemas += [f"The columns of `{configs[0]['config_name']}`.", ""]
+            continue
+        first = first or schema
+        schemas += ["| column | type |", "|---|---|"]
+        for f in schema:
+            shown = (
+                f"{f.type.value_type} (dictionary-encoded)"
+                if pa.types.is_dictionary(f.type)
+                else f.type
+            )
+            schemas.append(f"| {f.name} | {shown} |")
+        schemas.append("")
+    general = info.get("general") or {}
+    general_source = general.get("source") if general.get("rows") else None
+    license_id, license_text = _license(sources, general_source)
+    front = {"license": license_id, "pretty_name": title,
+             "tags": ["bias", "fairness", "social-contact-debiasing", "scd"],
+             "size_categories": [_size_category(sum(c[3] for c in counts))],
+             "configs": configs}  # fmt: skip
+    lines = [
+        "---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "", f"# {title}", "",
+        what, "", f"Generated by scd {info['scd_version']} with `scd generate "
+        f"{COMMANDS[kind]}`; `manifest.json` records every input and its sha256.", "",
+        "## Files", "", "| config | split | file | rows |", "|---|---|---|---:|",
+        *(f"| {c} | {s} | `{f}` | {n:,} |" for c, s, f, n in counts), "",
+        "## Schema", "", *schemas, "## License", "", license_text, "",
+        "## Loading", "", "```python", "from datasets import load_dataset", "",
+        f'ds = load_dataset("path/to/this/directory")  # the `{configs[0]["config_name"]}` '
+        "config; name another as the second argument", "```", "",
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_card(directory: Path, info: dict[str, Any], sources: list[dict[str, Any]]) -> None:
+    """Write ``directory/README.md`` (see :func:`card_text`)."""
+    (directory / CARD).write_text(card_text(directory, info, sources), encoding="utf-8")
+
+
+def hub_token() -> str:
+    """The Hub token of this environment (``HF_TOKEN`` or ``hf auth login``); never shown.
+
+    Raises:
+        InputError: there is none.
+    """
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise InputError("no Hub token: set HF_TOKEN or run `hf auth login`", key="push_to_hub")
+    return token
+
+
+def push_to_hub(directory: Path | str, repo: str, private: bool = False) -> str:
+    """Upload an output directory of ``scd generate`` to the dataset repository ``repo``
+    (created if missing). The token comes from the environment (``HF_TOKEN``) or the login
+    of ``hf auth login``; it is never printed.
+
+    Returns:
+        The repository's URL.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=hub_token())
+    try:
+        url = api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+        api.upload_folder(repo_id=repo, folder_path=str(directory), repo_type="dataset",
+                          commit_message="scd generate: dataset and card")  # fmt: skip
+    except Exception as err:  # the Hub's HTTP, auth and validation errors  # noqa: BLE001
+        raise InputError(f"cannot upload to the Hub: {first_line(err)}", key="push_to_hub",
+                         value=repo) from None  # fmt: skip
+    return str(url)

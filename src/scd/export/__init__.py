@@ -1,0 +1,1 @@
+"""Exports of scd's benchmarks to other tools: an lm-evaluation-harness task directory."""
