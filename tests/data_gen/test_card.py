@@ -46,7 +46,7 @@ def test_the_cards_name_every_file_and_load_with_datasets(tmp_path):
         got = {c["config_name"]: {f["split"]: f["path"] for f in c["data_files"]}
                for c in front["configs"]}  # fmt: skip
         assert got == configs and front["configs"][0]["default"] is True
-        assert front["license"] == "mit"  # toy descriptors, scd's packaged stigma lists
+        assert front["license"] == ("other" if directory.name == "stigma" else "mit")
         card = (directory / "README.md").read_text()
         for config, splits in configs.items():
             for split, file in splits.items():
@@ -62,7 +62,9 @@ def test_the_cards_name_every_file_and_load_with_datasets(tmp_path):
 
 def test_the_license_follows_the_descriptors():
     assert _license([{"kind": "holistic_bias"}], None)[0] == "cc-by-sa-4.0"
-    assert _license([{"kind": "holistic_bias"}, {"kind": "stigma"}], None)[0] == "cc-by-sa-4.0"
+    assert _license([{"kind": "holistic_bias"}, {"kind": "toy"}], None)[0] == "cc-by-sa-4.0"
+    both = _license([{"kind": "holistic_bias"}, {"kind": "stigma"}], None)  # setting 2
+    assert both[0] == "other" and "HolisticBias" in both[1] and "Mei et al." in both[1]
     assert _license([{"kind": "holistic_bias_format"}], None)[0] == "other"
     assert _license([{}], None)[0] == "other"  # a source scd does not know
     assert _license([{"kind": "toy"}], "yahma/alpaca-cleaned")[0] == "other"

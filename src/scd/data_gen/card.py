@@ -21,7 +21,6 @@ from scd.errors import InputError, first_line
 __all__ = ["CARD", "card_text", "descriptor_sources", "hub_token", "push_to_hub", "write_card"]
 
 CARD = "README.md"
-SCD_LICENSE = "mit"  # scd's own packaged lists (toy and stigma descriptors, conditions, items)
 # kind -> (title, what it is, [(config, {split: file})])
 LAYOUTS: dict[str, tuple[str, str, list[tuple[str, dict[str, str]]]]] = {
     "contact_prompts": (
@@ -53,20 +52,27 @@ LAYOUTS: dict[str, tuple[str, str, list[tuple[str, dict[str, str]]]]] = {
 COMMANDS = {"contact_prompts": "contact", "stigma_prompts": "stigma", "sft": "sft"}
 
 
+LICENSES = {  # descriptor source kind -> (Hub license id, where the text comes from)
+    "toy": ("mit", "scd's packaged toy descriptors (MIT, as scd)."),
+    "holistic_bias": ("cc-by-sa-4.0", "Descriptors from HolisticBias (Smith et al. 2022, "
+                      "github.com/facebookresearch/ResponsibleNLP), CC BY-SA 4.0."),
+    "stigma": ("other", "Conditions and probe texts written by scd from the papers (Mei et al. "
+               "2023; the AQ-27 of Corrigan et al. 2003 as used by Mina et al. 2024): scd's files "
+               "are MIT; cite the papers, and the AQ-27's own terms apply to its items."),
+}  # fmt: skip
+
+
 def _license(sources: list[dict[str, Any]], general: str | None) -> tuple[str, str]:
-    """(Hub license id, the sentence that explains it) for these descriptor sources."""
-    kinds = {s.get("kind") for s in sources}
+    """(Hub license id, the sentences that explain it) for these descriptor sources."""
+    unknown = ("other", "Descriptors from a user-supplied file: its own license applies.")
+    found = dict.fromkeys(LICENSES.get(s.get("kind"), unknown) for s in sources)
     if general:
-        return "other", (f"Mixed: the SCD rows follow their descriptors' license, the general "
-                         f"instruction rows that of `{general}`.")  # fmt: skip
-    if kinds <= {"toy", "stigma"}:
-        return SCD_LICENSE, "scd's own packaged lists (MIT, as scd)."
-    if kinds <= {"holistic_bias", "toy", "stigma"}:
-        return "cc-by-sa-4.0", (
-            "Descriptors from HolisticBias (Smith et al. 2022, "
-            "github.com/facebookresearch/ResponsibleNLP), CC BY-SA 4.0."
-        )
-    return "other", "Descriptors from a user-supplied file: its own license applies."
+        found[("other", f"The general instruction rows: the license of `{general}`.")] = None
+    ids = {i for i, _ in found}
+    text = " ".join(t for _, t in found)
+    if len(ids) == 1:
+        return ids.pop(), text
+    return ("cc-by-sa-4.0" if ids == {"mit", "cc-by-sa-4.0"} else "other"), text  # share-alike
 
 
 def descriptor_sources(prompt_dirs: list[Path | str | None]) -> list[dict[str, Any]]:
