@@ -17,11 +17,22 @@ from scd.errors import InputError, first_line
 
 __all__ = [
     "atomic_file", "atomic_output_dir", "cache_key", "check_output_dir", "data_dir", "json_text",
-    "model_cache", "read_json", "read_parquet", "read_yaml", "sha256_file", "write_json",
+    "model_cache", "read_json", "read_manifest", "read_parquet", "read_yaml", "sha256_file",
+    "write_json",
 ]  # fmt: skip
 
 _UMASK = os.umask(0o022)  # read the process umask (set it back at once)
 os.umask(_UMASK)
+
+
+def read_manifest(directory: Path | str) -> dict[str, Any]:
+    """What an scd output directory's ``manifest.json`` records (its ``kind``, sources, ...);
+    empty when there is none or it cannot be read."""
+    try:
+        info = json.loads((Path(directory) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
@@ -47,10 +58,7 @@ def check_output_dir(out: Path | str, kind: str | None = None) -> Path:
         marker = out / "manifest.json"
         if not marker.is_file():
             raise InputError("directory is not empty and holds no scd output", key="out", value=out)
-        try:
-            old = json.loads(marker.read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
-            old = None
+        old = read_manifest(out).get("kind")
         if kind is not None and old != kind:
             raise InputError(
                 f"holds a {old or 'different'} output, not {kind}; choose another "

@@ -8,7 +8,6 @@ the data was generated. :func:`push_to_hub` uploads such a directory (``--push-t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from scd.errors import InputError, first_line
+from scd.io import read_manifest
 
 __all__ = ["CARD", "card_text", "descriptor_sources", "hub_token", "push_to_hub", "write_card"]
 
@@ -77,14 +77,7 @@ def _license(sources: list[dict[str, Any]], general: str | None) -> tuple[str, s
 
 def descriptor_sources(prompt_dirs: list[Path | str | None]) -> list[dict[str, Any]]:
     """The descriptor sources that the manifests of these prompt directories record."""
-    sources = []
-    for directory in filter(None, prompt_dirs):
-        try:
-            info = json.loads((Path(directory) / "manifest.json").read_text())
-        except (OSError, ValueError):
-            info = {}
-        sources.append(info.get("descriptors") or {})
-    return sources
+    return [read_manifest(d).get("descriptors") or {} for d in prompt_dirs if d]
 
 
 def _size_category(n: int) -> str:

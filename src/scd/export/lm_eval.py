@@ -30,7 +30,7 @@ from typing import Any
 
 from scd import __version__
 from scd.errors import InputError
-from scd.io import atomic_output_dir, check_output_dir, sha256_file, write_json
+from scd.io import atomic_output_dir, check_output_dir, read_manifest, sha256_file, write_json
 
 __all__ = ["FORMATS", "LM_EVAL_VERSION", "export_lm_eval"]
 
@@ -42,12 +42,7 @@ _TEXT = {"chat": "text", "plain": '"{{text}}\\nAnswer:"'}
 
 
 def _check_kind(directory: Path | str, key: str, kinds: tuple[str, ...], command: str) -> None:
-    path = Path(directory) / "manifest.json"
-    try:
-        kind = json.loads(path.read_text()).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None
-    if kind not in kinds:
+    if read_manifest(directory).get("kind") not in kinds:
         raise InputError(f"not an output of `{command}` (no manifest.json of kind "
                          f"{' or '.join(kinds)})", key=key, value=directory)  # fmt: skip
 
