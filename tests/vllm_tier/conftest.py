@@ -9,8 +9,17 @@ too skips these, saying why.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +27,25 @@ import pytest
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 TIER = Path(__file__).parent
 TOLERANCE = 1e-4  # |Δ log-prob| vLLM vs transformers, float32 both (measured: at most 3.3e-5)
+
+
+def records(out: Path) -> list[dict]:
+    """The records of an evaluation in ``out``."""
+    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+
+
+def same(a: Path, b: Path, scores: str = "option_logprobs", answer: str = "chosen") -> int:
+    """Assert two evaluations agree record for record (the answer equal, log-probs within
+    :data:`TOLERANCE`); return how many records there are."""
+    ra, rb = records(a), records(b)
+    assert len(ra) == len(rb) > 0
+    worst = 0.0
+    for x, y in zip(ra, rb):
+        assert x[answer] == y[answer], (x, y)
+        for p, q in zip(x[scores], y[scores], strict=True):
+            worst = max(worst, abs(p - q))
+    assert worst <= TOLERANCE, worst
+    return len(ra)
 
 
 def _in_tier(item: pytest.Item) -> bool:
@@ -76,3 +104,59 @@ def smol_adapters(smol: str, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         get_peft_model(base, config).save_pretrained(root / name)
         out[name] = str(root / name)
     return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smol, smol_adapters, vllm_device, tmp_path_factory):
+    """A real ``vllm serve`` of SmolLM2 on 127.0.0.1 (float32, as the in-process engine runs
+    it), with adapter ``a`` as a LoRA module by its path, other adapters loaded at run time, and
+    an API key (in ``$SCD_TIER_KEY`` while it runs). Started once, on first use (about a minute
+    on 2 CPU cores)."""
+    port, key = _free_port(), "sk-tier-" + secrets.token_hex(8)
+    log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    env = {**os.environ, "VLLM_API_KEY": key, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+           "VLLM_CPU_KVCACHE_SPACE": "1"}  # fmt: skip
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", smol,
+        "--served-model-name", "smol", "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager", "--block-size", "32",
+        "--seed", "0", "--generation-config", "vllm", "--enable-lora", "--max-lora-rank", "8",
+        "--lora-modules", f"a={smol_adapters['a']}",
+    ]  # fmt: skip  # (the `vllm` command needs the distribution to be named vllm, not vllm-cpu)
+    if vllm_device == "cuda":
+        command += ["--gpu-memory-utilization", "0.3"]
+    with open(log, "wb") as sink:
+        server = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                  start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 420
+    try:
+        while True:
+            if server.poll() is not None:
+                tail = log.read_text(errors="replace").splitlines()[-15:]
+                pytest.fail("vllm serve exited:\n" + "\n".join(tail))
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve did not start in 420 s (log: {log})")
+            time.sleep(0.5)
+        os.environ["SCD_TIER_KEY"] = key
+        yield SimpleNamespace(url=url + "/v1", key=key, key_env="SCD_TIER_KEY", log=log)
+    finally:
+        os.environ.pop("SCD_TIER_KEY", None)
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

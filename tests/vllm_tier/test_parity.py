@@ -11,34 +11,16 @@ indices differently from the GPU one) -- so the reference here is transformers.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from conftest import TOLERANCE  # tests/vllm/conftest.py
+from conftest import TOLERANCE
+from conftest import records as _records  # tests/vllm_tier/conftest.py
+from conftest import same as _same
 
 from scd.config.engine import EngineSpec
 from scd.eval.benchmarks import get
 
 HF = EngineSpec(dtype="float32", device="cpu")
 VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=1.0)
-
-
-def _records(out: Path) -> list[dict]:
-    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
-
-
-def _same(a: Path, b: Path, scores: str = "option_logprobs", answer: str = "chosen") -> int:
-    """Assert two evaluations agree record for record; return how many records there are."""
-    ra, rb = _records(a), _records(b)
-    assert len(ra) == len(rb) > 0
-    worst = 0.0
-    for x, y in zip(ra, rb):
-        assert x[answer] == y[answer], (x, y)
-        for p, q in zip(x[scores], y[scores], strict=True):
-            worst = max(worst, abs(p - q))
-    assert worst <= TOLERANCE, worst
-    return len(ra)
 
 
 @pytest.mark.parametrize(

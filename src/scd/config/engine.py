@@ -17,6 +17,8 @@ from scd.config.options import (
     above_zero,
     device_name,
     field_problems,
+    http_url,
+    non_negative,
     option,
     positive,
     share,
@@ -27,9 +29,11 @@ __all__ = ["ENGINES", "EVAL_BATCH_SIZE", "LORA_RANKS", "EngineSpec", "resolve_dt
 ENGINES = {  # backend -> "module:Class", imported when used
     "hf": "scd.eval.engines.hf:HFEngine",
     "vllm": "scd.eval.engines.vllm:VLLMEngine",
+    "openai": "scd.eval.engines.served:ServedEngine",
 }
 Backend = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # the names above
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+ScoreVia = Literal["token_ids", "echo"]
 EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
 
@@ -51,7 +55,11 @@ class EngineSpec(Options):
     """How a model is run. ``None``: the engine's default. Fields without ``speed`` change what
     a model answers (:meth:`identity`); the others change speed and memory only."""
 
-    backend: Backend = option("hf", "hf: transformers (CPU or GPU); vllm: vLLM (GPU or CPU build)")
+    backend: Backend = option(
+        "hf",
+        "hf: transformers (CPU or GPU); vllm: vLLM (GPU or CPU build); openai: a model "
+        "behind an OpenAI-compatible server (vllm serve, ...) at --base-url",
+    )
     dtype: Dtype = option("auto", "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU")
     batch_size: int | None = option(
         None, f"prompts per forward (default: {EVAL_BATCH_SIZE})", check=positive, backend="hf",
@@ -75,6 +83,35 @@ class EngineSpec(Options):
     kv_cache_space: float | None = option(
         None, "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
         "--gpu-memory-utilization leaves)", check=above_zero, backend="vllm", speed=True,
+    )  # fmt: skip
+    base_url: str | None = option(
+        None, "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1", check=http_url,
+        backend="openai", speed=True,
+    )  # fmt: skip
+    served_model: str | None = option(
+        None, "the model's name on the server (default: the one base model it lists)",
+        backend="openai",
+    )  # fmt: skip
+    score_via: ScoreVia | None = option(
+        None, "how the server gives option log-probs: token_ids (vLLM's logprob_token_ids, "
+        "reads its prefix cache) or echo (echo + logprobs of prompt and option, one request per "
+        "option) (default: token_ids)", backend="openai",
+    )  # fmt: skip
+    api_key_env: str | None = option(
+        None, "environment variable holding the API key, sent as a bearer token and nowhere "
+        "else (default: OPENAI_API_KEY; unset: no key)", backend="openai", speed=True,
+    )  # fmt: skip
+    concurrency: int | None = option(
+        None, "requests in flight at once (default: 8)", check=positive, backend="openai",
+        speed=True,
+    )  # fmt: skip
+    request_timeout: float | None = option(
+        None, "seconds to wait for one answer (default: 300)", check=above_zero,
+        backend="openai", speed=True,
+    )  # fmt: skip
+    retries: int | None = option(
+        None, "tries again after a timeout, a dropped connection, a malformed answer, 429 or 5xx, "
+        "backing off (default: 5)", check=non_negative, backend="openai", speed=True,
     )  # fmt: skip
     system_prompt: str | None = option(None, "system message put before every prompt")
 
@@ -106,6 +143,8 @@ class EngineSpec(Options):
         """``(field, what is wrong)`` for each bad value, an option of the other backend
         included (so a typo'd or misplaced option is never ignored)."""
         yield from field_problems(self)
+        if self.backend == "openai" and not self.base_url:
+            yield "base_url", "the server's API is needed, e.g. http://127.0.0.1:8000/v1"
         for f in fields(EngineSpec):
             owner = f.metadata["backend"]
             if owner and owner != self.backend and getattr(self, f.name) is not None:

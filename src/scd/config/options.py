@@ -22,8 +22,8 @@ from typing import Any, Literal, TypeVar
 
 __all__ = [
     "TYPE_NAMES", "Options", "above_zero", "add_options", "argument_type", "device_name",
-    "field_problems", "flag_values", "fraction", "literal_values", "non_negative", "one_of",
-    "option", "positive", "share", "speed_keys",
+    "field_problems", "flag_values", "fraction", "http_url", "literal_values", "masked",
+    "non_negative", "one_of", "option", "positive", "share", "speed_keys",
 ]  # fmt: skip
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
@@ -58,6 +58,24 @@ def share(value: Any) -> str | None:
 def device_name(value: Any) -> str | None:
     ok = re.fullmatch(r"cpu|mps|cuda(:\d+)?", value)
     return None if ok else "expected cpu, cuda, cuda:N or mps"
+
+
+def masked(value: Any) -> Any:
+    """``value`` as an error may show it: a URL's credentials (``//user:pw@``) hidden."""
+    return re.sub(r"//[^/@\s]*@", "//<credentials>@", value) if isinstance(value, str) else value
+
+
+def http_url(value: Any) -> str | None:
+    """An http(s) URL with a host and without credentials (a key goes in an environment
+    variable, never in a URL that is recorded)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return "expected an http:// or https:// URL"
+    if "@" in url.netloc:
+        return "put no credentials in the URL (the API key goes in --api-key-env)"
+    return None
 
 
 def option(
@@ -100,7 +118,7 @@ class Options:
         from scd.errors import InputError
 
         for key, problem in self.problems():
-            raise InputError(problem, key=key, value=getattr(self, key, None))
+            raise InputError(problem, key=key, value=masked(getattr(self, key, None)))
         return self
 
 
@@ -123,9 +141,9 @@ def field_problems(obj: Any) -> Iterator[tuple[str, str]]:
         check, value, tp = f.metadata.get("check"), getattr(obj, f.name), hints[f.name]
         optional_none = value is None and type(None) in typing.get_args(tp)
         if (allowed := literal_values(tp)) and value not in allowed and not optional_none:
-            yield f.name, f"expected {one_of(allowed)}, got {value}"
+            yield f.name, f"expected {one_of(allowed)}, got {masked(value)}"
         elif check and value is not None and (problem := check(value)):
-            yield f.name, f"{problem}, got {value}"
+            yield f.name, f"{problem}, got {masked(value)}"
 
 
 def speed_keys(cls: type, prefix: str = "") -> list[str]:
@@ -153,7 +171,7 @@ def argument_type(base: type, check: Check | None) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"expected {TYPE_NAMES[base]}, got {text!r}") from None
         problem = check(value) if check else None
         if problem:
-            raise argparse.ArgumentTypeError(f"{problem}, got {value!r}")
+            raise argparse.ArgumentTypeError(f"{problem}, got {masked(value)!r}")
         return value
 
     parse.__name__ = TYPE_NAMES[base]  # argparse names the type in its own errors

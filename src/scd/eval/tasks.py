@@ -6,6 +6,7 @@ atomic result files.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
@@ -81,6 +82,7 @@ def run_task(
     log = RecordLog(out / "records.jsonl", task.chunk_size, len(task.work))
     if log.done < len(task.work):
         task.load(progress)
+        new = [p for p in (out, out / "run.json") if not p.exists()]
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -88,7 +90,13 @@ def run_task(
                 f"cannot write there ({err.strerror or err})", key="out", value=out
             ) from None
         check_run_config(out, task.config)
-        _score_all(task, log, progress)
+        try:
+            _score_all(task, log, progress)
+        except InputError:  # e.g. a server that cannot score: nothing half-written is left
+            for path in reversed(new if log.done == 0 else []):
+                with contextlib.suppress(OSError):
+                    path.rmdir() if path.is_dir() else path.unlink()
+            raise
     summary = task.summarize(log.read())
     summary["run"] = {**task.config, **getattr(task, "recorded", {}), "scd_version": __version__}
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})

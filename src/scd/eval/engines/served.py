@@ -1,0 +1,286 @@
+"""A model behind an OpenAI-compatible server (``vllm serve``, or any server whose
+``/v1/completions`` takes token-id prompts) as an engine: ``--backend openai --base-url URL``.
+
+scd formats and tokenizes locally, as for every engine (the ``model`` argument names the model's
+tokenizer and chat template), and sends token ids, so the server scores exactly the tokens the
+in-process engines score.
+
+Scoring (``score_via``):
+
+- ``token_ids`` (default): vLLM's ``logprob_token_ids`` -- one generated position
+  (``max_tokens=1``) with the exact full-vocabulary log-probabilities of chosen ids; the same
+  chained prefix requests as :mod:`~scd.eval.engines.vllm` (prompt + ``o[:i]`` asks for ``o[i]``,
+  shared prefixes asked once), which read the server's prefix cache. Prefixes that ask for the
+  same ids go in one request (``prompt`` a list of token lists).
+- ``echo``: the legacy completions protocol -- prompt + option sent with ``echo`` and
+  ``logprobs``; the option's positions of ``logprobs.token_logprobs`` are summed. One request
+  per option, no prefix cache (vLLM computes it through ``prompt_logprobs``, which its CPU build
+  cannot combine with LoRA).
+
+At start the engine asks ``/v1/models`` (the served name; adapters by their path), checks the
+server's tokenizer against the local one where the server has ``/tokenize`` (vLLM), and sends one
+probe of the scoring protocol; a server that ignores it is refused when scores are asked for,
+before anything is recorded. Generation (``generate``) is greedy completion of the token ids.
+
+Adapters: a LoRA adapter is evaluated under the name the server serves it by -- one it lists
+with the adapter's path (``vllm serve ... --enable-lora --lora-modules NAME=PATH``), else loaded
+at run time (``/v1/load_lora_adapter``, vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``).
+
+Hosted chat-only APIs (no token-id prompts, no prompt log-probabilities) are not served by this
+engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scd.config.engine import EngineSpec
+from scd.errors import InputError
+from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.engines.client import Malformed, ServerClient
+
+__all__ = ["DEFAULT_KEY_ENV", "MAX_LOGPROB_TOKEN_IDS", "PROMPTS_PER_REQUEST", "ServedEngine"]
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids
+PROMPTS_PER_REQUEST = 16  # token lists in one completions request (vLLM takes up to 1024)
+PROBE_TEXT = "Would you be willing to work next to them? Yes or no."
+
+
+def _token_key(token: int) -> str:
+    return f"token_id:{token}"  # how vLLM names a token with return_tokens_as_token_ids
+
+
+def _choices(answer: Any, n: int) -> list[dict[str, Any]]:
+    choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
+    if len(choices) != n:
+        raise Malformed(f"{len(choices)} choices for {n} prompts")
+    return choices
+
+
+class ServedEngine:
+    """A served model behind the engine interface (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: str,
+        spec: EngineSpec | None = None,
+        *,
+        tokenizer: Any = None,
+        adapters: Sequence[str] = (),
+    ) -> None:
+        spec = (spec or EngineSpec(backend="openai")).check()
+        key_env = spec.api_key_env or DEFAULT_KEY_ENV
+        self.client = ServerClient(
+            spec.base_url, api_key=os.environ.get(key_env) or None,
+            key_hint=f"the key is read from ${key_env}", timeout=spec.request_timeout or 300.0,
+            retries=5 if spec.retries is None else spec.retries,
+            concurrency=spec.concurrency or 8,
+        )  # fmt: skip
+        self.score_via = spec.score_via or "token_ids"
+        for path in adapters:
+            require_adapter(path)
+        listed = self.client.request("GET", "models", parse=lambda a: list(a["data"]),
+                                     retry=False)  # fmt: skip
+        self.name = self._served_name(listed, spec.served_model, model)
+        self.adapter_names = {
+            str(Path(m["root"]).resolve()): m["id"]
+            for m in listed
+            if m.get("parent") == self.name and m.get("root")
+        }
+        self.model = self.name  # the name requests go to: the base or an adapter
+        self.tokenizer = tokenizer
+        if tokenizer is not None:
+            self._check_tokenizer(tokenizer)
+        self.scoring_problem = self._probe()
+
+    def _served_name(self, listed: list[dict[str, Any]], asked: str | None, model: str) -> str:
+        names = [m["id"] for m in listed]
+        bases = [m["id"] for m in listed if not m.get("parent")]
+        if asked is not None and asked in names:
+            return asked
+        if asked is None and len(bases) == 1:
+            return bases[0]
+        if asked is None and model in bases:
+            return model
+        served = ", ".join(names) or "none"
+        if asked is None:
+            raise InputError(f"the server serves several models ({served}); name one",
+                             key="served_model")  # fmt: skip
+        raise InputError(f"the server at {self.client.base_url} does not serve it (it serves: "
+                         f"{served})", key="served_model", value=asked)  # fmt: skip
+
+    def _check_tokenizer(self, tokenizer: Any) -> None:
+        """Where the server tokenizes (vLLM's ``/tokenize``), it must split text as the local
+        tokenizer does: the ids sent mean the same tokens."""
+        body = {"model": self.name, "prompt": PROBE_TEXT, "add_special_tokens": False}
+        theirs = self.client.request("POST", "/tokenize", body, parse=lambda a: list(a["tokens"]),
+                                     retry=False, missing=None)  # fmt: skip
+        ours = list(tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
+        if theirs is not None and theirs != ours:
+            raise InputError(
+                "the server's tokenizer splits text differently from the local model's "
+                f"({len(theirs)} vs {len(ours)} tokens for a probe): --model must name the "
+                "served model", key="served_model", value=self.name,
+            )  # fmt: skip
+
+    def _probe(self) -> str | None:
+        """Why the server cannot score options the ``score_via`` way (None: it can)."""
+        ids = list(range(10, 16))
+        if self.tokenizer is not None:
+            ids = list(self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
+        try:
+            if self.score_via == "token_ids":
+                self._token_logprobs([(tuple(ids[:-2]), ids[-2:])], probe=True)
+            else:
+                self._echo_logprobs([(tuple(ids[:-2]), tuple(ids[-2:]))], probe=True)
+        except InputError as err:
+            if "malformed" not in err.detail:
+                raise  # the server failed, rather than ignored the request
+            other = "echo" if self.score_via == "token_ids" else "token_ids"
+            return (f"the server gives no option log-probs via {self.score_via} ({err.detail}); "
+                    f"try --score-via {other}, or --mode generate")  # fmt: skip
+        return None
+
+    def use_adapter(self, adapter: str | None) -> None:
+        """Send the next requests to ``adapter``'s served name (None: the base model)."""
+        if adapter is None:
+            self.model = self.name
+            return
+        require_adapter(adapter)
+        path = str(Path(adapter).resolve())
+        if path not in self.adapter_names:
+            self.adapter_names[path] = self._load_adapter(path)
+        self.model = self.adapter_names[path]
+
+    def _load_adapter(self, path: str) -> str:
+        name = "scd-" + hashlib.sha256(path.encode()).hexdigest()[:12]
+        body = {"lora_name": name, "lora_path": path}
+        loaded = self.client.request("POST", "load_lora_adapter", body, parse=lambda a: True,
+                                     retry=False, missing=False)  # fmt: skip
+        if not loaded:
+            raise InputError(
+                "the server does not serve this adapter: start it with --enable-lora "
+                f"--lora-modules NAME={path} (or let it load adapters: "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)", key="adapter", value=path,
+            )  # fmt: skip
+        return name
+
+    def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
+        """Summed option log-probabilities per request (see the module docstring)."""
+        if self.scoring_problem:
+            raise InputError(self.scoring_problem, key="base_url", value=self.client.base_url)
+        if self.score_via == "echo":
+            pairs = list({(r.prompt_ids, o) for r in requests for o in r.option_ids})
+            found = dict(zip(pairs, self._echo_logprobs(pairs)))
+            return [[found[r.prompt_ids, o] for o in r.option_ids] for r in requests]
+        wanted: dict[tuple[int, ...], list[int]] = {}  # prefix -> next tokens to read
+        for r in requests:
+            for option in r.option_ids:
+                for i, token in enumerate(option):
+                    tokens = wanted.setdefault(r.prompt_ids + option[:i], [])
+                    if token not in tokens:
+                        tokens.append(token)
+        asks = [(prefix, tokens[lo : lo + MAX_LOGPROB_TOKEN_IDS])
+                for prefix, tokens in wanted.items()
+                for lo in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS)]  # fmt: skip
+        logprob: dict[tuple[tuple[int, ...], int], float] = {}
+        for (prefix, tokens), found in zip(asks, self._token_logprobs(asks)):
+            logprob.update({(prefix, t): v for t, v in zip(tokens, found)})
+        return [
+            [sum(logprob[r.prompt_ids + o[:i], t] for i, t in enumerate(o)) for o in r.option_ids]
+            for r in requests
+        ]
+
+    def _token_logprobs(self, asks: list[tuple[tuple[int, ...], list[int]]],
+                        probe: bool = False) -> list[list[float]]:  # fmt: skip
+        """For each (prefix, ids): the log-probability of each id after the prefix."""
+        groups: dict[tuple[int, ...], list[int]] = {}  # ids asked -> indices into asks
+        for i, (_, tokens) in enumerate(asks):
+            groups.setdefault(tuple(tokens), []).append(i)
+        batches = [(tokens, idx[lo : lo + PROMPTS_PER_REQUEST]) for tokens, idx in groups.items()
+                   for lo in range(0, len(idx), PROMPTS_PER_REQUEST)]  # fmt: skip
+
+        def body(tokens: tuple[int, ...], idx: list[int]) -> dict[str, Any]:
+            return {"model": self.model, "prompt": [list(asks[i][0]) for i in idx],
+                    "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
+                    "logprob_token_ids": list(tokens),
+                    "return_tokens_as_token_ids": True}  # fmt: skip
+
+        def parser(tokens: tuple[int, ...], n: int) -> Any:
+            def parse(answer: Any) -> list[list[float]]:
+                out = []
+                for choice in _choices(answer, n):
+                    step = choice["logprobs"]["top_logprobs"][0]
+                    missing = [t for t in tokens if _token_key(t) not in step]
+                    if missing:
+                        raise Malformed(f"no log-prob for token ids {missing[:3]}: the server "
+                                        "ignores logprob_token_ids")  # fmt: skip
+                    out.append([float(step[_token_key(t)]) for t in tokens])
+                return out
+
+            return parse
+
+        bodies = [body(tokens, idx) for tokens, idx in batches]
+        parsers = [parser(tokens, len(idx)) for tokens, idx in batches]
+        answers = self._post_each(bodies, parsers, probe)
+        found: list[Any] = [None] * len(asks)
+        for (_, idx), values in zip(batches, answers):
+            for i, v in zip(idx, values):
+                found[i] = v
+        return found
+
+    def _echo_logprobs(self, pairs: list[tuple[tuple[int, ...], tuple[int, ...]]],
+                       probe: bool = False) -> list[float]:  # fmt: skip
+        """For each (prompt, option): the option's summed log-probability after the prompt,
+        from the server's echo of prompt + option."""
+
+        def parser(prompt: tuple[int, ...], option: tuple[int, ...]) -> Any:
+            def parse(answer: Any) -> float:
+                logprobs = _choices(answer, 1)[0]["logprobs"]
+                values = logprobs["token_logprobs"][len(prompt) : len(prompt) + len(option)]
+                tokens = logprobs.get("tokens") or []
+                shown = tokens[len(prompt) : len(prompt) + len(option)]
+                if len(values) != len(option) or any(v is None for v in values):
+                    raise Malformed("no prompt log-probs in the echo")
+                if all(str(t).startswith("token_id:") for t in shown) and shown != [
+                    _token_key(t) for t in option
+                ]:
+                    raise Malformed("the echo holds other tokens than were sent")
+                return float(sum(values))
+
+            return parse
+
+        bodies = [{"model": self.model, "prompt": list(p + o), "echo": True, "logprobs": 0,
+                   "max_tokens": 1, "temperature": 0.0, "return_tokens_as_token_ids": True}
+                  for p, o in pairs]  # fmt: skip
+        return self._post_each(bodies, [parser(p, o) for p, o in pairs], probe)
+
+    def _post_each(self, bodies: list[dict], parsers: list[Any], probe: bool) -> list[Any]:
+        """POST each body to ``completions``, each answer read by its own parser; ``probe``:
+        an answer the parser refuses is not retried (the server may not know the protocol)."""
+        if not probe:
+            return self.client.post_all("completions", list(zip(bodies, parsers)))
+        return [self.client.request("POST", "completions", b, parse=p, retry_malformed=False)
+                for b, p in zip(bodies, parsers)]  # fmt: skip
+
+    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]:
+        """Greedy continuations (``repetition_penalty`` 1: vLLM would apply the model's own
+        generation config otherwise)."""
+        batches = [prompt_ids[lo : lo + PROMPTS_PER_REQUEST]
+                   for lo in range(0, len(prompt_ids), PROMPTS_PER_REQUEST)]  # fmt: skip
+        bodies = [{"model": self.model, "prompt": [list(p) for p in batch],
+                   "max_tokens": max_new_tokens, "temperature": 0.0, "repetition_penalty": 1.0}
+                  for batch in batches]  # fmt: skip
+        parsers = [
+            (lambda n: lambda a: [c["text"].strip() for c in _choices(a, n)])(len(b))
+            for b in batches
+        ]
+        return [text for texts in self._post_each(bodies, parsers, False) for text in texts]
+
+    def close(self) -> None:
+        """Nothing to free: the model lives in the server."""
