@@ -16,7 +16,8 @@ from typing import Any
 
 __all__ = ["SECRET_ENV", "choose_mode", "finish_run", "redact", "start_run"]
 
-SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN")
+SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN",
+              "OPENAI_API_KEY")  # fmt: skip
 _SECRET_KEY = re.compile(r"(token|api_key|apikey|secret|password)", re.IGNORECASE)
 
 
@@ -43,18 +44,34 @@ def choose_mode() -> str:
     return os.environ.get("WANDB_MODE") or ("online" if _has_key() and _reachable() else "offline")
 
 
-def redact(data: Any) -> Any:
-    """Copy of ``data`` with secret-looking keys and secret env values replaced."""
-    secrets = [os.environ[k] for k in SECRET_ENV if os.environ.get(k)]
+def _key_envs(data: Any) -> list[str]:
+    """The environment variables a config names as holding a key (``api_key_env``)."""
     if isinstance(data, dict):
-        return {k: "<redacted>" if _SECRET_KEY.search(str(k)) and v else redact(v)
+        own = [v for k, v in data.items() if k == "api_key_env" and isinstance(v, str)]
+        return own + [n for v in data.values() for n in _key_envs(v)]
+    return [n for v in data for n in _key_envs(v)] if isinstance(data, list) else []
+
+
+def redact(data: Any, secrets: list[str] | None = None) -> Any:
+    """Copy of ``data`` with secret-looking keys and the values of secret environment variables
+    (:data:`SECRET_ENV` and those ``api_key_env`` names) replaced; a key ending in ``_env``
+    names a variable and is kept."""
+    if secrets is None:
+        names = [*SECRET_ENV, *_key_envs(data)]
+        secrets = [os.environ[k] for k in names if os.environ.get(k)]
+    if isinstance(data, dict):
+        return {k: "<redacted>" if _secret_key(k) and v else redact(v, secrets)
                 for k, v in data.items()}  # fmt: skip
     if isinstance(data, list):
-        return [redact(v) for v in data]
+        return [redact(v, secrets) for v in data]
     if isinstance(data, str):
         for secret in secrets:
             data = data.replace(secret, "<redacted>")
     return data
+
+
+def _secret_key(key: Any) -> bool:
+    return bool(_SECRET_KEY.search(str(key))) and not str(key).endswith("_env")
 
 
 def start_run(

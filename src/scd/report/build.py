@@ -32,6 +32,9 @@ def _fingerprint(path: Path) -> str:
 
 def _engine(ev: dict[str, Any]) -> str:
     """The engine options in use, defaults said as what they are."""
+    if ev["backend"] == "openai":  # the server decides dtype and batching
+        text = f"openai: `{ev.get('served_model') or 'the one model'}` served at {ev['base_url']}"
+        return text + f", option log-probs via {ev.get('score_via') or 'token_ids'}"
     text = f"{ev['backend']}, dtype {ev['dtype']}"
     if ev["backend"] == "hf":
         text += f", batch {ev.get('batch_size') or EVAL_BATCH_SIZE}"
