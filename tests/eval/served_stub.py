@@ -1,7 +1,8 @@
 """A small OpenAI-compatible server on 127.0.0.1 for the served-model engine's tests: vLLM's
 completions protocol (token-id prompts, ``logprob_token_ids``, ``echo`` + ``logprobs``, greedy
-generation), ``/v1/models``, ``/tokenize``, an API key, and faults injected on demand -- what a
-real ``vllm serve`` cannot be made to do (the vllm tier runs the real one).
+generation), chat completions (``top_logprobs``, greedy replies), ``/v1/models``, ``/tokenize``,
+an API key, and faults injected on demand -- what a real ``vllm serve`` cannot be made to do (the
+vllm tier runs the real one).
 
 Answers come from a transformers model (float32, one sequence per forward pass), so a served
 evaluation can be compared with ``--backend hf`` on the same model.
@@ -91,6 +92,28 @@ class StubServer:
             choices.append(choice)
         return {"object": "text_completion", "model": body["model"], "choices": choices}
 
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A chat completion: the model's own chat template (as a served model applies it), the
+        first reply token's top log-probs when asked, else greedy text."""
+        text = self.tokenizer.apply_chat_template(body["messages"], tokenize=False,
+                                                  add_generation_prompt=True)  # fmt: skip
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        k = body.get("top_logprobs") if body.get("logprobs") else None
+        if k:
+            values, tokens = self.logprobs(ids)[-1].topk(k)
+            top = [{"token": self.tokenizer.decode([t]), "logprob": float(v)}
+                   for v, t in zip(values.tolist(), tokens.tolist())]  # fmt: skip
+            reply = {"content": top[0]["token"]}
+            logprobs = {"content": [{**top[0], "top_logprobs": top}]}
+        else:
+            with self.lock, torch.no_grad():
+                out = self.lm.generate(torch.tensor([ids]), max_new_tokens=body["max_tokens"],
+                                       do_sample=False, pad_token_id=0)  # fmt: skip
+            new = self.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+            reply, logprobs = {"content": new}, None
+        choice = {"index": 0, "message": {"role": "assistant", **reply}, "logprobs": logprobs}
+        return {"object": "chat.completion", "model": body["model"], "choices": [choice]}
+
 
 def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -136,7 +159,7 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             if self.path == "/v1/load_lora_adapter" and stub.load_adapters:
                 stub.adapters[body["lora_name"]] = body["lora_path"]
                 return self._send(200, b"Success: LoRA adapter added.", kind="text/plain")
-            if self.path != "/v1/completions":
+            if self.path not in ("/v1/completions", "/v1/chat/completions"):
                 return self._send(404, {"detail": "Not Found"})
             stub.bodies.append(body)
             stub.headers.append(self.headers.get("Authorization"))
@@ -163,6 +186,7 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, answer)
             if fault == "slow":
                 time.sleep(stub.slow_s)
-            self._send(200, stub.complete(body))
+            chat = self.path == "/v1/chat/completions"
+            self._send(200, stub.chat(body) if chat else stub.complete(body))
 
     return Handler

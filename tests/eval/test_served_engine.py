@@ -104,6 +104,40 @@ def test_generate_mode_equals_hf(toy_model, toy_prompts, stub, tmp_path) -> None
     assert _same(tmp_path / "hf", tmp_path / "served") > 16
 
 
+def test_chat_api_choice_reads_the_first_tokens_top_logprobs(toy_model, toy_prompts, hf_run, stub,
+                                                             tmp_path) -> None:  # fmt: skip
+    summary = _eval(toy_model, toy_prompts, tmp_path / "chat", _served(stub, api="chat"))
+    assert summary["run"]["engine"]["api"] == "chat"
+    found = 0
+    for ours, theirs in zip(_records(hf_run), _records(tmp_path / "chat"), strict=True):
+        if None in theirs["option_logprobs"]:  # an option outside the top 20: no probabilities
+            assert theirs["option_probs"] is None
+            continue
+        found += 1  # the toy tokenizer's options are one token each: hf's numbers
+        assert theirs["chosen"] == ours["chosen"]
+        assert theirs["option_logprobs"] == pytest.approx(ours["option_logprobs"], abs=TOLERANCE)
+    assert found > LIMIT // 2
+    body = stub.bodies[-1]
+    assert body["top_logprobs"] == 20 and body["max_tokens"] == 1 and body["logprobs"] is True
+    assert body["messages"][-1]["role"] == "user" and "prompt" not in body
+
+
+def test_chat_api_generate_mode_equals_hf(toy_model, toy_prompts, stub, tmp_path) -> None:
+    for spec, out in ((HF, "hf"), (_served(stub, api="chat"), "chat")):
+        _eval(toy_model, toy_prompts, tmp_path / out, spec, mode="generate", max_new_tokens=4,
+              limit=16)  # fmt: skip
+    assert _same(tmp_path / "hf", tmp_path / "chat") > 16
+
+
+def test_chat_api_refuses_what_it_cannot_score(toy_model, stub) -> None:
+    engine = ServedEngine(str(toy_model), _served(stub, api="chat"))
+    with pytest.raises(InputError, match="scores only what scd eval bias asks"):
+        engine.score([ChoiceRequest((1, 2), ((3,), (4,)))])  # BBQ's, SDS's: no conversation
+    two_words = ChoiceRequest((1,), ((3,), (4,)), (("user", "Who?"),), ("The man", "Unknown"))
+    with pytest.raises(InputError, match="one-word options, not 'The man'"):
+        engine.score([two_words])
+
+
 def test_faults_lose_and_duplicate_nothing(toy_model, toy_prompts, hf_run, stub, tmp_path) -> None:
     faults = ["429", "drop", "malformed", "500", "slow", "half", "503"]
     stub.faults.extend(["", *faults])  # the engine's probe at start is answered

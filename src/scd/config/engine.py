@@ -34,6 +34,7 @@ ENGINES = {  # backend -> "module:Class", imported when used
 Backend = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # the names above
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 ScoreVia = Literal["token_ids", "echo"]
+ServedApi = Literal["completions", "chat"]
 EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
 
@@ -90,6 +91,12 @@ class EngineSpec(Options):
     )  # fmt: skip
     served_model: str | None = option(
         None, "the model's name on the server (default: the one base model it lists)",
+        backend="openai",
+    )  # fmt: skip
+    api: ServedApi | None = option(
+        None, "completions: token-id prompts, exact option log-probs (vllm serve); chat: "
+        "conversations as text (hosted chat APIs): generate mode, or the first answer token's "
+        "top-20 log-probs (one-word options; scd eval bias) (default: completions)",
         backend="openai",
     )  # fmt: skip
     score_via: ScoreVia | None = option(

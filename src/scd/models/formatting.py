@@ -82,6 +82,10 @@ class Formatter:
             msgs.append({"role": "assistant", "content": reply})
         return msgs
 
+    def conversation(self, user: str) -> tuple[tuple[str, str], ...]:
+        """The conversation of one prompt as (role, content) pairs: what a chat API is sent."""
+        return tuple((m["role"], m["content"]) for m in self.messages(user))
+
     def render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         """The chat template's text for ``messages`` (thinking off)."""
         return self.tokenizer.apply_chat_template(

@@ -34,6 +34,8 @@ def _engine(ev: dict[str, Any]) -> str:
     """The engine options in use, defaults said as what they are."""
     if ev["backend"] == "openai":  # the server decides dtype and batching
         text = f"openai: `{ev.get('served_model') or 'the one model'}` served at {ev['base_url']}"
+        if ev.get("api") == "chat":
+            return text + ", chat API (options: the first reply token's top-20 log-probs)"
         return text + f", option log-probs via {ev.get('score_via') or 'token_ids'}"
     text = f"{ev['backend']}, dtype {ev['dtype']}"
     if ev["backend"] == "hf":

@@ -7,7 +7,8 @@ offers
 
 - ``score(requests) -> list[list[float]]``: for each :class:`ChoiceRequest`, the summed
   log-probability of each option's tokens after the prompt (CAPPr-style option scoring);
-- ``generate(prompt_ids, max_new_tokens) -> list[str]``: greedy continuations, decoded;
+- ``generate(prompt_ids, max_new_tokens, messages=None) -> list[str]``: greedy continuations,
+  decoded (``messages``: the same prompts as conversations, for an engine that takes text);
 - ``use_adapter(path)``: the LoRA adapter (unmerged) the next calls go through, ``None`` for
   the base model -- so that one loaded base model serves the base evaluation and every
   adapter of a run (:class:`SharedEngine`);
@@ -30,10 +31,13 @@ __all__ = ["ChoiceRequest", "Engine", "SharedEngine", "make_engine", "require_ad
 
 @dataclass(frozen=True)
 class ChoiceRequest:
-    """A prompt's token ids and the token ids of each answer option that may follow it."""
+    """A prompt's token ids and the token ids of each answer option that may follow it; for an
+    engine that takes text (a chat API), also the conversation and the options' texts."""
 
     prompt_ids: tuple[int, ...]
     option_ids: tuple[tuple[int, ...], ...]
+    messages: tuple[tuple[str, str], ...] = ()  # (role, content): Formatter.conversation
+    options: tuple[str, ...] = ()
 
 
 class Engine(Protocol):
@@ -44,7 +48,9 @@ class Engine(Protocol):
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]: ...
 
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]: ...
+    def generate(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
+    ) -> list[str]: ...
 
     def use_adapter(self, adapter: str | None) -> None: ...
 

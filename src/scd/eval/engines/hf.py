@@ -238,7 +238,8 @@ class HFEngine:
         return [list(itertools.islice(flat, len(r.option_ids))) for r in reqs]
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]:
+    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
+                 messages: Any = None) -> list[str]:  # fmt: skip
         """Greedy continuations (left-padded batches), decoded without special tokens."""
         texts: list[Any] = [None] * len(prompt_ids)
         order = sorted(range(len(prompt_ids)), key=lambda i: -len(prompt_ids[i]))

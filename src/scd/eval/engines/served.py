@@ -26,8 +26,10 @@ Adapters: a LoRA adapter is evaluated under the name the server serves it by -- 
 with the adapter's path (``vllm serve ... --enable-lora --lora-modules NAME=PATH``), else loaded
 at run time (``/v1/load_lora_adapter``, vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``).
 
-Hosted chat-only APIs (no token-id prompts, no prompt log-probabilities) are not served by this
-engine.
+``api: chat`` (hosted chat APIs, which take no token ids and give no prompt log-probabilities):
+the conversation as text to ``/v1/chat/completions`` -- generate mode, or the first reply
+token's top log-probabilities for one-word options (:mod:`~scd.eval.engines.chat_api`), only for
+requests that carry their conversation (``scd eval bias``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from scd.config.engine import EngineSpec
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.engines.chat_api import TOP_LOGPROBS, chat_body, option_logprobs, reply_text
 from scd.eval.engines.client import Malformed, ServerClient
 
 __all__ = ["DEFAULT_KEY_ENV", "MAX_LOGPROB_TOKEN_IDS", "PROMPTS_PER_REQUEST", "ServedEngine"]
@@ -82,6 +85,7 @@ class ServedEngine:
             concurrency=spec.concurrency or 8,
         )  # fmt: skip
         self.score_via = spec.score_via or "token_ids"
+        self.api = spec.api or "completions"
         for path in adapters:
             require_adapter(path)
         listed = self.client.request("GET", "models", parse=lambda a: list(a["data"]),
@@ -94,20 +98,21 @@ class ServedEngine:
         }
         self.model = self.name  # the name requests go to: the base or an adapter
         self.tokenizer = tokenizer
-        if tokenizer is not None:
+        if tokenizer is not None and self.api == "completions":
             self._check_tokenizer(tokenizer)
         self.scoring_problem = self._probe()
 
     def _served_name(self, listed: list[dict[str, Any]], asked: str | None, model: str) -> str:
         names = [m["id"] for m in listed]
         bases = [m["id"] for m in listed if not m.get("parent")]
+        served = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if names[12:] else "")
         if asked is not None and asked in names:
             return asked
         if asked is None and len(bases) == 1:
             return bases[0]
         if asked is None and model in bases:
             return model
-        served = ", ".join(names) or "none"
+        served = served or "none"
         if asked is None:
             raise InputError(f"the server serves several models ({served}); name one",
                              key="served_model")  # fmt: skip
@@ -134,13 +139,19 @@ class ServedEngine:
         if self.tokenizer is not None:
             ids = list(self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
         try:
-            if self.score_via == "token_ids":
+            if self.api == "chat":
+                probe = ChoiceRequest((), (), (("user", PROBE_TEXT),), ("Yes", "No"))
+                self._chat_scores([probe], probe=True)
+            elif self.score_via == "token_ids":
                 self._token_logprobs([(tuple(ids[:-2]), ids[-2:])], probe=True)
             else:
                 self._echo_logprobs([(tuple(ids[:-2]), tuple(ids[-2:]))], probe=True)
         except InputError as err:
             if "malformed" not in err.detail:
                 raise  # the server failed, rather than ignored the request
+            if self.api == "chat":
+                return (f"the server gives no top log-probs in chat completions ({err.detail}); "
+                        "use --mode generate")  # fmt: skip
             other = "echo" if self.score_via == "token_ids" else "token_ids"
             return (f"the server gives no option log-probs via {self.score_via} ({err.detail}); "
                     f"try --score-via {other}, or --mode generate")  # fmt: skip
@@ -174,6 +185,8 @@ class ServedEngine:
         """Summed option log-probabilities per request (see the module docstring)."""
         if self.scoring_problem:
             raise InputError(self.scoring_problem, key="base_url", value=self.client.base_url)
+        if self.api == "chat":
+            return self._chat_scores(requests)
         if self.score_via == "echo":
             pairs = list({(r.prompt_ids, o) for r in requests for o in r.option_ids})
             found = dict(zip(pairs, self._echo_logprobs(pairs)))
@@ -260,17 +273,39 @@ class ServedEngine:
                   for p, o in pairs]  # fmt: skip
         return self._post_each(bodies, [parser(p, o) for p, o in pairs], probe)
 
-    def _post_each(self, bodies: list[dict], parsers: list[Any], probe: bool) -> list[Any]:
-        """POST each body to ``completions``, each answer read by its own parser; ``probe``:
-        an answer the parser refuses is not retried (the server may not know the protocol)."""
+    def _chat_scores(self, requests: list[ChoiceRequest], probe: bool = False) -> list[list]:
+        """Each option's log-probability as the first reply token of a chat completion (None:
+        not among the top :data:`TOP_LOGPROBS`)."""
+        if any(not r.messages or not r.options for r in requests):
+            raise InputError("a chat API scores only what scd eval bias asks (a conversation "
+                             "and one-word options)", key="api", value="chat")  # fmt: skip
+        for option in {o for r in requests for o in r.options}:
+            if len(option.split()) != 1:
+                raise InputError(f"a chat API's top log-probs score one-word options, not "
+                                 f"{option!r}: use --mode generate", key="api",
+                                 value="chat")  # fmt: skip
+        bodies = [chat_body(self.model, r.messages, 1, TOP_LOGPROBS) for r in requests]
+        parsers = [(lambda o: lambda a: option_logprobs(a, o))(r.options) for r in requests]
+        return self._post_each(bodies, parsers, probe, "chat/completions")
+
+    def _post_each(self, bodies: list[dict], parsers: list[Any], probe: bool,
+                   path: str = "completions") -> list[Any]:  # fmt: skip
+        """POST each body to ``path``, each answer read by its own parser; ``probe``: an answer
+        the parser refuses is not retried (the server may not know the protocol)."""
         if not probe:
-            return self.client.post_all("completions", list(zip(bodies, parsers)))
-        return [self.client.request("POST", "completions", b, parse=p, retry_malformed=False)
+            return self.client.post_all(path, list(zip(bodies, parsers)))
+        return [self.client.request("POST", path, b, parse=p, retry_malformed=False)
                 for b, p in zip(bodies, parsers)]  # fmt: skip
 
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]:
+    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
+                 messages: Any = None) -> list[str]:  # fmt: skip
         """Greedy continuations (``repetition_penalty`` 1: vLLM would apply the model's own
-        generation config otherwise)."""
+        generation config otherwise); through a chat API, replies to ``messages``."""
+        if self.api == "chat":
+            if messages is None:
+                raise InputError("a chat API needs the conversations", key="api", value="chat")
+            bodies = [chat_body(self.model, m, max_new_tokens) for m in messages]
+            return self._post_each(bodies, [reply_text] * len(bodies), False, "chat/completions")
         batches = [prompt_ids[lo : lo + PROMPTS_PER_REQUEST]
                    for lo in range(0, len(prompt_ids), PROMPTS_PER_REQUEST)]  # fmt: skip
         bodies = [{"model": self.model, "prompt": [list(p) for p in batch],

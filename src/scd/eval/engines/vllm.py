@@ -266,7 +266,8 @@ class VLLMEngine:
             for r in requests
         ]
 
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[str]:
+    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
+                 messages: Any = None) -> list[str]:  # fmt: skip
         """Greedy continuations."""
         params = self._vllm.SamplingParams(max_tokens=max_new_tokens, temperature=0.0)
         return [o.outputs[0].text.strip() for o in self._run(prompt_ids, params)]

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from scd.config.vocabulary import PROMPT_LABELS
@@ -78,11 +77,23 @@ def load_work(
     return rows
 
 
+def _best(options: list[str], logprobs: list[float | None]) -> str | None:
+    """The option of highest log-probability; None where none has one (an engine that reads a
+    chat API's top log-probabilities finds no option among them)."""
+    found = [(i, x) for i, x in enumerate(logprobs) if x is not None]
+    return options[max(found, key=lambda f: f[1])[0]] if found else None  # the first, on a tie
+
+
 def _record(
-    row: dict[str, Any], chosen: str | None, logprobs: list[float] | None, generated: str | None
+    row: dict[str, Any],
+    chosen: str | None,
+    logprobs: list[float | None] | None,
+    generated: str | None,
 ) -> dict[str, Any]:
     probs = None
     if logprobs is not None:
+        logprobs = [None if x is None else float(x) for x in logprobs]
+    if logprobs is not None and None not in logprobs:
         top = max(logprobs)
         weights = [math.exp(x - top) for x in logprobs]
         probs = [w / sum(weights) for w in weights]
@@ -133,18 +144,17 @@ class BiasTask(CausalTask):
     unit = "prompt"
 
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        ids = self.fmt.encode([user_text(r) for r in rows])
+        users = [user_text(r) for r in rows]
+        ids, chats = self.fmt.encode(users), [self.fmt.conversation(u) for u in users]
         if self.mode == "generate":
-            texts = self.engine.generate(ids, self.max_new_tokens)
+            texts = self.engine.generate(ids, self.max_new_tokens, messages=chats)
             return [_record(r, parse_answer(t, r["options"]), None, t) for r, t in zip(rows, texts)]
         requests = [
-            ChoiceRequest(tuple(p), self.fmt.option_ids(r["options"])) for p, r in zip(ids, rows)
+            ChoiceRequest(tuple(p), self.fmt.option_ids(r["options"]), c, tuple(r["options"]))
+            for p, c, r in zip(ids, chats, rows)
         ]
         scores = self.engine.score(requests)
-        return [
-            _record(r, r["options"][int(np.argmax(s))], [float(x) for x in s], None)
-            for r, s in zip(rows, scores)
-        ]
+        return [_record(r, _best(r["options"], s), s, None) for r, s in zip(rows, scores)]
 
     def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         from scd.eval.benchmarks.bias.metrics import summarize
