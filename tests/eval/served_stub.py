@@ -23,6 +23,8 @@ from typing import Any
 import torch
 
 FAULTS = ("429", "500", "503", "drop", "malformed", "slow", "half")
+OPENAI_FIELDS = {"model", "prompt", "messages", "max_tokens", "temperature", "logprobs",
+                 "top_logprobs", "echo"}  # fmt: skip
 
 
 class StubServer:
@@ -32,14 +34,15 @@ class StubServer:
 
     def __init__(self, model: Path | str, *, name: str = "stub", api_key: str | None = None,
                  token_ids: bool = True, echo: bool = True, slow_s: float = 2.0,
-                 adapters: dict[str, str] | None = None,
-                 load_adapters: bool = False) -> None:  # fmt: skip
+                 adapters: dict[str, str] | None = None, load_adapters: bool = False,
+                 strict: bool = False) -> None:  # fmt: skip
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model_dir, self.name, self.api_key = str(model), name, api_key
         self.token_ids, self.echo, self.slow_s = token_ids, echo, slow_s
         self.adapters = dict(adapters or {})  # served name -> path
         self.load_adapters = load_adapters
+        self.strict = strict  # refuse fields outside OpenAI's own protocol, as OpenAI does
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.lm = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
         self.faults: deque[str] = deque()
@@ -163,6 +166,10 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, {"detail": "Not Found"})
             stub.bodies.append(body)
             stub.headers.append(self.headers.get("Authorization"))
+            unknown = sorted(set(body) - OPENAI_FIELDS) if stub.strict else []
+            if unknown:
+                message = f"Unrecognized request argument supplied: {unknown[0]}"
+                return self._send(400, {"error": {"message": message, "type": "invalid_request"}})
             names = {stub.name, *stub.adapters}
             if body.get("model") not in names:
                 message = f"The model `{body.get('model')}` does not exist."

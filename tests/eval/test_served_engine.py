@@ -238,6 +238,19 @@ def test_a_server_without_logprobs_refuses_choice_mode_only(toy_model, toy_promp
         assert len(_records(out)) > 8
 
 
+def test_a_server_that_refuses_vllms_fields_still_generates(toy_model, toy_prompts, tmp_path,
+                                                            capsys) -> None:  # fmt: skip
+    with StubServer(toy_model, strict=True) as strict:  # as OpenAI's API answers them: 400
+        out = tmp_path / "out"
+        code, _, err = _run_cli(_bias_args(toy_model, toy_prompts, out, strict.url), capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "Unrecognized request argument supplied: logprob_token_ids" in err
+        assert "--score-via echo" in err and not out.exists()
+        args = _bias_args(toy_model, toy_prompts, out, strict.url, "--mode", "generate", limit=8)
+        code, _, err = _run_cli(args, capsys)
+        assert code == 0, err
+
+
 def test_another_models_tokenizer_is_refused(toy_model, real_tokenizers, tmp_path) -> None:
     from transformers import AutoTokenizer
 

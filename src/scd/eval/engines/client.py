@@ -18,7 +18,7 @@ from typing import Any
 
 from scd.errors import InputError, first_line
 
-__all__ = ["RETRY_STATUS", "Malformed", "ServerClient"]
+__all__ = ["RETRY_STATUS", "Malformed", "ServerClient", "ServerRefused"]
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 BACKOFF_S, BACKOFF_CAP_S, RETRY_AFTER_CAP_S = 0.25, 8.0, 60.0
@@ -28,6 +28,11 @@ _FAIL: Any = object()  # a 404/405 fails (the default of ``missing``)
 
 class Malformed(ValueError):
     """An answer that is not what the protocol says (retried like a transient fault)."""
+
+
+class ServerRefused(InputError):
+    """The server refused a request (a 4xx other than a refused key), or gave an answer that is
+    not what was asked for and was not to be retried: one line, like every InputError."""
 
 
 class _Transient(Exception):
@@ -89,8 +94,8 @@ class ServerClient:
         self.key_hint, self.timeout = key_hint, timeout
         self.retries, self.concurrency = retries, concurrency
 
-    def _fail(self, detail: str) -> InputError:
-        return InputError(detail, key="base_url", value=self.base_url)
+    def _fail(self, detail: str, kind: type[InputError] = InputError) -> InputError:
+        return kind(detail, key="base_url", value=self.base_url)
 
     def request(self, method: str, path: str, body: Any = None, *, parse: Callable[[Any], Any]
                 = lambda x: x, retry: bool = True, retry_malformed: bool = True,
@@ -143,7 +148,7 @@ class ServerClient:
                 return await self._once(http, method, path, body, parse, missing)
             except _Transient as err:
                 if isinstance(err, _BadAnswer) and not retry[1]:
-                    raise self._fail(err.reason) from None
+                    raise self._fail(err.reason, ServerRefused) from None
                 if attempt + 1 == tries:
                     again = (f" after {tries} tries ({method} {path}); a re-run resumes where "
                              "this one stopped") if tries > 1 else ""  # fmt: skip
@@ -177,7 +182,7 @@ class ServerClient:
                              f"{_server_message(response)}; {self.key_hint})")  # fmt: skip
         if status >= 400:
             raise self._fail(f"the server answered {status} to {method} {path}: "
-                             f"{_server_message(response)}")  # fmt: skip
+                             f"{_server_message(response)}", ServerRefused)  # fmt: skip
         try:
             answer = response.json()
         except ValueError:

@@ -44,7 +44,7 @@ from scd.config.engine import EngineSpec
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
 from scd.eval.engines.chat_api import TOP_LOGPROBS, chat_body, option_logprobs, reply_text
-from scd.eval.engines.client import Malformed, ServerClient
+from scd.eval.engines.client import Malformed, ServerClient, ServerRefused
 
 __all__ = ["DEFAULT_KEY_ENV", "MAX_LOGPROB_TOKEN_IDS", "PROMPTS_PER_REQUEST", "ServedEngine"]
 
@@ -91,6 +91,7 @@ class ServedEngine:
         listed = self.client.request("GET", "models", parse=lambda a: list(a["data"]),
                                      retry=False)  # fmt: skip
         self.name = self._served_name(listed, spec.served_model, model)
+        self.vllm = any(m.get("owned_by") == "vllm" for m in listed)  # takes vLLM's extensions
         self.adapter_names = {
             str(Path(m["root"]).resolve()): m["id"]
             for m in listed
@@ -146,9 +147,7 @@ class ServedEngine:
                 self._token_logprobs([(tuple(ids[:-2]), ids[-2:])], probe=True)
             else:
                 self._echo_logprobs([(tuple(ids[:-2]), tuple(ids[-2:]))], probe=True)
-        except InputError as err:
-            if "malformed" not in err.detail:
-                raise  # the server failed, rather than ignored the request
+        except ServerRefused as err:  # refused or ignored; a server that failed raises on
             if self.api == "chat":
                 return (f"the server gives no top log-probs in chat completions ({err.detail}); "
                         "use --mode generate")  # fmt: skip
@@ -299,8 +298,8 @@ class ServedEngine:
 
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
                  messages: Any = None) -> list[str]:  # fmt: skip
-        """Greedy continuations (``repetition_penalty`` 1: vLLM would apply the model's own
-        generation config otherwise); through a chat API, replies to ``messages``."""
+        """Greedy continuations (to vLLM with ``repetition_penalty`` 1: it would apply the
+        model's own generation config otherwise); through a chat API, replies to ``messages``."""
         if self.api == "chat":
             if messages is None:
                 raise InputError("a chat API needs the conversations", key="api", value="chat")
@@ -308,8 +307,9 @@ class ServedEngine:
             return self._post_each(bodies, [reply_text] * len(bodies), False, "chat/completions")
         batches = [prompt_ids[lo : lo + PROMPTS_PER_REQUEST]
                    for lo in range(0, len(prompt_ids), PROMPTS_PER_REQUEST)]  # fmt: skip
+        vllm = {"repetition_penalty": 1.0} if self.vllm else {}  # others may refuse the field
         bodies = [{"model": self.model, "prompt": [list(p) for p in batch],
-                   "max_tokens": max_new_tokens, "temperature": 0.0, "repetition_penalty": 1.0}
+                   "max_tokens": max_new_tokens, "temperature": 0.0, **vllm}
                   for batch in batches]  # fmt: skip
         parsers = [
             (lambda n: lambda a: [c["text"].strip() for c in _choices(a, n)])(len(b))
