@@ -283,6 +283,9 @@ def test_adapters_go_by_their_served_name(toy_model, tmp_path) -> None:
         engine.score(request)
         assert server.bodies[-1]["model"].startswith("scd-")
         assert server.adapters[server.bodies[-1]["model"]] == adapters["runtime"]
+        by_name = ServedEngine(str(toy_model), _served(server, served_model="tuned"))
+        by_name.score(request)  # an adapter the server holds, with no files here: by its name
+        assert server.bodies[-1]["model"] == "tuned"
 
 
 def test_the_api_key_is_sent_and_never_written(toy_model, toy_prompts, tmp_path, capsys,
