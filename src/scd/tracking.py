@@ -58,7 +58,8 @@ def redact(data: Any, secrets: list[str] | None = None) -> Any:
     names a variable and is kept."""
     if secrets is None:
         names = [*SECRET_ENV, *_key_envs(data)]
-        secrets = [os.environ[k] for k in names if os.environ.get(k)]
+        # a placeholder such as OPENAI_API_KEY=EMPTY (local servers) is no secret to hunt for
+        secrets = [os.environ[k] for k in names if len(os.environ.get(k) or "") >= 8]
     if isinstance(data, dict):
         return {k: "<redacted>" if _secret_key(k) and v else redact(v, secrets)
                 for k, v in data.items()}  # fmt: skip

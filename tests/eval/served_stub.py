@@ -147,7 +147,9 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             if self.path != "/v1/models":
                 return self._send(404, {"detail": "Not Found"})
             if self._authorized():
-                data = [{"id": stub.name, "root": stub.model_dir, "parent": None}]
+                owner = "openai" if stub.strict else "vllm"  # vLLM's protocol, or OpenAI's only
+                data = [{"id": stub.name, "root": stub.model_dir, "parent": None,
+                         "owned_by": owner}]  # fmt: skip
                 data += [{"id": n, "root": p, "parent": stub.name}
                          for n, p in stub.adapters.items()]  # fmt: skip
                 self._send(200, {"object": "list", "data": data})

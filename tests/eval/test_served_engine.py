@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import socket
 from pathlib import Path
 
@@ -199,7 +200,9 @@ def _free_port() -> int:
 @pytest.mark.parametrize(
     ("url", "extra", "expected"),
     [
-        (f"http://127.0.0.1:{_free_port()}/v1", [], "no connection to the server"),
+        ("FREE", [], "no connection to the server"),
+        ("http://127.0.0.1:abc/v1", [], "with a valid port"),
+        ("http://127.0.0.1:8000/v1?key=sk-x", [], "no ?query or #fragment"),
         ("STUB", ["--served-model", "nope"], "--served-model nope: the server at"),
         ("http://user:pw@127.0.0.1:9/v1", [], "put no credentials in the URL"),
         ("ftp://127.0.0.1/v1", [], "expected an http:// or https:// URL"),
@@ -208,13 +211,13 @@ def _free_port() -> int:
 def test_bad_server_input_is_one_line(toy_model, toy_prompts, stub, tmp_path, capsys, url, extra,
                                       expected) -> None:  # fmt: skip
     out = tmp_path / "out"
-    url = stub.url if url == "STUB" else url
+    url = {"STUB": stub.url, "FREE": f"http://127.0.0.1:{_free_port()}/v1"}.get(url, url)
     code, _, err = _run_cli(_bias_args(toy_model, toy_prompts, out, url, *extra), capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
     assert "Traceback" not in err and not out.exists()
     if "nope" in extra:
         assert "it serves: stub" in err
-    assert "pw" not in err  # credentials are never shown
+    assert "pw" not in err and "sk-x" not in err  # credentials are never shown
 
 
 def test_no_url_is_one_line(toy_model, toy_prompts, tmp_path, capsys) -> None:
@@ -283,6 +286,15 @@ def test_adapters_go_by_their_served_name(toy_model, tmp_path) -> None:
         engine.score(request)
         assert server.bodies[-1]["model"].startswith("scd-")
         assert server.adapters[server.bodies[-1]["model"]] == adapters["runtime"]
+        weights = tmp_path / "runtime" / "adapter_model.safetensors"
+        weights.write_bytes(b"first")
+        first = ServedEngine(str(toy_model), _served(server))
+        first.use_adapter(adapters["runtime"])
+        weights.write_bytes(b"trained again")  # same path, new weights: loaded again
+        again = ServedEngine(str(toy_model), _served(server))
+        again.use_adapter(adapters["runtime"])
+        assert again.model != first.model and again.model in server.adapters
+        first.use_adapter(adapters["runtime"])  # its own adapters are remembered by name
         by_name = ServedEngine(str(toy_model), _served(server, served_model="tuned"))
         by_name.score(request)  # an adapter the server holds, with no files here: by its name
         assert server.bodies[-1]["model"] == "tuned"
@@ -322,5 +334,30 @@ def test_the_api_key_is_sent_and_never_written(toy_model, toy_prompts, tmp_path,
 def test_options_of_the_served_engine_belong_to_it() -> None:
     with pytest.raises(InputError, match="an option of the openai backend"):
         dataclasses.replace(HF, base_url="http://127.0.0.1:8000/v1").check()
-    assert "base_url" not in EngineSpec("openai", base_url="http://x/v1").identity()
-    assert EngineSpec("openai", score_via="echo").identity()["score_via"] == "echo"
+    served = EngineSpec("openai", base_url="http://x/v1", score_via="echo", concurrency=2)
+    assert served.identity()["base_url"] == "http://x/v1"  # another server: another run
+    assert served.identity()["score_via"] == "echo" and "concurrency" not in served.identity()
+    assert set(HF.identity()) == {"backend", "dtype", "system_prompt"}  # earlier runs' keys
+
+
+def test_openai_s_key_goes_to_openai_only(toy_model, stub, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-for-openai-only")
+    ServedEngine(str(toy_model), _served(stub)).score([ChoiceRequest((1, 2), ((3,), (4,)))])
+    assert set(stub.headers) == {None}  # 127.0.0.1 is not api.openai.com
+    from scd.eval.engines.served import _default_key_env
+
+    assert _default_key_env("https://api.openai.com/v1") == "OPENAI_API_KEY"
+
+
+def test_chat_scores_give_no_answer_when_a_missing_option_may_lead() -> None:
+    from scd.eval.engines.chat_api import option_logprobs
+
+    def answer(*top):
+        tops = [{"token": t, "logprob": v} for t, v in top]
+        return {"choices": [{"logprobs": {"content": [{"top_logprobs": tops}]}}]}
+
+    options = ("Likely", "Unlikely")  # "Unlikely" is two tokens for many tokenizers
+    assert option_logprobs(answer(("Un", -0.2), ("Likely", -2.0)), options) == [None, None]
+    assert option_logprobs(answer(("Likely", -0.2), ("Un", -2.0)), options) == [-0.2, None]
+    both = option_logprobs(answer(("Likely", -0.5), (" Likely", -1.5), ("Unlikely", -1.0)), options)
+    assert both[0] == pytest.approx(math.log(math.exp(-0.5) + math.exp(-1.5))) and both[1] == -1.0

@@ -87,8 +87,8 @@ class EngineSpec(Options):
     )  # fmt: skip
     base_url: str | None = option(
         None, "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1", check=http_url,
-        backend="openai", speed=True,
-    )  # fmt: skip
+        backend="openai",
+    )  # fmt: skip  # pinned: another server may serve another model under the same name
     served_model: str | None = option(
         None, "the model's name on the server (default: the one base model it lists)",
         backend="openai",
@@ -106,7 +106,8 @@ class EngineSpec(Options):
     )  # fmt: skip
     api_key_env: str | None = option(
         None, "environment variable holding the API key, sent as a bearer token and nowhere "
-        "else (default: OPENAI_API_KEY; unset: no key)", backend="openai", speed=True,
+        "else (default: OPENAI_API_KEY for api.openai.com, no key elsewhere)", backend="openai",
+        speed=True,
     )  # fmt: skip
     concurrency: int | None = option(
         None, "requests in flight at once (default: 8)", check=positive, backend="openai",
@@ -125,8 +126,11 @@ class EngineSpec(Options):
     def identity(self) -> dict[str, Any]:
         """The fields that change what a model answers: pinned and in cache keys."""
         return {
-            f.name: getattr(self, f.name) for f in fields(EngineSpec) if not f.metadata["speed"]
-        }
+            f.name: getattr(self, f.name)
+            for f in fields(EngineSpec)
+            if not f.metadata["speed"] and f.metadata["backend"] in (None, self.backend)
+        }  # another engine's options are unset (problems()): left out, so adding one to an
+        # engine changes no earlier run's pinned config or cache key
 
     def cache_identity(self) -> dict[str, Any]:
         """:meth:`identity` with ``auto`` dtype resolved to what it means on this machine, for

@@ -61,8 +61,12 @@ def device_name(value: Any) -> str | None:
 
 
 def masked(value: Any) -> Any:
-    """``value`` as an error may show it: a URL's credentials (``//user:pw@``) hidden."""
-    return re.sub(r"//[^/@\s]*@", "//<credentials>@", value) if isinstance(value, str) else value
+    """``value`` as an error may show it: a URL's credentials (``//user:pw@``) and query
+    hidden."""
+    if not isinstance(value, str) or "://" not in value:
+        return value
+    value = re.sub(r"\?\S*", "?<hidden>", value)  # a query may carry a key too
+    return re.sub(r"//[^/@\s]*@", "//<credentials>@", value)
 
 
 def http_url(value: Any) -> str | None:
@@ -71,8 +75,14 @@ def http_url(value: Any) -> str | None:
     from urllib.parse import urlsplit
 
     url = urlsplit(value)
+    try:
+        url.port  # noqa: B018  # a port that is not a number fails here
+    except ValueError:
+        return "expected an http:// or https:// URL with a valid port"
     if url.scheme not in ("http", "https") or not url.hostname:
         return "expected an http:// or https:// URL"
+    if url.query or url.fragment:
+        return "expected the API's base URL, no ?query or #fragment (a key: --api-key-env)"
     if "@" in url.netloc:
         return "put no credentials in the URL (the API key goes in --api-key-env)"
     return None

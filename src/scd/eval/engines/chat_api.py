@@ -4,9 +4,12 @@ reply text (generate mode), or the first reply token's top log-probabilities (ch
 A chat API takes the conversation as text and tokenizes it with the served model's own template,
 so scd cannot choose the scored tokens: an option is found where a top token, stripped of
 spaces, is the option's text -- several such tokens ("Yes", " Yes") pool their probability --
-and is ``None`` (not found) when none of the top ``k`` is. That measures one-word options only,
-and only as far as the top ``k`` reach (hosted APIs give at most 20); multi-token options and
-prompt log-probabilities are out of reach. Each record says which options were found.
+and is ``None`` (not found) when none of the top ``k`` is. When an option is missing and the
+most likely token is no option either (the first piece of a multi-token option, "Un" of
+"Unlikely"), every option is ``None``: the found one would win by default. That measures
+one-word options only, and only as far as the top ``k`` reach (hosted APIs give at most 20);
+multi-token options and prompt log-probabilities are out of reach. Each record says which
+options were found.
 """
 
 from __future__ import annotations
@@ -50,4 +53,7 @@ def option_logprobs(answer: Any, options: tuple[str, ...]) -> list[float | None]
         hits = [float(t["logprob"]) for t in top if str(t["token"]).strip() == option]
         peak = max(hits, default=0.0)
         found.append(peak + math.log(sum(math.exp(h - peak) for h in hits)) if hits else None)
+    first = str(max(top, key=lambda t: float(t["logprob"]))["token"]).strip()
+    if None in found and first not in options:  # e.g. "Un" of "Unlikely" on top: no answer
+        return [None] * len(options)
     return found

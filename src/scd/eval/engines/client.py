@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,9 +48,10 @@ class _BadAnswer(_Transient):
 
 def _retry_after(headers: Any) -> float | None:
     try:
-        return min(max(float(headers.get("retry-after", "")), 0.0), RETRY_AFTER_CAP_S)
+        wait = float(headers.get("retry-after", ""))
     except ValueError:
         return None
+    return min(max(wait, 0.0), RETRY_AFTER_CAP_S) if math.isfinite(wait) else None
 
 
 def _server_message(response: Any) -> str:
@@ -57,8 +59,8 @@ def _server_message(response: Any) -> str:
     (vLLM's 401), ``detail`` (FastAPI), else the start of the body."""
     try:
         body = response.json()
-    except ValueError:
-        return response.text.strip()[:200] or response.reason_phrase
+    except ValueError:  # e.g. a proxy's HTML page: its words, on one line
+        return " ".join(response.text.split())[:200] or response.reason_phrase
     error = body.get("error", body.get("detail")) if isinstance(body, dict) else None
     if isinstance(error, dict):
         error = error.get("message")
@@ -91,10 +93,13 @@ class ServerClient:
                  retries: int, concurrency: int) -> None:  # fmt: skip
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._key = api_key
         self.key_hint, self.timeout = key_hint, timeout
         self.retries, self.concurrency = retries, concurrency
 
     def _fail(self, detail: str, kind: type[InputError] = InputError) -> InputError:
+        if self._key:  # a server's or proxy's message may quote the key it was sent
+            detail = detail.replace(self._key, "<redacted>")
         return kind(detail, key="base_url", value=self.base_url)
 
     def request(self, method: str, path: str, body: Any = None, *, parse: Callable[[Any], Any]
@@ -166,11 +171,17 @@ class ServerClient:
         url = root + path if path.startswith("/") else f"{self.base_url}/{path}"
         try:
             response = await http.request(method, url, json=body)
+        except httpx.ConnectTimeout:
+            raise _Transient(
+                f"no connection to the server within {CONNECT_TIMEOUT_S:g} s"
+            ) from None
         except httpx.TimeoutException:
             raise _Transient(f"no answer within {self.timeout:g} s (raise --request-timeout "
                              "or lower --concurrency)") from None  # fmt: skip
-        except httpx.TransportError as err:
+        except httpx.RequestError as err:  # connection refused or dropped, a bad answer stream
             raise _Transient(f"no connection to the server ({first_line(err, 120)})") from None
+        except httpx.InvalidURL as err:
+            raise self._fail(f"not a usable URL ({first_line(err, 120)})") from None
         status = response.status_code
         if status in RETRY_STATUS:
             reason = f"the server answered {status}: {_server_message(response)}"
@@ -191,5 +202,11 @@ class ServerClient:
             answer = response.text  # e.g. vLLM's "Success: LoRA adapter ... added"
         try:
             return parse(answer)
-        except (ValueError, KeyError, IndexError, TypeError) as err:  # Malformed is a ValueError
+        except (
+            ValueError,
+            KeyError,
+            IndexError,
+            TypeError,
+            AttributeError,
+        ) as err:  # Malformed too
             raise _BadAnswer(f"a malformed answer ({first_line(err, 120)})") from None

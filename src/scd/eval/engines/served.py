@@ -58,6 +58,22 @@ def _token_key(token: int) -> str:
     return f"token_id:{token}"  # how vLLM names a token with return_tokens_as_token_ids
 
 
+def _default_key_env(base_url: str | None) -> str | None:
+    """OpenAI's own key goes to OpenAI's API only; any other server gets a key only from a
+    variable named with ``--api-key-env``."""
+    from urllib.parse import urlsplit
+
+    return DEFAULT_KEY_ENV if urlsplit(base_url or "").hostname == "api.openai.com" else None
+
+
+def _models(answer: Any) -> list[dict[str, Any]]:
+    """``/v1/models``' entries that have a name (others are ignored)."""
+    data = answer["data"]
+    if not isinstance(data, list):
+        raise Malformed("no model list")
+    return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
 def _choices(answer: Any, n: int) -> list[dict[str, Any]]:
     choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
     if len(choices) != n:
@@ -77,10 +93,11 @@ class ServedEngine:
         adapters: Sequence[str] = (),
     ) -> None:
         spec = (spec or EngineSpec(backend="openai")).check()
-        key_env = spec.api_key_env or DEFAULT_KEY_ENV
+        key_env = spec.api_key_env or _default_key_env(spec.base_url)
+        key = os.environ.get(key_env) or None if key_env else None
+        hint = f"the key is read from ${key_env}" if key_env else "no key sent: --api-key-env VAR"
         self.client = ServerClient(
-            spec.base_url, api_key=os.environ.get(key_env) or None,
-            key_hint=f"the key is read from ${key_env}", timeout=spec.request_timeout or 300.0,
+            spec.base_url, api_key=key, key_hint=hint, timeout=spec.request_timeout or 300.0,
             retries=5 if spec.retries is None else spec.retries,
             concurrency=spec.concurrency or 8,
         )  # fmt: skip
@@ -88,18 +105,19 @@ class ServedEngine:
         self.api = spec.api or "completions"
         for path in adapters:
             require_adapter(path)
-        listed = self.client.request("GET", "models", parse=lambda a: list(a["data"]),
-                                     retry=False)  # fmt: skip
+        listed = self.client.request("GET", "models", parse=_models, retry=False)
         self.name = self._served_name(listed, spec.served_model, model)
         self.vllm = any(m.get("owned_by") == "vllm" for m in listed)  # takes vLLM's extensions
-        self.adapter_names = {
+        self.listed = {m["id"] for m in listed}
+        self.adapter_names = {  # modules the server was started with (scd's own: by name)
             str(Path(m["root"]).resolve()): m["id"]
             for m in listed
-            if m.get("parent") == self.name and m.get("root")
-        }
+            if m.get("parent") == self.name and isinstance(m.get("root"), str)
+            and not m["id"].startswith("scd-")
+        }  # fmt: skip
         self.model = self.name  # the name requests go to: the base or an adapter
         self.tokenizer = tokenizer
-        if tokenizer is not None and self.api == "completions":
+        if tokenizer is not None and self.api == "completions" and self.vllm:
             self._check_tokenizer(tokenizer)
         self.scoring_problem = self._probe()
 
@@ -168,7 +186,14 @@ class ServedEngine:
         self.model = self.adapter_names[path]
 
     def _load_adapter(self, path: str) -> str:
-        name = "scd-" + hashlib.sha256(path.encode()).hexdigest()[:12]
+        """The adapter's name on the server, loaded now unless it holds these weights already:
+        the name is the path's and the weights' (size, time) fingerprint, so an adapter trained
+        again at the same path is loaded again."""
+        stamps = [(f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                  for f in sorted(Path(path).glob("adapter_model.*"))]  # fmt: skip
+        name = "scd-" + hashlib.sha256(repr((path, stamps)).encode()).hexdigest()[:12]
+        if name in self.listed:
+            return name
         body = {"lora_name": name, "lora_path": path}
         loaded = self.client.request("POST", "load_lora_adapter", body, parse=lambda a: True,
                                      retry=False, missing=False)  # fmt: skip
@@ -259,9 +284,11 @@ class ServedEngine:
                 shown = tokens[len(prompt) : len(prompt) + len(option)]
                 if len(values) != len(option) or any(v is None for v in values):
                     raise Malformed("no prompt log-probs in the echo")
-                if all(str(t).startswith("token_id:") for t in shown) and shown != [
-                    _token_key(t) for t in option
-                ]:
+                if (
+                    shown
+                    and all(str(t).startswith("token_id:") for t in shown)
+                    and shown != [_token_key(t) for t in option]
+                ):
                     raise Malformed("the echo holds other tokens than were sent")
                 return float(sum(values))
 
