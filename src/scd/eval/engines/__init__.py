@@ -26,7 +26,12 @@ from typing import Any, Protocol
 from scd.config.engine import ENGINES, EngineSpec
 from scd.errors import InputError
 
-__all__ = ["ChoiceRequest", "Engine", "SharedEngine", "make_engine", "require_adapter"]
+__all__ = [
+    "MAX_LOGPROB_TOKEN_IDS", "ChoiceRequest", "Engine", "SharedEngine", "make_engine",
+    "next_token_reads", "require_adapter", "summed_options",
+]  # fmt: skip
+
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids (vllm.sampling_params)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,39 @@ class ChoiceRequest:
     option_ids: tuple[tuple[int, ...], ...]
     messages: tuple[tuple[str, str], ...] = ()  # (role, content): Formatter.conversation
     options: tuple[str, ...] = ()
+
+
+Reads = list[tuple[tuple[int, ...], list[int]]]  # (prefix, the next-token ids to read after it)
+
+
+def next_token_reads(requests: list[ChoiceRequest]) -> Reads:
+    """The next-token reads that score every option of ``requests``: option ``o`` after a
+    prompt needs, at each ``i``, the log-probability of ``o[i]`` after prompt + ``o[:i]``. A prefix
+    is read once for all the options that share it ("Likely" / "Unlikely" sharing a first token),
+    at most :data:`MAX_LOGPROB_TOKEN_IDS` ids per read (vLLM's ``logprob_token_ids``)."""
+    wanted: dict[tuple[int, ...], list[int]] = {}
+    for r in requests:
+        for option in r.option_ids:
+            for i, token in enumerate(option):
+                tokens = wanted.setdefault(tuple(r.prompt_ids) + tuple(option[:i]), [])
+                if token not in tokens:
+                    tokens.append(token)
+    return [(prefix, tokens[lo : lo + MAX_LOGPROB_TOKEN_IDS])
+            for prefix, tokens in wanted.items()
+            for lo in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS)]  # fmt: skip
+
+
+def summed_options(requests: list[ChoiceRequest], reads: Reads,
+                   found: list[list[float]]) -> list[list[float]]:  # fmt: skip
+    """Each request's option log-probabilities: the sums over its tokens of what ``found`` holds
+    for each read of :func:`next_token_reads` (one value per id read, in order)."""
+    logprob = {(prefix, t): v for (prefix, ids), values in zip(reads, found)
+               for t, v in zip(ids, values)}  # fmt: skip
+    return [
+        [sum(logprob[tuple(r.prompt_ids) + tuple(o[:i]), t] for i, t in enumerate(o))
+         for o in r.option_ids]
+        for r in requests
+    ]  # fmt: skip
 
 
 class Engine(Protocol):

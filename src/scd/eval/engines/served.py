@@ -42,14 +42,13 @@ from typing import Any
 
 from scd.config.engine import EngineSpec
 from scd.errors import InputError
-from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
 from scd.eval.engines.chat_api import TOP_LOGPROBS, chat_body, option_logprobs, reply_text
 from scd.eval.engines.client import Malformed, ServerClient, ServerRefused
 
-__all__ = ["DEFAULT_KEY_ENV", "MAX_LOGPROB_TOKEN_IDS", "PROMPTS_PER_REQUEST", "ServedEngine"]
+__all__ = ["DEFAULT_KEY_ENV", "PROMPTS_PER_REQUEST", "ServedEngine"]
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids
 PROMPTS_PER_REQUEST = 16  # token lists in one completions request (vLLM takes up to 1024)
 PROBE_TEXT = "Would you be willing to work next to them? Yes or no."
 
@@ -215,23 +214,8 @@ class ServedEngine:
             pairs = list({(r.prompt_ids, o) for r in requests for o in r.option_ids})
             found = dict(zip(pairs, self._echo_logprobs(pairs)))
             return [[found[r.prompt_ids, o] for o in r.option_ids] for r in requests]
-        wanted: dict[tuple[int, ...], list[int]] = {}  # prefix -> next tokens to read
-        for r in requests:
-            for option in r.option_ids:
-                for i, token in enumerate(option):
-                    tokens = wanted.setdefault(r.prompt_ids + option[:i], [])
-                    if token not in tokens:
-                        tokens.append(token)
-        asks = [(prefix, tokens[lo : lo + MAX_LOGPROB_TOKEN_IDS])
-                for prefix, tokens in wanted.items()
-                for lo in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS)]  # fmt: skip
-        logprob: dict[tuple[tuple[int, ...], int], float] = {}
-        for (prefix, tokens), found in zip(asks, self._token_logprobs(asks)):
-            logprob.update({(prefix, t): v for t, v in zip(tokens, found)})
-        return [
-            [sum(logprob[r.prompt_ids + o[:i], t] for i, t in enumerate(o)) for o in r.option_ids]
-            for r in requests
-        ]
+        reads = next_token_reads(requests)
+        return summed_options(requests, reads, self._token_logprobs(reads))
 
     def _token_logprobs(self, asks: list[tuple[tuple[int, ...], list[int]]],
                         probe: bool = False) -> list[list[float]]:  # fmt: skip

