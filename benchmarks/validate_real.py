@@ -241,6 +241,16 @@ def main() -> None:
     parser.add_argument("--bbq", type=Path, help="BBQ data/ directory (original schema)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
+    wanted = args.models.split(",")
+    unknown = sorted(set(wanted) - {*STUDIES, "gemma"})
+    if unknown:
+        parser.error(
+            f"--models {','.join(unknown)}: expected some of {', '.join([*STUDIES, 'gemma'])}"
+        )
+    smollm2_run = args.outputs / STUDIES["smollm2"].run_id / "recipe.json"
+    if "gemma" in wanted and "smollm2" not in wanted and not smollm2_run.is_file():
+        parser.error(f"--models gemma answers the SmolLM2 study's prompts: {smollm2_run} is "
+                     "missing; add smollm2")  # fmt: skip
     from scd.models.catalog import fetch_model
 
     hb = args.hb or (SHARED / "holistic_bias/v1.0/descriptors.json")
@@ -250,7 +260,6 @@ def main() -> None:
     info_path = args.outputs / "validation.json"
     info = _json(info_path) if info_path.is_file() else {}
     info["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}"
-    wanted = args.models.split(",")
     if not args.report_only:
         for key in (k for k in STUDIES if k in wanted):
             model = fetch_model(STUDIES[key].catalog)
