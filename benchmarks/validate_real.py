@@ -158,38 +158,66 @@ def _rate(seconds: float, eval_dir: str | Path) -> str:
     return f"{n:,} items, {n / seconds:.2f}/s"
 
 
+def _layout(run: Path) -> dict:
+    """Where a run's results are: its ``layout.json`` once it finished; before that, the
+    evaluations its ``state.json`` lists as done (a study run across sessions)."""
+    if (run / "layout.json").is_file():
+        return _json(run / "layout.json")
+    layout: dict = {"base": {}, "settings": {}}
+    for stage, info in _json(run / "state.json")["stages"].items():
+        where = str(Path(info["outputs"][0]).parent)  # outputs: the evaluation's summary.json
+        part = stage.split("/")
+        if part[0] == "base":
+            layout["base"][part[1]] = where
+        elif len(part) == 3 and part[1] == "eval":
+            n = part[0].removeprefix("setting-")
+            layout["settings"].setdefault(n, {"evals": {}})["evals"][part[2]] = where
+    return layout
+
+
 def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -> list[str]:
     """One study's tables: Table 1 before tuning, Table 10 (and the transfer tables) of each
     setting's held-out prompts, the tuned models' Table 1 on them, BBQ and SDS before and after,
-    and the stages' run times. ``peer``: a base model's bias/bbq results shown beside it."""
+    and the stages' run times; of an unfinished run, those whose evaluations are done.
+    ``peer``: a base model's bias/bbq results shown beside it."""
     run, name, peer = out / study.run_id, study.label, peer or {}
-    layout = _json(run / "layout.json")
+    layout = _layout(run)
     base, settings = layout["base"], sorted(layout["settings"], key=int)
     tuned = {n: layout["settings"][n]["evals"] for n in settings}
-    lines = table1(_json(Path(base["bias"]) / "summary.json"), f"{name}, before tuning (Table 1)")
+    lines = []
+    if not (run / "layout.json").is_file():
+        recipe = study.recipe.relative_to(REPO)
+        lines += [f"*(unfinished: the evaluations done so far; `scd run {recipe}` resumes it)*",
+                  ""]  # fmt: skip
+    if "bias" in base:
+        title = f"{name}, before tuning (Table 1)"
+        lines += table1(_json(Path(base["bias"]) / "summary.json"), title)
     if "bias" in peer:
         lines += table1(_json(peer["bias"] / "summary.json"), f"{peer['name']} (Table 1)")
-    which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
-    lines += [f"**Table 10 rows** ({name}, {which}, held-out part of the subset)", "",
-              _table_md(run / "tables" / "table10.md"), ""]  # fmt: skip
+    if (run / "tables" / "table10.md").is_file():
+        which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
+        lines += [f"**Table 10 rows** ({name}, {which}, held-out part of the subset)", "",
+                  _table_md(run / "tables" / "table10.md"), ""]  # fmt: skip
     for number in (11, 12, 13, 14):  # the transfer tables of the settings that have one
         if (run / "tables" / f"table{number}.md").is_file():
             lines += [f"**Table {number}** ({name})", "",
                       _table_md(run / "tables" / f"table{number}.md"), ""]  # fmt: skip
-    for n in settings:  # the tuned model on its held-out prompts, with their baselines
+    for n in (n for n in settings if "bias" in tuned[n]):  # on its held-out prompts + baselines
         title = f"{name} after tuning on setting {n}, its held-out prompts"
         lines += table1(_json(Path(tuned[n]["bias"]) / "summary.json"), title)
-    bbq = {f"{name} before": _json(Path(base["bbq"]) / "summary.json")}
-    bbq |= {f"{name} after (setting {n})": _json(Path(tuned[n]["bbq"]) / "summary.json")
-            for n in settings}  # fmt: skip
-    if "bbq" in peer:
-        bbq[f"{peer['name']}"] = _json(peer["bbq"] / "summary.json")
-    lines += ["**BBQ** (6 of 11 categories, stratified subset)", "", *bbq_rows(bbq)]
-    sds = {"before": _json(Path(base["sds"]) / "summary.json")}
-    sds |= {f"after (setting {n})": _json(Path(tuned[n]["sds"]) / "summary.json")
-            for n in settings}  # fmt: skip
-    lines += ["**SDS stigma gap** (P(Unlikely), stigmatized − non-stigmatized, 95% BCa CI)", "",
-              f"| {name} | stigmatized | non-stigmatized | gap |", "|---|---|---|---|"]  # fmt: skip
+    bbq = {f"{name} before": base.get("bbq")}
+    bbq |= {f"{name} after (setting {n})": tuned[n].get("bbq") for n in settings}
+    bbq |= {peer["name"]: peer.get("bbq")}
+    bbq = {k: _json(Path(v) / "summary.json") for k, v in bbq.items() if v}
+    if bbq:
+        lines += ["**BBQ** (6 of 11 categories, stratified subset)", "", *bbq_rows(bbq)]
+    sds = {"before": base.get("sds")} | {f"after (setting {n})": tuned[n].get("sds")
+                                          for n in settings}  # fmt: skip
+    sds = {k: _json(Path(v) / "summary.json") for k, v in sds.items() if v}
+    if sds:
+        lines += ["**SDS stigma gap** (P(Unlikely), stigmatized − non-stigmatized, 95% BCa CI)",
+                  "", f"| {name} | stigmatized | non-stigmatized | gap |",
+                  "|---|---|---|---|"]  # fmt: skip
     for label, s in sds.items():
         g = s["gap"]
         ci = f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
@@ -215,7 +243,7 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
 def report(out: Path, info: dict) -> str:
     lines = [f"Machine: {info['machine']}.", ""]
     for key, study in STUDIES.items():
-        if not (out / study.run_id / "layout.json").is_file():
+        if not (out / study.run_id / "state.json").is_file():
             continue
         gemma = out / "gemma-3-270m"
         peer = {"name": "Gemma 3 270M base"}
