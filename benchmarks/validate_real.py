@@ -207,7 +207,8 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
         lines += table1(_json(Path(tuned[n]["bias"]) / "summary.json"), title)
     bbq = {f"{name} before": base.get("bbq")}
     bbq |= {f"{name} after (setting {n})": tuned[n].get("bbq") for n in settings}
-    bbq |= {peer["name"]: peer.get("bbq")}
+    if "bbq" in peer:
+        bbq[peer["name"]] = peer["bbq"]
     bbq = {k: _json(Path(v) / "summary.json") for k, v in bbq.items() if v}
     if bbq:
         lines += ["**BBQ** (6 of 11 categories, stratified subset)", "", *bbq_rows(bbq)]
