@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scd.eval.records import scoring_time
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 SCALES, CONTACTS = ("certainty", "likelihood", "frequency"), ("none", "positive", "negative")
@@ -154,8 +156,14 @@ def _table_md(path: Path) -> str:
 
 
 def _rate(seconds: float, eval_dir: str | Path) -> str:
+    """Items per second: of the scoring alone where its chunks were timed (summed over every
+    process that worked on a resumed evaluation), else of the stage's last process."""
     n = _json(Path(eval_dir) / "run.json")["n_items"]
-    return f"{n:,} items, {n / seconds:.2f}/s"
+    timed, scoring = scoring_time(eval_dir)
+    if not timed:
+        return f"{n:,} items, {n / seconds:.2f}/s (stage)"
+    part = "" if timed == n else f" of {timed:,} timed"
+    return f"{n:,} items, {timed / scoring:.2f}/s scoring{part} ({scoring:.0f} s)"
 
 
 def _layout(run: Path) -> dict:

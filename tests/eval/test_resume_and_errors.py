@@ -16,7 +16,7 @@ from vllm_reference import option_logprob  # tests/eval/vllm_reference.py
 
 from scd.cli import main
 from scd.eval.benchmarks import get
-from scd.eval.records import RecordLog
+from scd.eval.records import RecordLog, read_records, scoring_time
 
 
 def _cmd(model: Path, prompts: Path, out: Path) -> list[str]:
@@ -66,6 +66,9 @@ def test_sigkill_then_resume_gives_identical_records(toy_model, toy_prompts, tmp
         fh.write(b'{"prompt_id":"torn')
     subprocess.run(_cmd(toy_model, toy_prompts, killed), check=True, capture_output=True)
     assert (killed / "records.jsonl").read_bytes() == (reference / "records.jsonl").read_bytes()
+    timed = (killed / "timing.jsonl").read_text().splitlines()  # each chunk once, in order
+    n = len(read_records(reference / "records.jsonl"))
+    assert [json.loads(line)["start"] for line in timed] == list(range(0, n, 50))
     assert (
         json.loads((killed / "summary.json").read_text())["overall"]
         == json.loads((reference / "summary.json").read_text())["overall"]
@@ -83,9 +86,16 @@ def test_record_log_truncates_to_whole_chunks(tmp_path: Path) -> None:
     log.append([{"i": i} for i in range(3, 6)])
     with open(path, "ab") as fh:
         fh.write(b'{"i":6}\n{"i":7')  # part of the third chunk, then a torn line
+    with open(tmp_path / "timing.jsonl", "a") as fh:
+        fh.write('{"start":6,"stop":9,"seconds":1.0}\n{"start":9,')  # a chunk not kept, torn
     resumed = RecordLog(path, chunk_size=3, total=10)
     assert resumed.done == 6 and [r["i"] for r in resumed.read()] == list(range(6))
     assert list(resumed.chunks()) == [(6, 9), (9, 10)]
+    timed = [json.loads(line) for line in (tmp_path / "timing.jsonl").read_text().splitlines()]
+    assert [(t["start"], t["stop"]) for t in timed] == [(0, 3), (3, 6)]
+    for lo, hi in resumed.chunks():
+        resumed.append([{"i": i} for i in range(lo, hi)])
+    assert scoring_time(tmp_path)[0] == 10 and scoring_time(tmp_path)[1] >= 0
 
 
 def _fails(capsys, argv: list[str], *needles: str) -> None:

@@ -5,20 +5,25 @@ appended with a single write + fsync. A run killed at any point -- even mid-writ
 chunks plus at most a torn tail; resuming truncates to the last whole chunk and recomputes from
 there with the same chunk boundaries, so the final file equals an uninterrupted run's, byte for
 byte (same batches, same floats), with no item lost or duplicated.
+
+Beside the records, ``timing.jsonl`` holds one line per whole chunk -- its items and the seconds
+it took to score -- cut back with the records on resume, so the scoring time of a run killed and
+resumed across processes is the sum of its lines (a chunk recomputed is counted once).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.io import write_json
+from scd.io import atomic_file, write_json
 
-__all__ = ["RecordLog", "check_run_config", "dump_record", "read_records"]
+__all__ = ["RecordLog", "check_run_config", "dump_record", "read_records", "scoring_time"]
 
 # keys added to run.json after scd 0.1.0: a run pinned without one ran with this value
 ADDED_KEYS = {"dtype": "auto"}
@@ -78,16 +83,30 @@ def read_records(path: Path | str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def scoring_time(out: Path | str) -> tuple[int, float]:
+    """(items, seconds) of the chunks timed in the evaluation directory ``out`` (its shards'
+    included): the scoring alone, without loading the model, summed over every process that
+    worked on it. (0, 0.0) when none was timed."""
+    items, seconds = 0, 0.0
+    for path in sorted(Path(out).rglob("timing.jsonl")):
+        for line in path.read_text().splitlines():
+            chunk = json.loads(line)
+            items, seconds = items + chunk["stop"] - chunk["start"], seconds + chunk["seconds"]
+    return items, seconds
+
+
 class RecordLog:
-    """Append-only records file with chunk-aligned resume."""
+    """Append-only records file with chunk-aligned resume, and each chunk's scoring time."""
 
     def __init__(self, path: Path, chunk_size: int, total: int) -> None:
         if chunk_size < 1:
             raise InputError("expected a positive number", key="chunk_size", value=chunk_size)
         self.path = path
+        self.timing = path.with_name("timing.jsonl")
         self.chunk_size = chunk_size
         self.total = total
         self.done = self._recover()
+        self._started = time.perf_counter()
 
     def _recover(self) -> int:
         """Truncate to the last whole chunk; return how many items it holds."""
@@ -104,21 +123,34 @@ class RecordLog:
                 fh.truncate(cut)
                 fh.flush()
                 os.fsync(fh.fileno())
+        if self.timing.exists():  # the timed chunks still in the records (whole lines)
+            *lines, torn = self.timing.read_text(encoding="utf-8").split("\n")
+            kept = [line for line in lines if json.loads(line)["stop"] <= keep]
+            if torn or len(kept) < len(lines):
+                with atomic_file(self.timing) as tmp:
+                    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         return keep
 
     def chunks(self) -> Iterator[tuple[int, int]]:
-        """(start, stop) of each chunk still to do."""
+        """(start, stop) of each chunk still to do; each is timed from here to its append."""
         for start in range(self.done, self.total, self.chunk_size):
+            self._started = time.perf_counter()
             yield start, min(start + self.chunk_size, self.total)
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
-        """Append one chunk's records in a single write, then fsync."""
+        """Append one chunk's time, then its records in a single write, then fsync (a time
+        whose records did not land is dropped on resume, so each chunk is timed once)."""
         payload = "".join(dump_record(r) + "\n" for r in records).encode("utf-8")
+        stop = self.done + payload.count(b"\n")
+        chunk = {"start": self.done, "stop": stop,
+                 "seconds": round(time.perf_counter() - self._started, 3)}  # fmt: skip
+        with open(self.timing, "a", encoding="utf-8") as fh:
+            fh.write(dump_record(chunk) + "\n")
         with open(self.path, "ab") as fh:
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
-        self.done += payload.count(b"\n")
+        self.done = stop
 
     def read(self) -> list[dict[str, Any]]:
         """All records written so far."""
