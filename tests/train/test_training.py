@@ -235,6 +235,12 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     assert sorted(second) == list(range(5, 31, 5))  # the checkpoint's steps again, then the rest
     history = json.loads((out / "checkpoints" / "checkpoint-30" / "trainer_state.json").read_text())
     resumed_part = [h for h in history["log_history"] if h.get("step", 0) > 10 and "loss" in h]
+    at = int(info["resumed_from"].split("-")[1])  # tokens/s: of this process's steps only
+    earlier = next(h["num_input_tokens_seen"] for h in history["log_history"] if h["step"] == at)
+    assert 0 < earlier < info["tokens_seen"]
+    assert info["tokens_per_second"] == pytest.approx(
+        (info["tokens_seen"] - earlier) / info["train_seconds"], rel=2e-3
+    )
     assert info["train_loss"] == pytest.approx(_mean_loss(history["log_history"]))
     assert info["train_loss"] != pytest.approx(
         sum(h["loss"] for h in resumed_part) / len(resumed_part)

@@ -280,11 +280,15 @@ def train(
             tmp.write_text(run.id + "\n")
         if known:  # what the killed process may not have flushed to W&B: its steps again
             log_history(run, checkpoint)
-    if checkpoint and progress and state.is_main_process:
+    earlier = 0  # the tokens of the steps a killed process trained (not timed here)
+    if checkpoint and state.is_main_process:
         from scd.progress import say
 
-        step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
-        say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
+        saved = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+        earlier = int(saved.get("num_input_tokens_seen") or 0)
+        if progress:
+            step = saved["global_step"]
+            say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
     trainer, checked = build_trainer(
         recipe, model_path, sft_dir, out, cuda=cuda, progress=progress, verbose=verbose, args=args
     )
@@ -295,7 +299,7 @@ def train(
     info: dict[str, Any] = {}
     if state.is_main_process:
         trainer.processing_class.save_pretrained(str(out))
-        tokens = int(trainer.state.num_input_tokens_seen)
+        tokens = int(trainer.state.num_input_tokens_seen)  # every step, across resumes
         loss = mean_loss(trainer.state.log_history)  # every step, across resumes
         info = {
             "kind": "scd_adapter",
@@ -306,7 +310,7 @@ def train(
             "train_loss": result.training_loss if loss is None else loss,
             "train_seconds": round(seconds, 3),
             "tokens_seen": tokens,
-            "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
+            "tokens_per_second": round((tokens - earlier) / seconds, 1) if seconds > 0 else None,
             "resumed_from": Path(checkpoint).name if checkpoint else None,
             "world_size": state.num_processes,
             "token_check_rows": checked,
