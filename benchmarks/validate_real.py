@@ -163,7 +163,8 @@ def _rate(seconds: float, eval_dir: str | Path) -> str:
     if not timed:
         return f"{n:,} items, {n / seconds:.2f}/s (stage)"
     part = "" if timed == n else f" of {timed:,} timed"
-    return f"{n:,} items, {timed / scoring:.2f}/s scoring{part} ({scoring:.0f} s)"
+    resumed = "; resumed, the seconds are its last process's" if scoring > seconds else ""
+    return f"{n:,} items, {timed / scoring:.2f}/s scoring{part} ({scoring:.0f} s{resumed})"
 
 
 def _layout(run: Path) -> dict:
