@@ -155,15 +155,17 @@ def _table_md(path: Path) -> str:
     return path.read_text().split("\n", 2)[2].strip()
 
 
-def _rate(seconds: float, eval_dir: str | Path) -> str:
+def _rate(stage: dict, eval_dir: str | Path) -> str:
     """Items per second: of the scoring alone where its chunks were timed (summed over every
     process that worked on a resumed evaluation), else of the stage's last process."""
-    n = _json(Path(eval_dir) / "run.json")["n_items"]
+    n, seconds = _json(Path(eval_dir) / "run.json")["n_items"], stage["seconds"]
     timed, scoring = scoring_time(eval_dir)
     if not timed:
-        return f"{n:,} items, {n / seconds:.2f}/s (stage)"
+        return f"{n:,} items, {n / seconds:.2f}/s (stage)" if seconds > 0 else f"{n:,} items"
     part = "" if timed == n else f" of {timed:,} timed"
-    resumed = "; resumed, the seconds are its last process's" if scoring > seconds else ""
+    resumed = ""
+    if scoring > seconds and not stage.get("cached"):
+        resumed = "; resumed, the seconds are its last process's"
     return f"{n:,} items, {timed / scoring:.2f}/s scoring{part} ({scoring:.0f} s{resumed})"
 
 
@@ -245,7 +247,7 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
             manifest = _json(run / stage.replace("/train", "/adapter/train_manifest.json"))
             rate = f"{manifest['global_step']} steps, {manifest['tokens_per_second']} tokens/s"
         elif stage in where and (Path(where[stage]) / "run.json").is_file():
-            rate = _rate(v["seconds"], where[stage])
+            rate = _rate(v, where[stage])
         lines.append(f"| {name} {stage} | {v['seconds']:.0f} | {rate} |")
     return lines
 

@@ -98,6 +98,15 @@ def test_record_log_truncates_to_whole_chunks(tmp_path: Path) -> None:
     assert scoring_time(tmp_path)[0] == 10 and scoring_time(tmp_path)[1] >= 0
 
 
+def test_a_chunk_timed_but_not_written_is_timed_again_once(tmp_path: Path) -> None:
+    (tmp_path / "timing.jsonl").write_text('{"start":0,"stop":3,"seconds":1.0}\n')  # then killed
+    log = RecordLog(tmp_path / "records.jsonl", chunk_size=3, total=5)
+    assert log.done == 0 and (tmp_path / "timing.jsonl").read_text() == ""
+    for lo, hi in log.chunks():
+        log.append([{"i": i} for i in range(lo, hi)])
+    assert scoring_time(tmp_path)[0] == 5
+
+
 def _fails(capsys, argv: list[str], *needles: str) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err

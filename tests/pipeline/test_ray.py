@@ -145,6 +145,10 @@ def test_sharded_evaluations_equal_the_unsharded_one(
     assert records and (tmp_path / "turn" / "records.jsonl").read_text() == records
     assert turn["overall"] == whole["overall"]
     assert len(list((tmp_path / "turn" / "shards").iterdir())) == 3
+    timed = [json.loads(x) for x in (tmp_path / "turn" / "timing.jsonl").read_text().splitlines()]
+    spans = [(t["start"], t["stop"]) for t in timed]  # the shards' chunks, in the whole list
+    assert [a for a, _ in spans[1:]] == [b for _, b in spans[:-1]]
+    assert spans[0][0] == 0 and spans[-1][1] == len(records.splitlines()) and len(spans) > 3
     # on Ray: record for record; log-probabilities to 1e-5 (a Ray worker computes with one
     # thread and the shards batch other prompts together: float sums differ in the last digits)
     on_ray = get("bias").evaluate(

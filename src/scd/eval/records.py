@@ -8,7 +8,8 @@ byte (same batches, same floats), with no item lost or duplicated.
 
 Beside the records, ``timing.jsonl`` holds one line per whole chunk -- its items and the seconds
 it took to score -- cut back with the records on resume, so the scoring time of a run killed and
-resumed across processes is the sum of its lines (a chunk recomputed is counted once).
+resumed across processes is the sum of its lines (a chunk recomputed is counted once); a sharded
+run's joins its shards' (:func:`merge_timing`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from typing import Any
 from scd.errors import InputError
 from scd.io import atomic_file, write_json
 
-__all__ = ["RecordLog", "check_run_config", "dump_record", "read_records", "scoring_time"]
+__all__ = [
+    "RecordLog",
+    "check_run_config",
+    "dump_record",
+    "merge_timing",
+    "read_records",
+    "scoring_time",
+]
 
 # keys added to run.json after scd 0.1.0: a run pinned without one ran with this value
 ADDED_KEYS = {"dtype": "auto"}
@@ -84,15 +92,36 @@ def read_records(path: Path | str) -> list[dict[str, Any]]:
 
 
 def scoring_time(out: Path | str) -> tuple[int, float]:
-    """(items, seconds) of the chunks timed in the evaluation directory ``out`` (its shards'
-    included): the scoring alone, without loading the model, summed over every process that
-    worked on it. (0, 0.0) when none was timed."""
-    items, seconds = 0, 0.0
-    for path in sorted(Path(out).rglob("timing.jsonl")):
-        for line in path.read_text().splitlines():
-            chunk = json.loads(line)
-            items, seconds = items + chunk["stop"] - chunk["start"], seconds + chunk["seconds"]
+    """(items, seconds) of the chunks timed in the evaluation directory ``out``: the scoring
+    alone, without loading the model, summed over every process that worked on it (a sharded
+    run's shards too). (0, 0.0) when none was timed."""
+    path, items, seconds = Path(out) / "timing.jsonl", 0, 0.0
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        chunk = json.loads(line)
+        items, seconds = items + chunk["stop"] - chunk["start"], seconds + chunk["seconds"]
     return items, seconds
+
+
+def merge_timing(shards: list[tuple[int, Path]], out: Path) -> None:
+    """Write ``out/timing.jsonl`` from each shard's (its first item's index, its directory), the
+    chunks numbered in the whole work list."""
+    lines = []
+    for offset, shard in shards:
+        path = shard / "timing.jsonl"
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            chunk = json.loads(line)
+            chunk |= {"start": chunk["start"] + offset, "stop": chunk["stop"] + offset}
+            lines.append(dump_record(chunk) + "\n")
+    with atomic_file(out / "timing.jsonl") as tmp:
+        tmp.write_text("".join(lines), encoding="utf-8")
+
+
+def _chunk_stop(line: str) -> float:
+    """Where a ``timing.jsonl`` line's chunk ends; infinity for a torn or unreadable line."""
+    try:
+        return json.loads(line)["stop"] if line.endswith("\n") else float("inf")
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
 
 
 class RecordLog:
@@ -110,26 +139,31 @@ class RecordLog:
 
     def _recover(self) -> int:
         """Truncate to the last whole chunk; return how many items it holds."""
-        if not self.path.exists():
-            return 0
-        data = self.path.read_bytes()
-        lines = data.count(b"\n")
-        keep = lines if lines >= self.total else (lines // self.chunk_size) * self.chunk_size
-        if keep > self.total:
-            raise InputError(f"{self.path}: holds more records than the run has items")
-        cut = len(data) - len(data.split(b"\n", keep)[-1])  # the end of line ``keep``
-        if cut != len(data):
-            with open(self.path, "r+b") as fh:
-                fh.truncate(cut)
-                fh.flush()
-                os.fsync(fh.fileno())
-        if self.timing.exists():  # the timed chunks still in the records (whole lines)
-            *lines, torn = self.timing.read_text(encoding="utf-8").split("\n")
-            kept = [line for line in lines if json.loads(line)["stop"] <= keep]
-            if torn or len(kept) < len(lines):
-                with atomic_file(self.timing) as tmp:
-                    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        keep = 0
+        if self.path.exists():
+            data = self.path.read_bytes()
+            lines = data.count(b"\n")
+            keep = lines if lines >= self.total else (lines // self.chunk_size) * self.chunk_size
+            if keep > self.total:
+                raise InputError(f"{self.path}: holds more records than the run has items")
+            cut = len(data) - len(data.split(b"\n", keep)[-1])  # the end of line ``keep``
+            if cut != len(data):
+                with open(self.path, "r+b") as fh:
+                    fh.truncate(cut)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        self._cut_timing(keep)
         return keep
+
+    def _cut_timing(self, keep: int) -> None:
+        """Keep the times of the chunks whose records were kept (whole, readable lines)."""
+        if not self.timing.exists():
+            return
+        lines = self.timing.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if _chunk_stop(line) <= keep]
+        if len(kept) < len(lines):
+            with atomic_file(self.timing) as tmp:
+                tmp.write_text("".join(kept), encoding="utf-8")
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """(start, stop) of each chunk still to do; each is timed from here to its append."""

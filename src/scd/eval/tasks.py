@@ -18,7 +18,7 @@ from scd import __version__
 from scd.config.engine import EngineSpec
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine, make_engine
-from scd.eval.records import RecordLog, check_run_config, read_records
+from scd.eval.records import RecordLog, check_run_config, merge_timing, read_records
 from scd.io import atomic_file, json_text
 from scd.models.formatting import Formatter, load_tokenizer
 
@@ -122,6 +122,7 @@ def _run_shards(
         out.mkdir(parents=True, exist_ok=True)
         check_run_config(out, task.config)  # the shards' directories go inside
         launch(jobs, progress)
+        merge_timing([(a, shard) for a, (_, shard) in zip(cuts, jobs)], out)
         with atomic_file(merged) as tmp, open(tmp, "wb") as sink:
             for _, shard in jobs:
                 sink.write((shard / "records.jsonl").read_bytes())

@@ -310,7 +310,8 @@ def train(
             "train_loss": result.training_loss if loss is None else loss,
             "train_seconds": round(seconds, 3),
             "tokens_seen": tokens,
-            "tokens_per_second": round((tokens - earlier) / seconds, 1) if seconds > 0 else None,
+            "tokens_per_second": round((tokens - earlier) / seconds, 1)
+            if seconds > 0 and tokens > earlier else None,
             "resumed_from": Path(checkpoint).name if checkpoint else None,
             "world_size": state.num_processes,
             "token_check_rows": checked,

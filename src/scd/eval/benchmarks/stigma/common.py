@@ -11,8 +11,8 @@ probe          model                   prompts (``scd generate stigma``)   per-p
 ``sentiment``  sequence classifier     ``sentiment.parquet``               negative label
 =============  ======================  ==================================  ==================
 
-Each writes ``OUT/records.jsonl`` (resumable), ``OUT/run.json``, ``OUT/summary.json`` and
-``OUT/tables.md``.
+Each writes ``OUT/records.jsonl`` (resumable) with ``OUT/timing.jsonl``, ``OUT/run.json``,
+``OUT/summary.json`` and ``OUT/tables.md``.
 """
 
 from __future__ import annotations
