@@ -186,6 +186,31 @@ def _layout(run: Path) -> dict:
     return layout
 
 
+def _table10_so_far(run: Path, base: dict, tuned: dict) -> str | None:
+    """Table 10 of an unfinished run (its report stage writes the real one): each tuned
+    setting's held-out prompts, before and after, from the evaluations done so far."""
+    import pyarrow.parquet as pq
+
+    from scd.eval.benchmarks.bias.transfer import (
+        before_after,
+        bias_frame,
+        table10_frame,
+        table_markdown,
+    )
+
+    pairs = {}
+    for n, evals in tuned.items():
+        sft = run / f"setting-{n}" / "sft"
+        if "bias" not in evals or "bias" not in base or _json(sft / "manifest.json").get(
+            "split") == "source":  # fmt: skip
+            continue  # (a source-split setting's "before" is an evaluation of its own)
+        ids = pq.read_table(sft / "heldout" / "prompts.parquet", columns=["prompt_id"])
+        tuned_frame = bias_frame(evals["bias"])
+        pairs[int(n)] = before_after(bias_frame(base["bias"]), tuned_frame,
+                                     ids["prompt_id"].to_pylist())  # fmt: skip
+    return table_markdown(table10_frame(pairs), "Table 10", ci=True) if pairs else None
+
+
 def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -> list[str]:
     """One study's tables: Table 1 before tuning, Table 10 (and the transfer tables) of each
     setting's held-out prompts, the tuned models' Table 1 on them, BBQ and SDS before and after,
@@ -209,6 +234,9 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
         which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
         lines += [f"**Table 10 rows** ({name}, {which}, held-out part of the subset)", "",
                   _table_md(run / "tables" / "table10.md"), ""]  # fmt: skip
+    elif so_far := _table10_so_far(run, base, tuned):
+        lines += [f"**Table 10 rows so far** ({name}, the settings evaluated, held-out part of "
+                  "the subset)", "", so_far.split("\n", 2)[2].strip(), ""]  # fmt: skip
     for number in (11, 12, 13, 14):  # the transfer tables of the settings that have one
         if (run / "tables" / f"table{number}.md").is_file():
             lines += [f"**Table {number}** ({name})", "",
