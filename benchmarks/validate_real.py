@@ -198,15 +198,15 @@ def _table10_so_far(run: Path, base: dict, tuned: dict) -> str | None:
         table_markdown,
     )
 
-    pairs = {}
+    if "bias" not in base:
+        return None
+    pairs, before = {}, bias_frame(base["bias"])
     for n, evals in tuned.items():
         sft = run / f"setting-{n}" / "sft"
-        if "bias" not in evals or "bias" not in base or _json(sft / "manifest.json").get(
-            "split") == "source":  # fmt: skip
+        if "bias" not in evals or _json(sft / "manifest.json").get("split") == "source":
             continue  # (a source-split setting's "before" is an evaluation of its own)
         ids = pq.read_table(sft / "heldout" / "prompts.parquet", columns=["prompt_id"])
-        tuned_frame = bias_frame(evals["bias"])
-        pairs[int(n)] = before_after(bias_frame(base["bias"]), tuned_frame,
+        pairs[int(n)] = before_after(before, bias_frame(evals["bias"]),
                                      ids["prompt_id"].to_pylist())  # fmt: skip
     return table_markdown(table10_frame(pairs), "Table 10", ci=True) if pairs else None
 
