@@ -186,20 +186,24 @@ def _layout(run: Path) -> dict:
     return layout
 
 
-def _table10_so_far(run: Path, base: dict, tuned: dict) -> str | None:
-    """Table 10 of an unfinished run (its report stage writes the real one): each tuned
-    setting's held-out prompts, before and after, from the evaluations done so far."""
+def _tables_so_far(run: Path, base: dict, tuned: dict) -> list[str]:
+    """Table 10 and the transfer tables (11-14) of an unfinished run (its report stage writes
+    the real ones): each tuned setting's held-out prompts, before and after, from the
+    evaluations done so far; Markdown, one table per item."""
     import pyarrow.parquet as pq
 
+    from scd.config.settings import load_settings
     from scd.eval.benchmarks.bias.transfer import (
+        TRANSFER_TABLES,
         before_after,
         bias_frame,
         table10_frame,
         table_markdown,
+        transfer_frame,
     )
 
     if "bias" not in base:
-        return None
+        return []
     pairs, before = {}, bias_frame(base["bias"])
     for n, evals in tuned.items():
         sft = run / f"setting-{n}" / "sft"
@@ -208,7 +212,14 @@ def _table10_so_far(run: Path, base: dict, tuned: dict) -> str | None:
         ids = pq.read_table(sft / "heldout" / "prompts.parquet", columns=["prompt_id"])
         pairs[int(n)] = before_after(before, bias_frame(evals["bias"]),
                                      ids["prompt_id"].to_pylist())  # fmt: skip
-    return table_markdown(table10_frame(pairs), "Table 10", ci=True) if pairs else None
+    if not pairs:
+        return []
+    tables = [table_markdown(table10_frame(pairs), "Table 10", ci=True)]
+    settings = load_settings()
+    for dim, (_, title) in TRANSFER_TABLES.items():
+        if (frame := transfer_frame(dim, pairs, settings)) is not None:
+            tables.append(table_markdown(frame, title, row_key="value", ci=True))
+    return tables
 
 
 def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -> list[str]:
@@ -234,9 +245,13 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
         which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
         lines += [f"**Table 10 rows** ({name}, {which}, held-out part of the subset)", "",
                   _table_md(run / "tables" / "table10.md"), ""]  # fmt: skip
-    elif so_far := _table10_so_far(run, base, tuned):
+    elif so_far := _tables_so_far(run, base, tuned):
         lines += [f"**Table 10 rows so far** ({name}, the settings evaluated, held-out part of "
-                  "the subset)", "", so_far.split("\n", 2)[2].strip(), ""]  # fmt: skip
+                  "the subset)", "", so_far[0].split("\n", 2)[2].strip(), ""]  # fmt: skip
+        for table in so_far[1:]:  # "## Table 11: ..." -> "**Table 11 so far** (...): ..."
+            title, body = table.removeprefix("## ").split("\n", 1)
+            number, what = title.split(": ", 1)
+            lines += [f"**{number} so far** ({name}): {what}", "", body.strip(), ""]
     for number in (11, 12, 13, 14):  # the transfer tables of the settings that have one
         if (run / "tables" / f"table{number}.md").is_file():
             lines += [f"**Table {number}** ({name})", "",
