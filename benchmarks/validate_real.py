@@ -137,15 +137,20 @@ def table1(summary: dict, title: str) -> list[str]:
 
 
 def bbq_rows(summaries: dict[str, dict]) -> list[str]:
-    lines = ["| model | n | accuracy | ambiguous | disambiguated | s_DIS | s_AMB |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    """One row per model; "unknown" chosen: the share of ambiguous / disambiguated items on
+    which it picked the "can't be determined" option (right only on ambiguous ones)."""
+    lines = ["| model | n | accuracy | ambiguous | disambiguated | s_DIS | s_AMB | "
+             '"unknown" chosen (amb / dis) |', "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, s in summaries.items():
         o = s["overall"]
         acc = lambda a: f"{a['accuracy']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]"  # noqa: E731
+        amb, dis = o["accuracy_ambiguous"]["n"], o["accuracy_disambiguated"]["n"]
+        unknown = (f"{1 - o['n_non_unknown_amb'] / amb:.3f} / "
+                   f"{1 - o['n_non_unknown_dis'] / dis:.3f}")  # fmt: skip
         lines.append(
             f"| {name} | {o['accuracy']['n']:,} | {acc(o['accuracy'])} | "
             f"{acc(o['accuracy_ambiguous'])} | {acc(o['accuracy_disambiguated'])} | "
-            f"{o['s_dis']:+.3f} | {o['s_amb']:+.3f} |"
+            f"{o['s_dis']:+.3f} | {o['s_amb']:+.3f} | {unknown} |"
         )
     return lines + [""]
 
