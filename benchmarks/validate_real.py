@@ -155,6 +155,12 @@ def bbq_rows(summaries: dict[str, dict]) -> list[str]:
     return lines + [""]
 
 
+def _p(x: float, sign: str = "") -> str:
+    """A probability (or a difference of two) to 3 decimals; one that would print as 0.000
+    without being 0 in scientific notation, so a vanished value does not read as a zero."""
+    return f"{x:{sign}.3f}" if x == 0 or abs(x) >= 5e-4 else f"{x:{sign}.1e}"
+
+
 def _table_md(path: Path) -> str:
     """A run's table without its heading line."""
     return path.read_text().split("\n", 2)[2].strip()
@@ -280,10 +286,10 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
                   "|---|---|---|---|"]  # fmt: skip
     for label, s in sds.items():
         g = s["gap"]
-        ci = f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]"
+        ci = f"[{_p(g['ci_low'], '+')}, {_p(g['ci_high'], '+')}]"
         lines.append(
-            f"| {label} | {g['mean_x']:.3f} (n={g['n_x']}) | {g['mean_y']:.3f} "
-            f"(n={g['n_y']}) | {g['gap']:+.3f} {ci} |"
+            f"| {label} | {_p(g['mean_x'])} (n={g['n_x']}) | {_p(g['mean_y'])} "
+            f"(n={g['n_y']}) | {_p(g['gap'], '+')} {ci} |"
         )
     lines += ["", "**Run times**", "", "| stage | seconds | throughput |", "|---|---|---|"]
     where = {f"base/{job}": d for job, d in base.items()}
