@@ -138,19 +138,26 @@ def table1(summary: dict, title: str) -> list[str]:
 
 def bbq_rows(summaries: dict[str, dict]) -> list[str]:
     """One row per model; "unknown" chosen: the share of ambiguous / disambiguated items on
-    which it picked the "can't be determined" option (right only on ambiguous ones)."""
+    which it picked the "can't be determined" option (right only on ambiguous ones); named
+    right: its accuracy on the disambiguated items on which it named someone."""
+    from statsmodels.stats.proportion import proportion_confint
+
     lines = ["| model | n | accuracy | ambiguous | disambiguated | s_DIS | s_AMB | "
-             '"unknown" chosen (amb / dis) |', "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             '"unknown" chosen (amb / dis) | named right (dis) |',
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, s in summaries.items():
         o = s["overall"]
         acc = lambda a: f"{a['accuracy']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]"  # noqa: E731
         amb, dis = o["accuracy_ambiguous"]["n"], o["accuracy_disambiguated"]["n"]
         unknown = (f"{1 - o['n_non_unknown_amb'] / amb:.3f} / "
                    f"{1 - o['n_non_unknown_dis'] / dis:.3f}")  # fmt: skip
+        right, named = o["accuracy_disambiguated"]["correct"], o["n_non_unknown_dis"]
+        low, high = proportion_confint(right, named, alpha=0.05, method="wilson")
         lines.append(
             f"| {name} | {o['accuracy']['n']:,} | {acc(o['accuracy'])} | "
             f"{acc(o['accuracy_ambiguous'])} | {acc(o['accuracy_disambiguated'])} | "
-            f"{o['s_dis']:+.3f} | {o['s_amb']:+.3f} | {unknown} |"
+            f"{o['s_dis']:+.3f} | {o['s_amb']:+.3f} | {unknown} | "
+            f"{right / named:.3f} [{low:.3f}, {high:.3f}] ({right}/{named}) |"
         )
     return lines + [""]
 
