@@ -168,9 +168,9 @@ def _p(x: float, sign: str = "") -> str:
     return f"{x:{sign}.3f}" if x == 0 or abs(x) >= 5e-4 else f"{x:{sign}.1e}"
 
 
-def _table_md(path: Path) -> str:
-    """A run's table without its heading line."""
-    return path.read_text().split("\n", 2)[2].strip()
+def _table_md(markdown: str) -> str:
+    """A table as scd writes it (``## title``, blank line, body) without its heading line."""
+    return markdown.split("\n", 2)[2].strip()
 
 
 def _rate(stage: dict, eval_dir: str | Path) -> str:
@@ -204,10 +204,10 @@ def _layout(run: Path) -> dict:
     return layout
 
 
-def _tables_so_far(run: Path, base: dict, tuned: dict) -> list[str]:
+def _tables_so_far(run: Path, base: dict, tuned: dict) -> dict[int, str]:
     """Table 10 and the transfer tables (11-14) of an unfinished run (its report stage writes
     the real ones): each tuned setting's held-out prompts, before and after, from the
-    evaluations done so far; Markdown, one table per item."""
+    evaluations done so far; table number -> Markdown without the heading line."""
     import pyarrow.parquet as pq
 
     from scd.config.settings import load_settings
@@ -221,7 +221,7 @@ def _tables_so_far(run: Path, base: dict, tuned: dict) -> list[str]:
     )
 
     if "bias" not in base:
-        return []
+        return {}
     pairs, before = {}, bias_frame(base["bias"])
     for n, evals in tuned.items():
         sft = run / f"setting-{n}" / "sft"
@@ -231,13 +231,13 @@ def _tables_so_far(run: Path, base: dict, tuned: dict) -> list[str]:
         pairs[int(n)] = before_after(before, bias_frame(evals["bias"]),
                                      ids["prompt_id"].to_pylist())  # fmt: skip
     if not pairs:
-        return []
-    tables = [table_markdown(table10_frame(pairs), "Table 10", ci=True)]
+        return {}
+    tables = {10: table_markdown(table10_frame(pairs), "Table 10", ci=True)}
     settings = load_settings()
-    for dim, (_, title) in TRANSFER_TABLES.items():
+    for dim, (number, title) in TRANSFER_TABLES.items():
         if (frame := transfer_frame(dim, pairs, settings)) is not None:
-            tables.append(table_markdown(frame, title, row_key="value", ci=True))
-    return tables
+            tables[number] = table_markdown(frame, title, row_key="value", ci=True)
+    return {number: _table_md(markdown) for number, markdown in tables.items()}
 
 
 def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -> list[str]:
@@ -259,21 +259,19 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
         lines += table1(_json(Path(base["bias"]) / "summary.json"), title)
     if "bias" in peer:
         lines += table1(_json(peer["bias"] / "summary.json"), f"{peer['name']} (Table 1)")
-    if (run / "tables" / "table10.md").is_file():
+    if (run / "tables" / "table10.md").is_file():  # the report stage's tables, else so far
         which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
-        lines += [f"**Table 10 rows** ({name}, {which}, held-out part of the subset)", "",
-                  _table_md(run / "tables" / "table10.md"), ""]  # fmt: skip
-    elif so_far := _tables_so_far(run, base, tuned):
-        lines += [f"**Table 10 rows so far** ({name}, the settings evaluated, held-out part of "
-                  "the subset)", "", so_far[0].split("\n", 2)[2].strip(), ""]  # fmt: skip
-        for table in so_far[1:]:  # "## Table 11: ..." -> "**Table 11 so far** (...): ..."
-            title, body = table.removeprefix("## ").split("\n", 1)
-            number, what = title.split(": ", 1)
-            lines += [f"**{number} so far** ({name}): {what}", "", body.strip(), ""]
+        which, when = f"{which}, held-out part of the subset", ""
+        found = {number: _table_md(path.read_text()) for number in (10, 11, 12, 13, 14)
+                 if (path := run / "tables" / f"table{number}.md").is_file()}  # fmt: skip
+    else:
+        which, when = "the settings evaluated, held-out part of the subset", " so far"
+        found = _tables_so_far(run, base, tuned)
+    if 10 in found:
+        lines += [f"**Table 10 rows{when}** ({name}, {which})", "", found[10], ""]
     for number in (11, 12, 13, 14):  # the transfer tables of the settings that have one
-        if (run / "tables" / f"table{number}.md").is_file():
-            lines += [f"**Table {number}** ({name})", "",
-                      _table_md(run / "tables" / f"table{number}.md"), ""]  # fmt: skip
+        if number in found:
+            lines += [f"**Table {number}{when}** ({name})", "", found[number], ""]
     for n in (n for n in settings if "bias" in tuned[n]):  # on its held-out prompts + baselines
         title = f"{name} after tuning on setting {n}, its held-out prompts"
         lines += table1(_json(Path(tuned[n]["bias"]) / "summary.json"), title)
