@@ -39,7 +39,7 @@ from scd.io import atomic_output_dir, read_yaml, sha256_file, write_json
 if TYPE_CHECKING:
     from scd.config.schema import DataSpec
 
-__all__ = ["STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
+__all__ = ["GENERAL_SET", "STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
 
 
 def _pick(key: str, options: list[str]) -> str:
@@ -78,35 +78,67 @@ def _sample_per_contact(table: pa.Table, cap: int, rng: np.random.Generator) -> 
     return table.take(pa.array(np.sort(np.concatenate(keep))))
 
 
-def load_general(spec: str, n: int, seed: int) -> list[dict[str, Any]]:
-    """Sample ``n`` general instruction rows (alpaca schema: instruction, input, output).
+GENERAL_SET = "scd:general"  # data.general naming scd's own general instructions (package data)
 
-    ``spec`` is a local .json/.jsonl/.parquet file or a Hub dataset id (e.g.
-    ``yahma/alpaca-cleaned``, the paper's choice).
-    """
+
+def _general_table(spec: str) -> Any:
+    """The rows of a general-data source as a ``datasets.Dataset``."""
     import datasets
 
-    path = Path(spec)
+    if spec == GENERAL_SET:
+        items = read_yaml(data_path("general_instructions.yaml"))["items"]
+        return datasets.Dataset.from_list(
+            [{"instruction": i["instruction"], "output": i["response"]} for i in items]
+        )
+    path = Path(spec).expanduser()
     try:
         if path.exists():
             kind = "parquet" if path.suffix == ".parquet" else "json"
-            ds = datasets.load_dataset(kind, data_files=str(path), split="train")
-        else:
-            ds = datasets.load_dataset(spec, split="train")
+            return datasets.load_dataset(kind, data_files=str(path), split="train")
+        return datasets.load_dataset(spec, split="train")
     except Exception as err:  # datasets raises many types; report one line
         raise InputError(
             f"cannot load ({type(err).__name__}: {err})", key="general", value=spec
         ) from None
+
+
+def load_general(spec: str, n: int, seed: int, *, repeat: bool = False) -> list[dict[str, Any]]:
+    """Sample ``n`` general instruction rows: the alpaca schema (instruction, input, output) or
+    prompt/response rows.
+
+    ``spec`` is a local .json/.jsonl/.parquet file, a Hub dataset id (e.g.
+    ``yahma/alpaca-cleaned``, the paper's choice) or ``scd:general`` (scd's own 160
+    instructions, package data). ``repeat``: a source with fewer than ``n`` rows is gone
+    through again (each pass in a new seeded order) until there are ``n``.
+    """
+    ds = _general_table(spec)
+    cols = set(ds.column_names)
+    if {"prompt", "response"} <= cols and "instruction" not in cols:
+        ds = ds.rename_columns({"prompt": "instruction", "response": "output"})
     missing = {"instruction", "output"} - set(ds.column_names)
     if missing:
         raise InputError(
-            f"missing columns {sorted(missing)} (alpaca schema)", key="general", value=spec
+            f"missing columns {sorted(missing)} (instruction/output, the alpaca "
+            "schema, or prompt/response)",
+            key="general",
+            value=spec,
         )
-    order = np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))]
+    if len(ds) == 0:
+        raise InputError("no rows", key="general", value=spec)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(ds))[: min(n, len(ds))].tolist()
+    while repeat and len(order) < n:
+        order += rng.permutation(len(ds))[: n - len(order)].tolist()
     rows = []
-    for i, r in zip(order.tolist(), ds.select(order.tolist())):
+    for k, i in enumerate(order):
+        r = ds[i]
         user = r["instruction"] + (f"\n\n{r['input']}" if r.get("input") else "")
-        rows.append(_row(user, r["output"], f"general-{i}", "general", None))
+        pass_ = k // len(ds)
+        rows.append(
+            _row(
+                user, r["output"], f"general-{i}" + (f"-{pass_}" if pass_ else ""), "general", None
+            )
+        )
     return rows
 
 
