@@ -254,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recipe_args(train, "train.learning_rate=1e-4")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument(
+        "--method",
+        choices=("sft", "dpo", "kto"),
+        default="sft",
+        help="TRL's SFTTrainer, or DPO / KTO on the same prompts (chosen: the "
+        "unbiased answer, rejected: the biased one)",
+    )
+    train.add_argument(
         "--outputs",
         default="outputs",
         help="without output_dir in the recipe: OUTPUTS/train/<run name>; model: toy is cached "
@@ -275,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--launcher",
         choices=("local", "ray"),
         default="local",
-        help="local: settings in turn in this process; ray: the base evaluation and each setting "
-        "as Ray tasks (pip install 'scd[ray]'; outputs on a path all nodes see)",
+        help="local: the run's jobs in turn in this process; ray: the base evaluation and each "
+        "setting (and arm) as Ray tasks (pip install 'scd[ray]'; outputs on a path all nodes see)",
     )
     run.add_argument("--address", help="ray: the cluster (default: a local one; 'auto': the "
                      "cluster this node belongs to)")  # fmt: skip

@@ -257,7 +257,13 @@ def _train(args: argparse.Namespace) -> None:
         cache, toy = Path(args.outputs) / "cache", recipe.toy_model
         changes["model"] = str(ensure_toy_model(toy.bias_axes, toy.seed, cache, progress=True))
     recipe = dataclasses.replace(recipe, **changes)
-    info = train(recipe, resume=args.resume, use_wandb=not args.no_wandb, verbose=args.verbose)
+    info = train(
+        recipe,
+        method=args.method,
+        resume=args.resume,
+        use_wandb=not args.no_wandb,
+        verbose=args.verbose,
+    )
     if info:
         print(
             f"trained {info['global_step']} steps, loss {info['train_loss']:.4f}, "

@@ -10,12 +10,21 @@ from typing import Any
 from scd.config.schema import Recipe
 from scd.errors import InputError
 
-__all__ = ["check_trained_tokens", "prepare_data", "training_rows"]
+__all__ = ["check_trained_tokens", "data_dir", "prepare_data", "training_rows"]
 
 
-def prepare_data(recipe: Recipe, out: Path) -> Path:
-    """Return the SFT data directory of the run, generating it (:func:`scd.data_gen.sft.
-    prepare_sft`, into ``out/data``) when the recipe asks for it."""
+def data_dir(recipe: Recipe, out: Path, method: str = "sft") -> Path:
+    """Where the training rows of a run are: ``data.sft``, else what :func:`prepare_data`
+    generates into ``out/data``."""
+    if recipe.data.sft:
+        return Path(recipe.data.sft)
+    return out / "data" / ("sft" if method == "sft" else method)
+
+
+def prepare_data(recipe: Recipe, out: Path, method: str = "sft") -> Path:
+    """Return the training data directory of the run, generating it (:func:`scd.data_gen.sft.
+    prepare_sft`, into ``out/data``; for ``dpo`` / ``kto`` then the preference rows of the same
+    prompts, :func:`scd.data_gen.arms.write_preference_rows`) when the recipe asks for it."""
     from scd.data_gen.sft import prepare_sft
 
     d = recipe.data
@@ -23,8 +32,15 @@ def prepare_data(recipe: Recipe, out: Path) -> Path:
         if not (Path(d.sft) / "train.parquet").is_file():
             raise InputError(f"data.sft {d.sft}: no train.parquet (run `scd generate sft`)")
         return Path(d.sft)
-    prepare_sft(d, out / "data", [d.setting], out / "data" / "sft")
-    return out / "data" / "sft"
+    prompts, eval_prompts = prepare_sft(d, out / "data", [d.setting], out / "data" / "sft")
+    if method == "sft":
+        return out / "data" / "sft"
+    from scd.data_gen.arms import write_preference_rows
+
+    target = data_dir(recipe, out, method)
+    sources = [p for p in (prompts, eval_prompts) if p is not None]
+    write_preference_rows(out / "data" / "sft", sources, target, method, seed=d.seed)
+    return target
 
 
 def training_rows(data: Any, formatter: Any) -> Any:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,25 @@ import yaml
 
 from scd import __version__
 from scd.config.schema import Recipe
-from scd.errors import InputError, first_line
+from scd.errors import InputError
 from scd.io import atomic_file, write_json
 from scd.tracking import finish_run, redact, start_run
-from scd.train.sft_rows import check_trained_tokens, prepare_data, training_rows
-from scd.train.training_log import log_history, log_lines, mean_loss
+from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
+from scd.train.sft_rows import check_trained_tokens, data_dir, prepare_data, training_rows
+from scd.train.training_log import log_history, mean_loss
 
-__all__ = ["build_trainer", "lora_config", "sft_config", "train"]
+__all__ = [
+    "METHODS",
+    "build_trainer",
+    "load_model",
+    "lora_config",
+    "sft_config",
+    "train",
+    "trl_config",
+]
+
+
+METHODS = ("sft", "dpo", "kto")  # how an adapter is trained: TRL's SFT, DPO or KTO trainer
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -47,82 +58,11 @@ def _is_cuda(recipe: Recipe) -> bool:
     return torch.cuda.is_available()
 
 
-def lora_config(recipe: Recipe) -> Any:
-    """PEFT LoraConfig of the recipe: plain LoRA that vLLM can serve."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=recipe.lora.r,
-        lora_alpha=recipe.lora.alpha,
-        lora_dropout=recipe.lora.dropout,
-        target_modules=recipe.lora.target_modules,
-        bias="none",
-        use_dora=False,
-        task_type="CAUSAL_LM",
-    )
-
-
 def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True) -> Any:
-    """TRL SFTConfig of the recipe: its ``train`` keys as they are (SFTConfig's own names), and
-    what scd decides -- CPU runs drop bf16, paged optimizers and checkpointing; the loss is on the
-    completion only."""
-    import dataclasses
-
+    """TRL SFTConfig of the recipe (:func:`trl_config`); the loss is on the completion only."""
     from trl import SFTConfig
 
-    keys = dataclasses.asdict(recipe.train)
-    del keys["device"]  # scd's own: where training runs
-    keys["per_device_eval_batch_size"] = (keys["per_device_eval_batch_size"]
-                                          or keys["per_device_train_batch_size"])  # fmt: skip
-    if not cuda:
-        keys.update(bf16=False, gradient_checkpointing=False)
-        if keys["optim"].startswith("paged_"):
-            keys["optim"] = "adamw_torch"
-    return SFTConfig(
-        output_dir=str(out / "checkpoints"),
-        **keys,
-        fp16=False,
-        use_cpu=not cuda,
-        data_seed=keys["seed"],
-        completion_only_loss=True,
-        save_strategy="steps",
-        eval_strategy="steps" if keys["eval_steps"] else "no",
-        report_to=report_to,
-        project=recipe.wandb.project,  # transformers' own default is "huggingface"
-        run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
-        include_num_input_tokens_seen="non_padding",
-        dataloader_num_workers=0,
-        disable_tqdm=not (progress and sys.stderr.isatty()),  # in a log file: one line per log
-    )
-
-
-def _load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    compute = torch.bfloat16 if cuda and recipe.train.bf16 else torch.float32
-    kwargs: dict[str, Any] = {"trust_remote_code": False, "dtype": compute}
-    if recipe.quantization == "4bit":
-        from accelerate import PartialState
-        from peft import prepare_model_for_kbit_training
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=compute,
-            bnb_4bit_use_double_quant=True,
-        )
-        kwargs["device_map"] = {"": PartialState().local_process_index if cuda else "cpu"}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
-    except (OSError, ValueError) as err:
-        first = first_line(err)
-        raise InputError(f"model {recipe.model}: cannot load a causal LM ({first})") from None
-    if recipe.quantization == "4bit":
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=recipe.train.gradient_checkpointing and cuda
-        )
-    return model
+    return trl_config(recipe, SFTConfig, out, cuda, report_to, progress, completion_only_loss=True)
 
 
 def _last_checkpoint(out: Path) -> str | None:
@@ -191,7 +131,7 @@ def build_trainer(
     check_rows = data["train"].select(range(min(256, len(data["train"])))).to_list()
     data = training_rows(data.select_columns(["prompt", "completion"]), formatter)
     trainer = SFTTrainer(
-        model=_load_model(recipe, model_path, cuda),
+        model=load_model(recipe, model_path, cuda),
         args=args,
         train_dataset=data["train"],
         eval_dataset=data["eval"] if recipe.train.eval_steps else None,
@@ -201,25 +141,24 @@ def build_trainer(
     checked = 0
     if not recipe.train.packing:  # packed rows no longer line up with the SFT rows
         checked = check_trained_tokens(trainer.train_dataset, check_rows, formatter)
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    if not verbose:  # the libraries' own: a bar, or every log dict as it is
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
-        if progress:
-            trainer.add_callback(log_lines(bar=sys.stderr.isatty()))
+    quiet_callbacks(trainer, progress, verbose)
     return trainer, checked
 
 
 def train(
     recipe: Recipe,
     *,
+    method: str = "sft",
     resume: bool = False,
     use_wandb: bool = True,
     progress: bool = True,
     verbose: bool = False,
 ) -> dict[str, Any]:
     """Run one recipe; return the training manifest (also written to the output dir).
+
+    ``method``: ``sft`` (TRL's SFTTrainer), or ``dpo`` / ``kto`` (preference tuning on the same
+    prompts, :mod:`scd.train.preference`; ``data.sft`` then names the arm's rows, or they are
+    made from the SFT data the recipe generates).
 
     Under ``accelerate launch`` / ``torchrun`` the main process alone generates the SFT data
     (the others wait for it), starts the W&B run and writes the manifests; every rank trains.
@@ -253,20 +192,28 @@ def train(
     if checkpoint and not resume:
         raise InputError(f"output_dir {out}: holds checkpoints; pass --resume to continue, "
                          "or choose a new output_dir")  # fmt: skip
+    if method not in METHODS:
+        raise InputError(f"expected one of {', '.join(METHODS)}", key="method", value=method)
     cuda = _is_cuda(recipe)
     enabled = use_wandb and recipe.wandb.enabled
-    # The SFTConfig first: it sets up the distributed state (a PartialState made before it sees
+    report_to = "wandb" if enabled else "none"
+    # The TRL config first: it sets up the distributed state (a PartialState made before it sees
     # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
-    args = sft_config(recipe, out, cuda, "wandb" if enabled else "none", progress)
+    if method == "sft":
+        args = sft_config(recipe, out, cuda, report_to, progress)
+    else:
+        from scd.train.preference import preference_config
+
+        args = preference_config(recipe, method, out, cuda, report_to, progress)
     _ = args.device
     state = PartialState()
     with state.main_process_first():
         sft_dir = None
         if state.is_main_process:
-            sft_dir = prepare_data(recipe, out)
+            sft_dir = prepare_data(recipe, out, method)
             if not recipe.data.sft and progress:
-                print(f"SFT data generated -> {sft_dir}", flush=True)
-    sft_dir = sft_dir or (Path(recipe.data.sft) if recipe.data.sft else out / "data" / "sft")
+                print(f"{method.upper()} data generated -> {sft_dir}", flush=True)
+    sft_dir = sft_dir or data_dir(recipe, out, method)
     manifest = json.loads((sft_dir / "manifest.json").read_text())
     resolved = redact(recipe.to_dict())
     run, id_file = None, out / "wandb_run_id"  # one W&B run across kills and resumes
@@ -289,9 +236,31 @@ def train(
         if progress:
             step = saved["global_step"]
             say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
-    trainer, checked = build_trainer(
-        recipe, model_path, sft_dir, out, cuda=cuda, progress=progress, verbose=verbose, args=args
-    )
+    if method == "sft":
+        trainer, checked = build_trainer(
+            recipe,
+            model_path,
+            sft_dir,
+            out,
+            cuda=cuda,
+            progress=progress,
+            verbose=verbose,
+            args=args,
+        )
+    else:
+        from scd.train.preference import build_preference_trainer
+
+        trainer, checked = build_preference_trainer(
+            recipe,
+            method,
+            model_path,
+            sft_dir,
+            out,
+            cuda=cuda,
+            progress=progress,
+            verbose=verbose,
+            args=args,
+        )
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint)  # None unless --resume
     seconds = time.perf_counter() - start
@@ -304,6 +273,7 @@ def train(
         info = {
             "kind": "scd_adapter",
             "scd_version": __version__,
+            "method": method,
             "base_model": model_path,
             "model": recipe.model,
             "global_step": trainer.state.global_step,

@@ -1,0 +1,113 @@
+"""What every trainer of scd shares (:mod:`scd.train.trainer`: SFT; :mod:`scd.train.preference`:
+DPO, KTO): the recipe's LoRA config, its TRL config, the model to train, and scd's progress lines
+instead of the libraries' own."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from scd.config.schema import Recipe
+from scd.errors import InputError, first_line
+from scd.train.training_log import log_lines
+
+__all__ = ["load_model", "lora_config", "quiet_callbacks", "trl_config"]
+
+
+def lora_config(recipe: Recipe) -> Any:
+    """PEFT LoraConfig of the recipe: plain LoRA that vLLM can serve."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=recipe.lora.r,
+        lora_alpha=recipe.lora.alpha,
+        lora_dropout=recipe.lora.dropout,
+        target_modules=recipe.lora.target_modules,
+        bias="none",
+        use_dora=False,
+        task_type="CAUSAL_LM",
+    )
+
+
+def trl_config(
+    recipe: Recipe,
+    cls: Any,
+    out: Path,
+    cuda: bool,
+    report_to: str,
+    progress: bool = True,
+    **extra: Any,
+) -> Any:
+    """A TRL config (``SFTConfig``, ``DPOConfig``, ``KTOConfig``) of the recipe: its ``train``
+    keys as they are (TRL's own names; those the class lacks, as ``packing`` for DPO, are left
+    out), and what scd decides -- CPU runs drop bf16, paged optimizers and checkpointing."""
+    import dataclasses
+
+    keys = dataclasses.asdict(recipe.train)
+    del keys["device"]  # scd's own: where training runs
+    keys["per_device_eval_batch_size"] = (keys["per_device_eval_batch_size"]
+                                          or keys["per_device_train_batch_size"])  # fmt: skip
+    if not cuda:
+        keys.update(bf16=False, gradient_checkpointing=False)
+        if keys["optim"].startswith("paged_"):
+            keys["optim"] = "adamw_torch"
+    known = {f.name for f in dataclasses.fields(cls)}
+    keys = {k: v for k, v in {**keys, **extra}.items() if k in known}
+    return cls(
+        output_dir=str(out / "checkpoints"),
+        **keys,
+        fp16=False,
+        use_cpu=not cuda,
+        data_seed=keys["seed"],
+        save_strategy="steps",
+        eval_strategy="steps" if keys["eval_steps"] else "no",
+        report_to=report_to,
+        project=recipe.wandb.project,  # transformers' own default is "huggingface"
+        run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0,
+        disable_tqdm=not (progress and sys.stderr.isatty()),  # in a log file: one line per log
+    )
+
+
+def load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
+    """The recipe's model to train: float32 on a CPU, bf16 on CUDA, NF4 with ``4bit``."""
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    compute = torch.bfloat16 if cuda and recipe.train.bf16 else torch.float32
+    kwargs: dict[str, Any] = {"trust_remote_code": False, "dtype": compute}
+    if recipe.quantization == "4bit":
+        from accelerate import PartialState
+        from peft import prepare_model_for_kbit_training
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=compute,
+            bnb_4bit_use_double_quant=True,
+        )
+        kwargs["device_map"] = {"": PartialState().local_process_index if cuda else "cpu"}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+    except (OSError, ValueError) as err:
+        first = first_line(err)
+        raise InputError(f"model {recipe.model}: cannot load a causal LM ({first})") from None
+    if recipe.quantization == "4bit":
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=recipe.train.gradient_checkpointing and cuda
+        )
+    return model
+
+
+def quiet_callbacks(trainer: Any, progress: bool, verbose: bool) -> None:
+    """scd's progress lines instead of the libraries' own bar and log dicts (``verbose``:
+    theirs)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    if not verbose:  # the libraries' own: a bar, or every log dict as it is
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        if progress:
+            trainer.add_callback(log_lines(bar=sys.stderr.isatty()))
