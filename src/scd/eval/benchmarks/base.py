@@ -206,6 +206,16 @@ class Benchmark:
                 runs[f"Setting {n}"] = info["evals"][self.name]
         return runs
 
+    def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
+        """This benchmark's columns of the arena table (``scd run`` with ``arms:``) for one arm:
+        ``result`` is the arm's result directory, ``base`` the base model's result of the same
+        job, ``items`` a result directory whose items every arm is compared on (the base model
+        may have answered more: the bias benchmark's base answers every prompt, the arms the
+        held-out ones). Flat ``{column: value}``; a column named ``*_p`` is a p-value against
+        the base model on the same items, Holm-corrected across arms by the arena. Default:
+        none."""
+        return {}
+
     def report(self, layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
         """The run report's section: :meth:`table` over :meth:`runs`."""
         runs = self.runs(layout)

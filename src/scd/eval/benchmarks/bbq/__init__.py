@@ -108,6 +108,13 @@ class BBQ(Benchmark):
 
         return table15(runs)
 
+    def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
+        """Accuracies, unknown rates, bias scores with bootstrap intervals and a McNemar test of
+        correctness against the base model (:func:`~scd.eval.benchmarks.bbq.arena.bbq_arena`)."""
+        from scd.eval.benchmarks.bbq.arena import bbq_arena
+
+        return bbq_arena(result, base, items)
+
     def report(self, layout: Any, tables: Path, figures: dict[str, bytes]) -> list[str]:
         """Table 15 and Figure 3 (per-category bars)."""
         import pandas as pd

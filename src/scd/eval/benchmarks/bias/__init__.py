@@ -94,6 +94,14 @@ class Bias(Benchmark):
         heldout = replace(options, prompts=str(sft / "heldout"), limit=None, sets=sets)
         return [Job(self.name, self, heldout, {})]
 
+    def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
+        """Bias %, its McNemar test against the base model, the descriptor-free baseline, the
+        descriptor effect and the answer tendency
+        (:func:`~scd.eval.benchmarks.bias.arena.bias_arena`)."""
+        from scd.eval.benchmarks.bias.arena import bias_arena
+
+        return bias_arena(result, base, items)
+
     def report(self, layout: Any, tables: Path, figures: dict[str, bytes]) -> list[str]:
         from scd.eval.benchmarks.bias.sections import bias_sections
 

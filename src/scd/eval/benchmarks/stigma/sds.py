@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -177,3 +178,15 @@ class SDS(StigmaProbe):
 
     def markdown(self, summary: dict[str, Any], title: str) -> str:
         return sds_markdown(summary, title)
+
+    def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
+        """The arm's gap (stigmatized - non-stigmatized P(negative attitude)) with its 95% BCa
+        interval and both group means, from its summary; no test against the base model (the
+        gap's interval is over conditions, not paired items)."""
+        from scd.eval.benchmarks.base import read_summary
+
+        g = read_summary(result, self.name, probe=True)["gap"]
+        keys = {"sds_gap": "gap", "sds_gap_ci_low": "ci_low", "sds_gap_ci_high": "ci_high",
+                "sds_p_negative_stigmatized": "mean_x",
+                "sds_p_negative_non_stigmatized": "mean_y"}  # fmt: skip
+        return {c: None if g.get(k) is None else round(float(g[k]), 4) for c, k in keys.items()}

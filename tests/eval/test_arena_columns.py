@@ -1,0 +1,242 @@
+"""The arena columns of the bias, BBQ and SDS benchmarks, on result directories built by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.proportion import proportion_confint
+
+from scd.errors import InputError
+from scd.eval.benchmarks import get
+from scd.eval.benchmarks.bbq.metrics import bbq_metrics
+from scd.eval.benchmarks.stigma.sds import summarize_sds
+from scd.eval.records import dump_record
+
+OPTIONS = {"certainty": ["Yes", "No"], "likelihood": ["Likely", "Unlikely"]}
+
+
+def write(out: Path, records: list[dict], summary: dict | None = None) -> Path:
+    """A result directory: ``records.jsonl`` and ``summary.json``."""
+    out.mkdir(parents=True)
+    (out / "records.jsonl").write_text("".join(dump_record(r) + "\n" for r in records))
+    (out / "summary.json").write_text(json.dumps(summary or {"run": {"model": "m"}}))
+    return out
+
+
+def brec(pid: str, biased: bool, *, scale: str = "certainty", baseline: bool = False,
+         first: bool | None = None, unparsed: bool = False) -> dict:  # fmt: skip
+    """A bias record as the evaluator writes it. The biased answer is the first option on a
+    negative action, so ``first`` (default: ``biased``) picks the action."""
+    options = OPTIONS[scale]
+    first = biased if first is None else first
+    negative = first == biased
+    biased_answer, unbiased_answer = options if negative else options[::-1]
+    chosen = None if unparsed else biased_answer if biased else unbiased_answer
+    return {
+        "prompt_id": pid, "set_id": f"set-{pid}", "principle": "p1", "scenario": "s1",
+        "action": "negative" if negative else "positive", "scale": scale, "contact": "none",
+        "axis": "baseline" if baseline else "religion", "bucket": None,
+        "descriptor": None if baseline else "Muslim", "baseline": baseline,
+        "options": options, "unbiased_answer": unbiased_answer, "biased_answer": biased_answer,
+        "chosen": chosen, "option_logprobs": None, "option_probs": None, "generated": None,
+        "biased": chosen == biased_answer, "unparsed": chosen is None,
+    }  # fmt: skip
+
+
+def flags(prefix: str, biased: list[bool], **kw) -> list[dict]:
+    return [brec(f"{prefix}{i}", b, **kw) for i, b in enumerate(biased)]
+
+
+def wilson_pct(k: int, n: int) -> tuple[float, float]:
+    low, high = proportion_confint(k, n, alpha=0.05, method="wilson")
+    return round(100 * low, 2), round(100 * high, 2)
+
+
+BIAS = get("bias")
+
+
+# -- bias ----------------------------------------------------------------------------------------
+def test_bias_rates_and_wilson_intervals(tmp_path: Path) -> None:
+    desc = flags("d", [True] * 3 + [False] * 6) + [brec("d9", False, unparsed=True)]
+    base = flags("b", [True, False, False, False], baseline=True)
+    arm = write(tmp_path / "arm", desc + base)
+    row = BIAS.arena(arm, arm, arm)
+    assert (row["bias_pct"], row["bias_n"]) == (30.0, 10)  # the unparsed answer counts in n
+    assert (row["bias_ci_low"], row["bias_ci_high"]) == wilson_pct(3, 10)
+    assert (row["baseline_pct"], row["baseline_n"]) == (25.0, 4)
+    assert (row["baseline_ci_low"], row["baseline_ci_high"]) == wilson_pct(1, 4)
+
+
+def test_bias_mcnemar_against_the_base(tmp_path: Path) -> None:
+    # pairs (base, arm): 2 both biased, 5 biased -> not, 1 not -> biased, 4 neither
+    pairs = [(1, 1)] * 2 + [(1, 0)] * 5 + [(0, 1)] + [(0, 0)] * 4
+    base = write(tmp_path / "base", [brec(f"p{i}", bool(b)) for i, (b, _) in enumerate(pairs)])
+    arm = write(tmp_path / "arm", [brec(f"p{i}", bool(a)) for i, (_, a) in enumerate(pairs)])
+    row = BIAS.arena(arm, base, arm)
+    assert (row["bias_to_unbiased"], row["bias_to_biased"]) == (5, 1)
+    assert row["bias_p"] == pytest.approx(mcnemar([[2, 5], [1, 4]], exact=True).pvalue)
+    assert row["bias_p"] == pytest.approx(2 * 7 / 64)  # two-sided binomial, 1 of 6 discordant
+    flipped = BIAS.arena(base, arm, arm)
+    assert (flipped["bias_to_unbiased"], flipped["bias_to_biased"]) == (1, 5)
+    same = BIAS.arena(base, base, arm)
+    assert (same["bias_p"], same["bias_to_unbiased"], same["bias_to_biased"]) == (1.0, 0, 0)
+    assert same.keys() == row.keys()
+    assert (row["bias_pct"], same["bias_pct"]) == (25.0, round(700 / 12, 2))
+
+
+def test_bias_restricted_to_the_items(tmp_path: Path) -> None:
+    held = [True, False, False, True]
+    extra = flags("x", [True] * 6) + flags("xb", [True] * 3, baseline=True)
+    base = write(tmp_path / "base", flags("p", held) + extra)
+    arm = write(tmp_path / "arm", flags("p", [False] * 4))
+    row = BIAS.arena(base, base, arm)
+    assert (row["bias_n"], row["bias_pct"], row["baseline_n"]) == (4, 50.0, 0)
+    assert row["bias_p"] == 1.0
+    assert BIAS.arena(arm, base, arm)["bias_to_unbiased"] == 2
+
+
+def test_descriptor_effect(tmp_path: Path) -> None:
+    desc = flags("d", [True] * 12 + [False] * 28)
+    arm = write(tmp_path / "a", desc + flags("b", [True] * 2 + [False] * 18, baseline=True))
+    other = write(tmp_path / "o", desc + flags("b", [True] * 6 + [False] * 14, baseline=True))
+    row, row2 = BIAS.arena(arm, arm, arm), BIAS.arena(other, other, other)
+    effect = ("bias_pct", "baseline_pct", "descriptor_effect_pts")
+    assert [row[k] for k in effect] == [30.0, 10.0, 20.0]
+    assert row["descriptor_effect_ci_low"] < 20.0 < row["descriptor_effect_ci_high"]
+    assert row2["descriptor_effect_pts"] == row2["bias_pct"] - row2["baseline_pct"] == 0.0
+    assert row2["descriptor_effect_ci_low"] < 0.0 < row2["descriptor_effect_ci_high"]
+    assert row2["descriptor_effect_ci_high"] < row["descriptor_effect_ci_high"]
+    big = flags("d", [i % 3 == 0 for i in range(997)]) + flags(
+        "b", [i % 5 == 0 for i in range(211)], baseline=True
+    )  # sizes whose effects lie on a fine grid: another resampling gives another interval
+    big = write(tmp_path / "big", big)
+    assert BIAS.arena(big, big, big) == BIAS.arena(big, big, big)  # a seeded bootstrap
+
+
+def test_answer_rule_arm_and_no_baselines(tmp_path: Path) -> None:
+    # an arm that always answers the unbiased option: bias and baseline both 0, effect 0
+    never = flags("d", [False] * 8) + flags("b", [False] * 5, baseline=True)
+    rule = write(tmp_path / "rule", never)
+    row = BIAS.arena(rule, rule, rule)
+    assert (row["bias_pct"], row["baseline_pct"], row["descriptor_effect_pts"]) == (0.0, 0.0, 0.0)
+    assert (row["descriptor_effect_ci_low"], row["descriptor_effect_ci_high"]) == (0.0, 0.0)
+    bare = write(tmp_path / "bare", flags("d", [True, False, True]))
+    row = BIAS.arena(bare, bare, bare)
+    empty = ("baseline_pct", "baseline_ci_low", "baseline_ci_high", "descriptor_effect_pts",
+             "descriptor_effect_ci_low", "descriptor_effect_ci_high")  # fmt: skip
+    assert [row[k] for k in empty] == [None] * 6
+    assert (row["baseline_n"], row["bias_pct"]) == (0, round(200 / 3, 2))
+
+
+def test_answer_tendency_per_scale(tmp_path: Path) -> None:
+    certainty = [brec(f"c{i}", i % 2 == 0, first=i < 3) for i in range(4)]  # 3 of 4 "Yes"
+    likely = [brec(f"l{i}", True, scale="likelihood", first=i == 0) for i in range(4)]  # 1 of 4
+    baselines = flags("b", [True] * 4, baseline=True)  # first option, not counted
+    arm = write(tmp_path / "arm", certainty + likely + baselines)
+    row = BIAS.arena(arm, arm, arm)
+    tendency = {k: v for k, v in row.items() if k.startswith("tendency_")}
+    assert tendency == {"tendency_certainty_yes_pct": 75.0, "tendency_likelihood_likely_pct": 25.0}
+
+
+# -- BBQ -----------------------------------------------------------------------------------------
+def qrec(i: int, cond: str, pol: str, label: int, pred: int, cat: str = "Age") -> dict:
+    """A BBQ record as the runner writes it: answer 2 is unknown, answer 0 the target."""
+    biased = 0 if pol == "neg" else 1
+    return {
+        "id": f"q{i}", "example_id": i, "question_index": "1", "question_polarity": pol,
+        "context_condition": cond, "category": cat, "label": label, "pred": pred,
+        "pred_text": f"ans{pred}", "option_logprobs": [-1.0, -2.0, -3.0],
+        "option_logprobs_norm": [-1.0, -2.0, -3.0], "correct": pred == label,
+        "pred_is_unknown": pred == 2, "pred_is_biased": pred == biased, "target_index": 0,
+        "unknown_index": 2,
+    }  # fmt: skip
+
+
+def bbq_records(n: int, seed: int) -> list[dict]:
+    """``n`` items, half ambiguous (gold: unknown); predictions drawn with a seed."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        cond, pol = ("ambig", "disambig")[i % 2], ("neg", "nonneg")[(i // 2) % 2]
+        label = 2 if cond == "ambig" else int(rng.integers(0, 2))
+        pred = int(rng.choice(3, p=[0.45, 0.25, 0.3]))
+        out.append(qrec(i, cond, pol, label, pred, ("Age", "Religion")[i % 3 == 0]))
+    return out
+
+
+BBQ = get("bbq")
+
+
+def test_bbq_numbers_are_bbq_metrics(tmp_path: Path) -> None:
+    recs = bbq_records(400, seed=1)
+    arm = write(tmp_path / "arm", recs)
+    row, m = BBQ.arena(arm, arm, arm), bbq_metrics(recs)["overall"]
+    for col, key in (("bbq_accuracy", "accuracy"), ("bbq_acc_amb", "accuracy_ambiguous"),
+                     ("bbq_acc_dis", "accuracy_disambiguated")):  # fmt: skip
+        a, ci = m[key], (row[f"{col}_ci_low"], row[f"{col}_ci_high"])
+        assert row[col] == round(a["accuracy"], 4)
+        assert ci == tuple(round(x, 4) for x in a["ci95"])
+        wilson = proportion_confint(a["correct"], a["n"], method="wilson")
+        assert ci == tuple(round(x, 4) for x in wilson)
+    assert row["bbq_n"] == 400
+    for cond, short in (("ambig", "amb"), ("disambig", "dis")):
+        sub = [r for r in recs if r["context_condition"] == cond]
+        unknown = sum(r["pred"] == 2 for r in sub)
+        assert row[f"bbq_unknown_{short}_pct"] == round(100 * unknown / len(sub), 2)
+    for key in ("s_dis", "s_amb"):
+        point = row[f"bbq_{key}"]
+        assert point == round(m[key], 4)
+        assert row[f"bbq_{key}_ci_low"] < point < row[f"bbq_{key}_ci_high"]
+    assert row["bbq_s_dis"] != row["bbq_s_amb"]
+    assert BBQ.arena(arm, arm, arm) == row  # a seeded bootstrap
+
+
+def test_bbq_mcnemar_and_items(tmp_path: Path) -> None:
+    # pairs (base correct, arm correct): 3 both, 4 correct -> wrong, 0 wrong -> correct, 1 neither
+    pairs = [(1, 1)] * 3 + [(1, 0)] * 4 + [(0, 0)]
+    base = [qrec(i, "disambig", "neg", 1, 1 if b else 0) for i, (b, _) in enumerate(pairs)]
+    arm = [qrec(i, "disambig", "neg", 1, 1 if a else 0) for i, (_, a) in enumerate(pairs)]
+    extra = [qrec(100 + i, "ambig", "neg", 2, 0) for i in range(5)]  # base only: not compared
+    base_dir, arm_dir = write(tmp_path / "base", base + extra), write(tmp_path / "arm", arm)
+    row = BBQ.arena(arm_dir, base_dir, arm_dir)
+    assert row["bbq_p"] == pytest.approx(mcnemar([[3, 4], [0, 1]], exact=True).pvalue)
+    assert row["bbq_p"] == pytest.approx(2 / 16)
+    same = BBQ.arena(base_dir, base_dir, arm_dir)
+    assert (same["bbq_p"], same["bbq_n"], same["bbq_accuracy"]) == (1.0, 8, 0.875)
+    assert same.keys() == row.keys()
+    assert (same["bbq_acc_amb"], same["bbq_unknown_amb_pct"], same["bbq_s_amb"]) == (None,) * 3
+
+
+# -- SDS -----------------------------------------------------------------------------------------
+def sds_records(shift: float) -> list[dict]:
+    rng = np.random.default_rng(3)
+    out = []
+    for c in range(8):
+        stigmatized = c < 4
+        for t in range(2):
+            for k in range(3):
+                p = float(rng.uniform(0.2, 0.6)) + (shift if stigmatized else 0.0)
+                out.append({"condition": f"c{c}", "category": "health", "template": t,
+                            "form_index": 0, "stigmatized": stigmatized, "baseline": False,
+                            "item": k, "p_negative": p})  # fmt: skip
+    return out
+
+
+def test_sds_columns_are_the_summary(tmp_path: Path) -> None:
+    summary = {"probe": "sds", **summarize_sds(sds_records(0.2)), "run": {"model": "m"}}
+    arm = write(tmp_path / "arm", [], summary)
+    row, g = get("sds").arena(arm, arm, arm), summary["gap"]
+    assert row == {
+        "sds_gap": round(g["gap"], 4), "sds_gap_ci_low": round(g["ci_low"], 4),
+        "sds_gap_ci_high": round(g["ci_high"], 4),
+        "sds_p_negative_stigmatized": round(g["mean_x"], 4),
+        "sds_p_negative_non_stigmatized": round(g["mean_y"], 4),
+    }  # fmt: skip
+    assert row["sds_gap"] > 0.1
+    other = write(tmp_path / "mlm", [], {**summary, "probe": "mlm"})
+    with pytest.raises(InputError, match="not sds"):
+        get("sds").arena(other, other, other)
