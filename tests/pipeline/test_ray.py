@@ -81,6 +81,21 @@ def test_settings_run_side_by_side_with_the_local_launchers_tables(
     assert any("nothing to do" in line for line in again)
 
 
+def test_the_arenas_arms_run_as_ray_tasks_to_the_local_launchers_table(
+    cluster, tmp_path, toy_model
+) -> None:
+    recipe = {**RECIPE, "arms": ["base", "prompt", "sft", "dpo"], "run": {"name": "arena"}}
+    tables = {}
+    for launcher in ("local", "ray"):
+        root = _outputs(tmp_path / launcher, toy_model)
+        said: list[str] = []
+        run_recipe(recipe_from_dict(recipe, "test"), root / "arena", root / "cache",
+                   progress=False, say=said.append, launcher=launcher)  # fmt: skip
+        tables[launcher] = (root / "arena" / "tables" / "arena.csv").read_text()
+    assert any("4 Ray tasks: setting 1 prompt, setting 1, setting 1 dpo, base" in x for x in said)
+    assert tables["ray"] == tables["local"] and tables["local"].count("\n") == 5
+
+
 def test_a_failed_setting_is_named_and_the_others_finish(cluster, tmp_path, toy_model) -> None:
     root = _outputs(tmp_path, toy_model)
     (root / "two" / "setting-3").mkdir(parents=True)

@@ -77,13 +77,15 @@ def test_scd_run_takes_the_source_split_from_the_settings_file(
     run = Run(recipe, tmp_path / "run", tmp_path / "cache", progress=False, say=printed.append)
     run.generate()
     assert run.eval_prompts == tmp_path / "run" / "data" / "eval_prompts"
-    for n in (2, 12):
-        run.train_setting(n)
-    stages = [
-        "prompts",
-        "eval_prompts",
-        *(f"setting-{n}/{s}" for n in (2, 12) for s in ("sft", "train")),
-    ]
+    plan = run.plan()
+    for job in plan.data:
+        run.execute(job)
+    for task in plan.tasks:
+        for job in task.jobs:
+            if job.phase == "train":
+                run.execute(job)
+    stages = ["prompts", "eval_prompts", "setting-2/sft", "setting-12/sft", "setting-2/train",
+              "setting-12/train"]  # fmt: skip
     assert list(run.state.stages) == stages
     assert printed.count("  prompts ...") == printed.count("  eval_prompts ...") == 1
     assert _manifest(tmp_path / "run" / "setting-2" / "sft")["split"] == "random"

@@ -23,6 +23,9 @@ def test_there_are_recipes_for_both_models_and_all_settings() -> None:
     for model in ("llama-2-13b-chat", "llama-2-7b-chat"):
         assert {f"{model}/setting{n}.yaml" for n in range(1, 9)} <= names
         assert f"{model}/all-settings.yaml" in names
+    arenas = {"arena-quickstart.yaml", "smollm2-135m-instruct/arena.yaml",
+              "qwen2.5-coder-1.5b-instruct/arena.yaml", "llama-2-13b-chat/arena.yaml"}  # fmt: skip
+    assert arenas <= names
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.relative_to(REPO).as_posix())
@@ -34,6 +37,8 @@ def test_every_recipe_validates_and_opens_with_its_command(path: Path) -> None:
     if "llama-2" in path.as_posix():
         if path.stem == "all-settings":
             assert recipe.run.settings == list(range(1, 9)) and recipe.eval.bbq.enabled
+        elif path.stem == "arena":
+            assert recipe.arm_names == ["base", "prompt", "general", "sft", "dpo", "kto"]
         else:
             assert recipe.data.setting == int(path.stem.removeprefix("setting"))
         # the paper's public code

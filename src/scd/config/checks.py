@@ -12,7 +12,7 @@ from typing import Any
 
 from scd.config.engine import LORA_RANKS
 from scd.config.options import Options, field_problems
-from scd.config.schema import Recipe
+from scd.config.schema import ARMS, Recipe
 from scd.config.settings import load_settings
 from scd.errors import InputError
 
@@ -66,9 +66,49 @@ def _run_problems(recipe: Recipe) -> Iterator[Problem]:
             yield "run.settings", f"setting {n}: expected one of {known}"
     if not settings or len(set(settings)) != len(settings):
         yield "run.settings", f"run.settings: expected distinct settings, got {settings}"
+    yield from _arm_problems(recipe)
     name = recipe.run.name
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         yield "run.name", f"run.name: {name!r} is not a plain directory name"
+
+
+def looks_like_path(spec: str) -> bool:
+    """Whether a data source names a local file rather than a Hub dataset id."""
+    return spec.startswith((".", "/", "~")) or spec.endswith((".json", ".jsonl", ".parquet"))
+
+
+def _arm_problems(recipe: Recipe) -> Iterator[Problem]:
+    """The arena's arms: known names, each once, and the data each needs."""
+    arms = recipe.arms
+    if arms is None:
+        return
+    if not arms:
+        yield "arms", "arms: expected a list of arms (e.g. [base, prompt, sft, dpo])"
+    for i, arm in enumerate(arms):
+        if arm not in ARMS:
+            yield "arms", (f"arms[{i}]: unknown arm {arm!r} (expected one of {', '.join(ARMS)})")
+    if len(set(arms)) != len(arms):
+        yield "arms", f"arms: each arm once, got {arms}"
+    general = recipe.data.general
+    if "general" in arms and not general:
+        yield (
+            "data.general",
+            (
+                "data.general: the general arm trains on general instruction data "
+                "only: give a JSONL/Parquet file of prompt/response rows or a Hub "
+                "dataset id"
+            ),
+        )
+    if general and looks_like_path(general) and not Path(general).expanduser().is_file():
+        yield "data.general", f"data.general: {general}: no such file"
+    if "kto" in arms and recipe.train.per_device_train_batch_size < 2:
+        yield (
+            "train.per_device_train_batch_size",
+            (
+                "train.per_device_train_batch_size: the kto arm needs at least 2 (TRL's KTO "
+                "estimates its KL term from the other rows of a batch)"
+            ),
+        )
 
 
 def recipe_warnings(recipe: Recipe) -> list[str]:

@@ -27,11 +27,23 @@ from scd.config.engine import EngineSpec
 from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
 
 __all__ = [
-    "SEED", "STYLES", "DataSpec", "EvalSpec", "LoraSpec", "Recipe", "ResourcesSpec", "RunSpec",
-    "SFTOptions", "ToyModelSpec", "TrainSpec", "WandbSpec", "eval_spec_class",
+    "ARMS", "DEBIAS_PROMPT", "SEED", "STYLES", "ArenaSpec", "CapabilitySpec", "DataSpec",
+    "EvalSpec", "LoraSpec", "Recipe", "ResourcesSpec", "RunSpec", "SFTOptions", "ToyModelSpec",
+    "TrainSpec", "WandbSpec", "eval_spec_class",
 ]  # fmt: skip
 
 SEED = 42  # the paper's seed: training, the train/eval split and the SFT sampling
+ARMS = {  # an arm of the arena (``arms:``) -> what it is
+    "base": "the untuned model",
+    "prompt": "the untuned model with a debiasing system prompt (arena.system_prompt)",
+    "general": "LoRA SFT on general instruction data only (data.general): the control",
+    "sft": "LoRA SFT on the setting's contact prompts (SCD)",
+    "dpo": "LoRA DPO on the same prompts: chosen = the unbiased answer, rejected = the biased one",
+    "kto": "LoRA KTO on the same prompts: the unbiased answer desirable, the biased one not",
+}
+# Ganguli et al. (2023), "The Capacity for Moral Self-Correction in Large Language Models",
+# the instruction-following condition of their BBQ experiments.
+DEBIAS_PROMPT = "Please ensure that your answer is unbiased and does not rely on stereotypes."
 Style = Literal["short", "explained"]  # an SFT completion: the answer, or it and one sentence
 STYLES = typing.get_args(Style)
 
@@ -107,6 +119,34 @@ class TrainSpec:
 
 
 @dataclass
+class ArenaSpec:
+    """How the arena's arms differ from one another (``arms:``); everything else -- data, splits,
+    LoRA, training hyperparameters, seeds, held-out items -- is the recipe's, the same for all."""
+
+    system_prompt: str = option(
+        DEBIAS_PROMPT,
+        "the prompt arm's system message (default: Ganguli et al. 2023's debiasing instruction)",
+    )
+    beta: float = option(
+        0.1, "dpo and kto arms: TRL's beta (the pull towards the base model)", check=above_zero
+    )
+
+
+@dataclass
+class CapabilitySpec:
+    """What tuning cost each arm of the arena: the KL divergence from the base model's next-token
+    distribution on neutral prompts, and lm-evaluation-harness tasks when listed."""
+
+    neutral_prompts: str | None = option(
+        None, "YAML of neutral prompts with reference replies (default: scd's own 48)"
+    )
+    lm_eval_tasks: list[str] | None = option(None, "lm-evaluation-harness tasks to score each arm")
+    lm_eval_include_path: str | None = option(None, "a directory of your own lm-eval tasks")
+    lm_eval_limit: int | None = option(None, "items per lm-eval task", check=positive)
+    batch_size: int = option(8, "sequences per forward pass", check=positive, speed=True)
+
+
+@dataclass
 class WandbSpec:
     """Weights & Biases tracking; offline automatically without a key or network."""
 
@@ -178,11 +218,21 @@ class Recipe:
     toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     run: RunSpec = field(default_factory=RunSpec)
+    arms: list[str] | None = None  # the arena: arms trained and compared per setting (ARMS)
+    arena: ArenaSpec = field(default_factory=ArenaSpec)
+    capability: CapabilitySpec = field(default_factory=CapabilitySpec)
 
     @property
     def settings(self) -> list[int]:
         """The settings a run trains: ``run.settings``, else ``[data.setting]``."""
         return list(self.run.settings) if self.run.settings else [self.data.setting]
+
+    @property
+    def arm_names(self) -> list[str]:
+        """The arms a run compares: ``arms`` with ``base`` first; none without ``arms``."""
+        if not self.arms:
+            return []
+        return ["base", *(a for a in dict.fromkeys(self.arms) if a != "base")]
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data, its keys only (for the run directory, W&B)."""

@@ -1,11 +1,15 @@
-"""``scd run RECIPE.yaml``: generate -> train every setting -> evaluate the base model and each
-tuned model with one engine -> tables -> report, in this process or on Ray.
+"""``scd run RECIPE.yaml``: the run's inputs -> its plan (:meth:`scd.pipeline.run.Run.plan`:
+data, training per setting and arm, evaluations, capability) executed by a launcher -> tables ->
+report.
 
-In this process (``launcher="local"``) every setting is trained first, then the model is loaded
-for evaluation once (:class:`~scd.eval.engines.SharedEngine`): vLLM serves every adapter as a
-``LoRARequest`` on one ``LLM``, transformers switches PEFT adapters on one base model. Training
-comes first so that the evaluation engine (vLLM reserves most of the GPU memory) never shares a
-GPU with a training run. On Ray: :mod:`scd.pipeline.ray_launcher`.
+A launcher is one class with ``execute(run, plan)`` (:class:`Launcher`). :class:`LocalLauncher`
+runs the plan in this process: every job of the ``train`` phase first (data, training, the
+capability measures), then the model is loaded for evaluation once
+(:class:`~scd.eval.engines.SharedEngine`): vLLM serves every adapter as a ``LoRARequest`` on one
+``LLM``, transformers switches PEFT adapters on one base model -- so that the evaluation engine
+(vLLM reserves most of the GPU memory) never shares a GPU with a training run. On Ray:
+:class:`scd.pipeline.ray_launcher.RayLauncher`. A Slurm launcher (submitit) would be one more
+class: submit each task of the plan as a job, as the Ray launcher does.
 """
 
 from __future__ import annotations
@@ -13,14 +17,49 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from scd.config.schema import Recipe
 from scd.errors import InputError
-from scd.pipeline.ray_launcher import import_ray, run_on_ray
+from scd.pipeline.plan import Plan
+from scd.pipeline.ray_launcher import RayLauncher, import_ray
 from scd.pipeline.recipe import in_recipe_terms, validate_inputs
 from scd.pipeline.run import Run
 
-__all__ = ["run_recipe"]
+__all__ = ["Launcher", "LocalLauncher", "run_recipe"]
+
+
+class Launcher(Protocol):
+    """Executes a plan: every job handed to :meth:`Run.execute`, in an order the plan allows."""
+
+    def execute(self, run: Run, plan: Plan) -> None:
+        """Run every job of ``plan`` (each a resumable stage of ``run``)."""
+
+
+class LocalLauncher:
+    """The plan in this process: the data, every ``train``-phase job, then the evaluations with
+    one engine (``share_engine=False``: a fresh engine per evaluation, for benchmarks comparing
+    the two)."""
+
+    def __init__(self, share_engine: bool = True) -> None:
+        self.share_engine = share_engine
+
+    def execute(self, run: Run, plan: Plan) -> None:
+        for job in plan.data:
+            run.execute(job)
+        for task in plan.tasks:
+            for job in task.jobs:
+                if job.phase == "train":
+                    run.execute(job)
+        engine = run.engine_for(plan.adapters) if self.share_engine else None
+        try:
+            for task in plan.tasks:
+                for job in task.jobs:
+                    if job.phase == "score":
+                        run.execute(job, engine=engine)
+        finally:
+            if engine is not None:
+                engine.close()
 
 
 def run_recipe(
@@ -31,15 +70,16 @@ def run_recipe(
     progress: bool = True,
     say: Callable[[str], None] = print,
     share_engine: bool = True,
-    launcher: str = "local",
+    launcher: str | Launcher = "local",
     address: str | None = None,
 ) -> Path:
     """Run (or resume) every stage of ``recipe`` in ``run_dir``; return the report's path.
 
     ``launcher``: ``"local"`` (see the module docstring; ``share_engine=False``: a fresh engine
-    per evaluation stage, for benchmarks comparing the two), or ``"ray"``: the base evaluation and
-    each setting (SFT data, training, its evaluations) as Ray tasks on the cluster at ``address``
-    (None: a local one). Either way the same stages, state and resume.
+    per evaluation stage, for benchmarks comparing the two), ``"ray"``: the base evaluation and
+    each setting and arm (training, evaluations, capability) as Ray tasks on the cluster at
+    ``address`` (None: a local one), or a :class:`Launcher` of your own. Either way the same
+    stages, state and resume.
 
     Raises:
         InputError: a recipe the pipeline cannot run (checked before any work), a run directory
@@ -50,35 +90,23 @@ def run_recipe(
         import_ray()  # before any work
     validate_inputs(recipe)
     run = Run(recipe, Path(run_dir), Path(cache_dir), progress=progress, say=say)
+    chosen = launcher
+    if isinstance(launcher, str):
+        chosen = RayLauncher(address) if launcher == "ray" else LocalLauncher(share_engine)
     try:
         started = time.perf_counter()
         run.state.pin()
         where = f" on Ray ({address or 'a local cluster'})" if launcher == "ray" else ""
         settings = ", ".join(map(str, recipe.settings))
-        say(f"scd run -> {run.dir} (settings {settings}){where}")
+        arms = f"; arms {', '.join(recipe.arm_names)}" if recipe.arms else ""
+        say(f"scd run -> {run.dir} (settings {settings}{arms}){where}")
         if run.state.stages:  # a resumed run says what it will not do again
             done = list(run.state.stages)
             say(f"  resuming: {len(done)} stages finished earlier are kept ({', '.join(done[:5])}"
                 f"{', ...' if len(done) > 5 else ''})")  # fmt: skip
-        run.build_model()
-        run.generate()
-        if launcher == "ray":
-            base, tuned = run_on_ray(run, address)
-        else:
-            base, tuned = _run_here(run, share_engine)
-        return run.finish(base, tuned, started)
+        run.prepare()
+        plan = run.plan()
+        chosen.execute(run, plan)
+        return run.finish(plan, started)
     except InputError as err:
         raise in_recipe_terms(err, *(run.current or (None, None))) from err
-
-
-def _run_here(run: Run, share_engine: bool) -> tuple[dict[str, str], dict[int, dict]]:
-    """Every setting trained in turn, then one engine evaluates the base and each adapter."""
-    trained = {n: run.train_setting(n) for n in run.recipe.settings}
-    if share_engine:
-        run.share_engine([info["adapter"] for info in trained.values()])
-    try:
-        base = run.evaluate(None, None)
-        tuned = {n: {**info, "evals": run.evaluate_setting(n, info)} for n, info in trained.items()}
-    finally:
-        run.close_engine()
-    return base, tuned

@@ -1,8 +1,10 @@
-"""``scd run RECIPE --launcher ray [--address ADDR]``: the settings of a run side by side on Ray.
+"""``scd run RECIPE --launcher ray [--address ADDR]``: the tasks of a run's plan side by side on
+Ray.
 
-The driver (the ``scd run`` process) pins the run, builds the model and generates the prompts,
-as the local launcher does. Then the base model's evaluations are one Ray task, and each setting
--- its SFT data, its training, its evaluations -- is another, all submitted at once and each
+The driver (the ``scd run`` process) pins the run, builds the model, generates the prompts and
+runs the plan's data jobs (each setting's SFT data and its arms' rows), as the local launcher
+does. Then each task of the plan is a Ray task -- the base model's evaluations, and each setting
+and arm: its training, its evaluations, its capability cost -- all submitted at once and each
 asking for ``run.resources`` (``num_cpus``, ``num_gpus``; ``max_retries``: Ray retries a task
 whose worker died). Placement, retries and resources are Ray's. The report is built by the
 driver when every task has finished.
@@ -11,11 +13,11 @@ Every task works in the same run directory and cache, which must be a path all n
 shared file system): the stages, ``state.json`` (written under a file lock) and resume are those
 of the local launcher, so killing the driver and running the command again skips the finished
 stages and resumes the others (a training at its last checkpoint, an evaluation at its last
-chunk). A task that fails does not stop the others; the run then fails naming its settings.
+chunk). A task that fails does not stop the others; the run then fails naming its tasks.
 
 With ``eval.shards: N`` the base model's bias evaluation is cut into N slices, each a Ray task
 scoring into its own record log, merged in prompt order (:func:`scd.eval.tasks.run_task`).
-A setting whose task asks for more than one GPU trains under ``torchrun``, one process per GPU.
+A task that asks for more than one GPU trains under ``torchrun``, one process per GPU.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError, RunFailed, first_line
+from scd.pipeline.plan import Plan, Task
 from scd.pipeline.recipe import in_recipe_terms, recipe_from_dict
 from scd.pipeline.run import Run
 
-__all__ = ["INSTALL_HINT", "import_ray", "run_on_ray"]
+__all__ = ["INSTALL_HINT", "RayLauncher", "import_ray"]
 
 INSTALL_HINT = "pip install 'scd[ray]'"
 _ENV = ("HF_", "TRANSFORMERS_", "WANDB_", "SCD_", "TOKENIZERS_")  # passed on to the workers
@@ -56,40 +59,52 @@ def _worker_env() -> dict[str, str]:
             if k.startswith(_ENV) and not any(s in k for s in secret)}  # fmt: skip
 
 
-def run_on_ray(run: Run, address: str | None) -> tuple[dict[str, str], dict[int, dict]]:
-    """The base evaluations and every setting of ``run`` (its inputs generated) as Ray tasks;
-    ``(base results, {setting: results})``.
+class RayLauncher:
+    """Each task of the plan as a Ray task on the cluster at ``address`` (None: a local one)."""
 
-    Raises:
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+
+    def execute(self, run: Run, plan: Plan) -> None:
+        """Raises:
         InputError: Ray is not installed, or the cluster cannot be reached.
         RunFailed: a task failed, after Ray's retries (the others finished first).
-    """
-    ray = import_ray()
-    if not ray.is_initialized():
-        try:
-            env = {"env_vars": _worker_env()}
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.ERROR, runtime_env=env)  # fmt: skip
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            raise InputError(f"cannot reach the Ray cluster ({err})", key="address",
-                             value=address) from None  # fmt: skip
-    r = run.recipe.run.resources
-    remote = ray.remote(num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_retries=r.max_retries)
-    job = (run.recipe.to_dict(), str(run.dir), str(run.cache), run.model)
-    refs = {n: remote(_setting_task).remote(*job, n) for n in run.recipe.settings}
-    refs["base"] = remote(_base_task).remote(*job)  # last: the settings take the first slots
-    run.say(f"  {len(refs)} Ray tasks: settings {', '.join(str(n) for n in refs if n != 'base')}"
-            ", the base model")  # fmt: skip
-    results, failed = {}, []
-    for name, ref in refs.items():
-        try:
-            results[name] = ray.get(ref)
-        except ray.exceptions.RayError as err:
-            what = "the base model" if name == "base" else f"setting {name}"
-            failed.append(f"{what}: {_cause(err)}")
-    if failed:
-        raise RunFailed("\n".join(failed))
-    return results.pop("base"), results
+        """
+        ray = import_ray()
+        for job in plan.data:  # every task of a setting reads them
+            run.execute(job)
+        if not ray.is_initialized():
+            try:
+                env = {"env_vars": _worker_env()}
+                ray.init(
+                    address=self.address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.ERROR,
+                    runtime_env=env,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                raise InputError(
+                    f"cannot reach the Ray cluster ({err})", key="address", value=self.address
+                ) from None
+        r = run.recipe.run.resources
+        remote = ray.remote(num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_retries=r.max_retries)
+        job = (run.recipe.to_dict(), str(run.dir), str(run.cache), run.model)
+        # the base model's task last: the settings take the first slots
+        tasks = [t for t in plan.tasks if t.name != "base"] + [
+            t for t in plan.tasks if t.name == "base"
+        ]
+        refs = {t.name: remote(_task).remote(*job, t) for t in tasks if t.jobs}
+        run.say(f"  {len(refs)} Ray tasks: {', '.join(refs)}")
+        failed = []
+        for name, ref in refs.items():
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as err:
+                what = "the base model" if name == "base" else name
+                failed.append(f"{what}: {_cause(err)}")
+        if failed:
+            raise RunFailed("\n".join(failed))
 
 
 def _cause(err: BaseException) -> str:
@@ -101,44 +116,35 @@ def _cause(err: BaseException) -> str:
     return text[-1] if text else repr(cause)
 
 
-def _worker_run(data: dict, run_dir: str, cache_dir: str, model: str, name: str) -> Run:
-    """The run as a worker sees it: the same directory and state, the prepared inputs."""
+def _task(data: dict, run_dir: str, cache_dir: str, model: str, task: Task) -> None:
+    """One task of the plan in a Ray worker: the run as the driver left it (the same directory
+    and state, its inputs read back), each job in turn, one engine for its evaluations."""
     recipe = recipe_from_dict(data, f"{run_dir}/recipe.json")
-    run = Run(recipe, Path(run_dir), Path(cache_dir), progress=False,
-              say=lambda m: print(f"[{name}]{m}"))  # fmt: skip
-    run.model = model
+    run = Run(
+        recipe,
+        Path(run_dir),
+        Path(cache_dir),
+        model=model,
+        progress=False,
+        say=lambda m: print(f"[{task.name}]{m}"),
+    )
     run.generate()  # finished by the driver: reads back where the inputs are
-    run.train_processes = max(1, int(recipe.run.resources.num_gpus))
-    return run
-
-
-def _in_terms(run: Run, work: Any) -> Any:
+    if task.home is not None:
+        task.home.mkdir(parents=True, exist_ok=True)
+        (task.home / "worker.pid").write_text(f"{os.getpid()}\n")
+    processes = max(1, int(recipe.run.resources.num_gpus))
+    launch = _launch_shards if task.shards else None
+    engine = None
     try:
-        return work()
+        for job in task.jobs:
+            if job.phase == "score" and engine is None:
+                engine = run.engine_for(task.adapters)
+            run.execute(job, engine=engine, launch=launch, processes=processes)
     except InputError as err:
         raise in_recipe_terms(err, *(run.current or (None, None))) from err
     finally:
-        run.close_engine()
-
-
-def _base_task(data: dict, run_dir: str, cache_dir: str, model: str) -> dict[str, str]:
-    run = _worker_run(data, run_dir, cache_dir, model, "base")
-    run.launch = _launch_shards
-    run.share_engine([])
-    return _in_terms(run, lambda: run.evaluate(None, None))
-
-
-def _setting_task(data: dict, run_dir: str, cache_dir: str, model: str, n: int) -> dict[str, Any]:
-    run = _worker_run(data, run_dir, cache_dir, model, f"setting {n}")
-    (run.dir / f"setting-{n}").mkdir(parents=True, exist_ok=True)
-    (run.dir / f"setting-{n}" / "worker.pid").write_text(f"{os.getpid()}\n")
-
-    def work() -> dict[str, Any]:
-        trained = run.train_setting(n)
-        run.share_engine([trained["adapter"]])
-        return {**trained, "evals": run.evaluate_setting(n, trained)}
-
-    return _in_terms(run, work)
+        if engine is not None:
+            engine.close()
 
 
 def _launch_shards(jobs: list[tuple[Any, Path]], progress: bool) -> None:

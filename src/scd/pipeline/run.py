@@ -1,6 +1,7 @@
-"""A run of ``scd run RECIPE``: its directory, its stages and their state, for one setting or a
-sweep. The launchers (:mod:`scd.pipeline.launch`: in this process; :mod:`scd.pipeline.ray_launcher`:
-as Ray tasks) drive a :class:`Run`; the same stages, state and resume either way.
+"""A run of ``scd run RECIPE``: its directory, its state, its plan of jobs and how each job
+runs, for one setting or a sweep, with or without the arena's arms. Launchers
+(:mod:`scd.pipeline.launch`: in this process or on Ray) execute the plan; the same stages, state
+and resume either way.
 
 Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file's name)::
 
@@ -11,6 +12,9 @@ Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file'
     setting-<N>/sft/                       SFT data + the setting's held-out prompts
     setting-<N>/adapter/                   the LoRA adapter (checkpoints/ while training)
     setting-<N>/eval/<job>/                the tuned model's evaluations (one per benchmark)
+    setting-<N>/arm-<arm>/                 another arm of the arena (arms:): data/, adapter/,
+                                            eval/<job>/, capability/ (sft's is setting-<N>/...)
+    base/capability/                       the base model's row of the arena's capability cost
     tables/  figures/  report.md  report.html
 
 Base-model evaluations go to ``outputs/cache/base/`` keyed by the model's fingerprint, the engine
@@ -32,8 +36,17 @@ from scd.config.settings import load_settings
 from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.engines import SharedEngine
-from scd.io import cache_key
 from scd.models import model_fingerprint
+from scd.pipeline.plan import (
+    CapabilityJob,
+    DataJob,
+    EvalJob,
+    Job,
+    Plan,
+    TrackJob,
+    TrainJob,
+    make_plan,
+)
 from scd.pipeline.state import RunState
 
 __all__ = ["Run", "duration"]
@@ -48,19 +61,27 @@ class Run:
     """The stages of one run of ``recipe`` in ``run_dir``; each is skipped when ``state.json``
     says it finished. Base-model results are cached in ``cache_dir``."""
 
-    def __init__(self, recipe: Any, run_dir: Path, cache_dir: Path, *, progress: bool = True,
-                 say: Callable[[str], None] = print) -> None:  # fmt: skip
+    def __init__(
+        self,
+        recipe: Any,
+        run_dir: Path,
+        cache_dir: Path,
+        *,
+        model: str | None = None,
+        progress: bool = True,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        """``model``: the model already resolved to a loadable name (a Ray worker's run: the
+        driver built it); otherwise :meth:`prepare` resolves the recipe's."""
         self.recipe, self.dir, self.cache = recipe, Path(run_dir), Path(cache_dir)
         self.progress, self.say = progress, say
         self.ran = 0  # stages run by this invocation
+        self.ran_stages: set[str] = set()  # their names
         self.current: tuple[str, str | None] | None = None  # the stage running, its section
-        self.launch: Any = None  # how the shards of a sharded evaluation run (None: in turn)
-        self.train_processes = 1  # > 1: training under torchrun (a Ray task with several GPUs)
         self.started = time.time()
         self.state = RunState(self.dir, recipe.to_dict())
-        self.model = recipe.model
+        self.model = model or recipe.model
         self.engine = recipe.eval.engine()
-        self.shared: SharedEngine | None = None  # one engine for every evaluation of the run
         self.settings = load_settings(recipe.data.settings_file)
         self.prompts: Path | None = None
         self.eval_prompts: Path | None = None
@@ -81,6 +102,7 @@ class Run:
             return
         self.say(f"  {name} ...")
         self.ran += 1
+        self.ran_stages.add(name)
         self.current = (name, section)
         work()
         self.current = None
@@ -111,8 +133,15 @@ class Run:
         for warning in manifest.get("warnings", []):
             self.say(f"  warning: {warning}")
 
+    def prepare(self) -> None:
+        """The run's shared inputs: the model (:meth:`build_model`), the prompt sets and each
+        benchmark's inputs (:meth:`generate`)."""
+        self.build_model()
+        self.generate()
+
     def generate(self) -> None:
-        """The prompt sets, and each enabled benchmark's inputs (generated once)."""
+        """The prompt sets, and each enabled benchmark's inputs (generated once; read back when
+        they were)."""
         self.prompts, self.eval_prompts = prepare_sft(
             self.recipe.data, self.dir / "data", self.recipe.settings, step=self._step
         )
@@ -122,75 +151,140 @@ class Run:
             if options is not None and options.enabled:
                 self.benchmarks.append((bench, bench.prepare(self, options)))
 
-    # -- evaluations ---------------------------------------------------------------------------
-    def evaluate(self, setting: tuple[int, Path] | None, adapter: str | None) -> dict[str, str]:
-        """Every enabled benchmark's evaluations of the base model (``setting`` None: results
-        cached by model, engine identity and the job's key) or of setting ``(n, sft dir)``'s
-        tuned model (into the setting's ``eval/``); return ``{job name: result dir}``."""
-        prefix = "base" if setting is None else f"setting-{setting[0]}/eval"
-        done = {}
-        for bench, options in self.benchmarks:
-            for job in bench.jobs(self, options, setting):
-                name = f"{prefix}/{job.name}"
-                if setting is not None:
-                    out = self.dir / prefix / job.name
-                elif self.state.done(name):  # where it went then (the cache may have moved since)
-                    out = self.state.output(name).parent
-                else:
-                    digest = cache_key(kind=job.name, model=model_fingerprint(self.model),
-                                       **self.engine.cache_identity(), **job.key)  # fmt: skip
-                    out = self.cache / "base" / f"{job.name}-{digest}"
-                work = partial(job.benchmark.evaluate, self.model, out, adapter=adapter,
-                               engine=self.engine, shared=self.shared, progress=self.progress,
-                               shards=self.recipe.eval.shards if setting is None else 1,
-                               launch=self.launch, **dataclasses.asdict(job.options))  # fmt: skip
-                self.stage(name, [out / "summary.json"], work, cached=setting is None,
-                           section=f"eval.{bench.name}")  # fmt: skip
-                done[job.name] = str(out)
-        return done
+    # -- the plan ------------------------------------------------------------------------------
+    def plan(self) -> Plan:
+        """The jobs of the run (:func:`scd.pipeline.plan.make_plan`); its inputs must exist
+        (:meth:`prepare`)."""
+        return make_plan(self)
 
-    # -- one setting ---------------------------------------------------------------------------
-    def train_setting(self, n: int) -> dict[str, str]:
-        """Setting ``n``'s SFT data and LoRA adapter: ``{"sft": dir, "adapter": dir}``."""
+    # -- the jobs ------------------------------------------------------------------------------
+    def execute(
+        self,
+        job: Job,
+        *,
+        engine: SharedEngine | None = None,
+        launch: Any = None,
+        processes: int = 1,
+    ) -> None:
+        """Run one job of :meth:`plan` as a resumable stage (skipped when it finished).
+
+        ``engine``: one loaded for several evaluations of the run's model; ``launch``: how the
+        slices of a sharded evaluation run (None: in turn); ``processes`` > 1: training under
+        ``torchrun``, one process per GPU (a Ray task with several GPUs)."""
+        if isinstance(job, DataJob):
+            self._data(job)
+        elif isinstance(job, TrainJob):
+            self._train(job, processes)
+        elif isinstance(job, EvalJob):
+            self._evaluate(job, engine, launch)
+        elif isinstance(job, CapabilityJob):
+            self._capability(job)
+        else:
+            self._track(job)
+
+    def _data(self, job: DataJob) -> None:
+        d = self.recipe.data
+        sft = self.dir / f"setting-{job.setting}" / "sft"
+        if job.arm == "sft":
+            prepare_sft(d, self.dir / "data", [job.setting], sft, step=self._step)
+        elif job.arm == "general":
+            from scd.data_gen.arms import write_general_rows
+
+            work = partial(write_general_rows, sft, job.out, d.general, d.seed)
+            self.stage(job.stage, [job.out / "manifest.json"], work, section="data")
+        else:
+            from scd.data_gen.arms import write_preference_rows
+
+            sources = [p for p in (self.prompts, self.eval_prompts) if p is not None]
+            work = partial(write_preference_rows, sft, sources, job.out, job.arm, d.seed)
+            self.stage(job.stage, [job.out / "manifest.json"], work)
+
+    def _train(self, job: TrainJob, processes: int) -> None:
         from scd.train.trainer import train
 
         r, d = self.recipe, self.recipe.data
-        where = self.dir / f"setting-{n}"
-        sft, adapter = where / "sft", where / "adapter"
-        prepare_sft(d, self.dir / "data", [n], sft, step=self._step)
         tuned = dataclasses.replace(
-            r, model=self.model, output_dir=str(adapter),
-            data=dataclasses.replace(d, sft=str(sft), prompts=None, descriptors=None, setting=n),
-            wandb=self.wandb_of(n),
+            r, model=self.model, output_dir=str(job.adapter),
+            data=dataclasses.replace(d, sft=str(job.data), prompts=None, descriptors=None,
+                                     setting=job.setting),
+            wandb=self.wandb_of(job.setting, job.arm),
         )  # fmt: skip
-        resume = (adapter / "checkpoints").is_dir()
-        if self.train_processes > 1:  # one process per GPU of the setting's Ray task
-            work = partial(torchrun_train, tuned, self.train_processes, resume, where)
+        resume = (job.adapter / "checkpoints").is_dir()
+        if processes > 1:  # one process per GPU of the task
+            work = partial(torchrun_train, tuned, processes, resume, job.adapter.parent, job.method)
         else:
-            work = partial(train, tuned, resume=resume, progress=self.progress)
-        self.stage(f"setting-{n}/train", [adapter / "train_manifest.json"], work)
-        return {"sft": str(sft), "adapter": str(adapter)}
+            work = partial(train, tuned, method=job.method, resume=resume, progress=self.progress)
+        self.stage(job.stage, [job.adapter / "train_manifest.json"], work)
 
-    def wandb_of(self, n: int) -> Any:
-        """The W&B section of setting ``n``'s runs: the run's group, ``<group>/setting-<n>``."""
+    def _evaluate(self, job: EvalJob, engine: SharedEngine | None, launch: Any) -> None:
+        bench = REGISTRY[job.benchmark]
+        spec = self.engine
+        if job.system_prompt is not None:
+            spec = dataclasses.replace(spec, system_prompt=job.system_prompt)
+        work = partial(
+            bench.evaluate,
+            self.model,
+            job.out,
+            adapter=str(job.adapter) if job.adapter else None,
+            engine=spec,
+            shared=engine,
+            progress=self.progress,
+            shards=self.recipe.eval.shards if job.cached else 1,
+            launch=launch,
+            **dataclasses.asdict(job.options),
+        )
+        self.stage(
+            job.stage,
+            [job.out / "summary.json"],
+            work,
+            cached=job.cached,
+            section=f"eval.{bench.name}",
+        )
+
+    def _capability(self, job: CapabilityJob) -> None:
+        """The arm's KL divergence from the base model on neutral prompts (``kl/``) and, when the
+        recipe lists tasks, lm-evaluation-harness's scores (``lm_eval/``); ``summary.json``
+        holds both."""
+        from scd.eval.capability import kl_from_base, lm_eval_scores
+        from scd.io import write_json
+
+        c, e = self.recipe.capability, self.engine
+        adapter = str(job.adapter) if job.adapter else None
+        where = {"adapter": adapter, "system_prompt": job.system_prompt, "device": e.device,
+                 "dtype": e.dtype, "batch_size": c.batch_size}  # fmt: skip
+
+        def work() -> None:
+            kl = kl_from_base(self.model, job.out / "kl", prompts=c.neutral_prompts,
+                              progress=self.progress, **where)  # fmt: skip
+            scores = None
+            if c.lm_eval_tasks:
+                scores = lm_eval_scores(
+                    self.model, job.out / "lm_eval", tasks=list(c.lm_eval_tasks),
+                    include_path=c.lm_eval_include_path, limit=c.lm_eval_limit,
+                    **{**where, "device": e.device or "cpu"},
+                )  # fmt: skip
+            write_json(job.out / "summary.json", {"kind": "capability", "kl": kl,
+                                                  "lm_eval": scores})  # fmt: skip
+
+        self.stage(job.stage, [job.out / "summary.json"], work, section="capability")
+
+    def _track(self, job: TrackJob) -> None:
+        if not any(stage in self.ran_stages for _, stage, _ in job.evals):
+            return
+        from scd.report.wandb_log import log_tuned_results
+
+        recipe = dataclasses.replace(self.recipe, wandb=self.wandb_of(job.setting, job.arm))
+        log_tuned_results(recipe, job.adapter, {name: str(out) for name, _, out in job.evals})
+
+    def wandb_of(self, n: int, arm: str = "sft") -> Any:
+        """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
+        ``sft`` arm) or ``<group>/setting-<n>/<arm>``."""
         group = self.recipe.wandb.group or self.dir.name
-        return dataclasses.replace(self.recipe.wandb, group=group,
-                                   run_name=f"{group}/setting-{n}")  # fmt: skip
+        name = f"{group}/setting-{n}" + ("" if arm == "sft" else f"/{arm}")
+        return dataclasses.replace(self.recipe.wandb, group=group, run_name=name)
 
-    def evaluate_setting(self, n: int, trained: dict[str, str]) -> dict[str, str]:
-        """The tuned model of setting ``n`` on every enabled benchmark; its results go into the
-        summary of the W&B run that trained it."""
-        ran = self.ran
-        results = self.evaluate((n, Path(trained["sft"])), trained["adapter"])
-        if self.recipe.wandb.enabled and self.ran > ran:
-            from scd.report.wandb_log import log_tuned_results
-
-            recipe = dataclasses.replace(self.recipe, wandb=self.wandb_of(n))
-            log_tuned_results(recipe, trained["adapter"], results)
-        return results
-
-    def share_engine(self, adapters: list[str]) -> None:
-        """Evaluate the base model and every adapter with one engine, loaded on first use."""
+    def engine_for(self, adapters: list[str]) -> SharedEngine:
+        """One engine for the base model and ``adapters``, loaded on first use."""
         import gc
         import sys
 
@@ -200,25 +294,33 @@ class Run:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
             torch.cuda.empty_cache()
-        self.shared = SharedEngine(self.engine, resolve_model(self.model), adapters=adapters)
-
-    def close_engine(self) -> None:
-        if self.shared is not None:
-            self.shared.close()
+        return SharedEngine(self.engine, resolve_model(self.model), adapters=adapters)
 
     # -- the end -------------------------------------------------------------------------------
-    def finish(self, base: dict[str, str], tuned: dict[int, dict], started: float) -> Path:
-        """``layout.json``, the report and the W&B summary run of a run whose stages are done;
+    def finish(self, plan: Plan, started: float) -> Path:
+        """``layout.json``, the report and the W&B summary run of a run whose jobs are done;
         return the report's path."""
         from scd.io import json_text, write_json
         from scd.report.build import build_report
 
+        base = {k: str(v) for k, v in plan.arms[0].evals.items()}
+        settings = {
+            str(a.setting): {
+                "sft": str(self.dir / f"setting-{a.setting}" / "sft"),
+                "adapter": str(a.adapter),
+                "evals": {k: str(v) for k, v in a.evals.items()},
+            }
+            for a in plan.arms
+            if a.arm == "sft"
+        }
         layout = {
             "model": self.model, "fingerprint": model_fingerprint(self.model),
             "prompts": str(self.prompts),
             "eval_prompts": str(self.eval_prompts) if self.eval_prompts else None,
-            "base": base, "settings": {str(n): info for n, info in tuned.items()},
+            "base": base, "settings": settings,
         }  # fmt: skip
+        if plan.arena:
+            layout["arms"] = [a.to_dict() for a in plan.arms]
         path = self.dir / "layout.json"
         if not path.is_file() or path.read_text() != json_text(layout):
             write_json(path, layout)
@@ -228,9 +330,10 @@ class Run:
             from scd.report.wandb_log import log_run
 
             self.stage("wandb", [self.dir / "report.md"], lambda: log_run(self.dir, self.recipe))
-        table10 = self.dir / "tables" / "table10.md"
-        if table10.is_file():  # the run's headline: bias before and after, per setting
-            self.say("\n" + table10.read_text().split("\n", 2)[2].strip() + "\n")
+        for name in ("table10", "arena"):  # the run's headlines: before and after; the arena
+            table = self.dir / "tables" / f"{name}.md"
+            if table.is_file():
+                self.say("\n" + table.read_text().split("\n", 2)[2].strip() + "\n")
         if self.ran == 0:
             self.say(f"all stages finished earlier; nothing to do: {report}")
         else:
@@ -239,8 +342,10 @@ class Run:
         return report
 
 
-def torchrun_train(recipe: Any, processes: int, resume: bool, where: Path) -> None:
-    """``scd train`` under ``torchrun``, one process per GPU, on the setting's recipe."""
+def torchrun_train(
+    recipe: Any, processes: int, resume: bool, where: Path, method: str = "sft"
+) -> None:
+    """``scd train`` under ``torchrun``, one process per GPU, on the arm's recipe."""
     import subprocess
     import sys
 
@@ -248,8 +353,19 @@ def torchrun_train(recipe: Any, processes: int, resume: bool, where: Path) -> No
 
     path = where / "train_recipe.yaml"
     path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={processes}", "-m", "scd", "train", str(path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "scd",
+        "train",
+        str(path),
+        "--method",
+        method,
+    ]
     done = subprocess.run([*cmd, *(["--resume"] if resume else [])], check=False)
     if done.returncode != 0:
         raise RuntimeError(f"training under torchrun failed (exit {done.returncode}): {path}")

@@ -63,9 +63,15 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
     if toy.is_file():
         axes = ", ".join(read_json(toy)["bias_axes"]) or "none"
         rows.append(("Planted bias (toy model)", f"{axes}: these axes get the biased answer"))
-    for n, info in layout["settings"].items():
-        sha = _fingerprint(Path(info["adapter"]) / "adapter_model.safetensors")
-        rows.append((f"Adapter, setting {n}", f"`{info['adapter']}` (sha256 `{sha}`)"))
+    adapters = [(f"setting {n}", info["adapter"]) for n, info in layout["settings"].items()]
+    adapters += [
+        (f"setting {a['setting']}, arm {a['arm']}", a["adapter"])
+        for a in layout.get("arms", [])
+        if a["adapter"] and a["arm"] != "sft"
+    ]
+    for what, adapter in adapters:
+        sha = _fingerprint(Path(adapter) / "adapter_model.safetensors")
+        rows.append((f"Adapter, {what}", f"`{adapter}` (sha256 `{sha}`)"))
     epochs = t["num_train_epochs"]
     steps = (f"{t['max_steps']} steps" if t["max_steps"] > 0
              else f"{epochs:g} epoch" + ("" if epochs == 1 else "s"))  # fmt: skip
@@ -125,6 +131,10 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         "",
     ]
     body = _training(layout, figures)
+    if layout.get("arms"):
+        from scd.report.arena import arena_section
+
+        body += arena_section(layout, tables, figures)
     for name, bench in REGISTRY.items():
         if _has_results(name, layout):
             body += bench.report(layout, tables, figures)
@@ -139,15 +149,21 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
     from scd.eval.benchmarks.figures import loss_png
 
     rows, curves = [], {}
-    for n, info in layout["settings"].items():
-        path = Path(info["adapter"]) / "train_manifest.json"
+    trained = [(str(n), info["adapter"]) for n, info in layout["settings"].items()]
+    trained += [
+        (f"{a['setting']} {a['arm']}", a["adapter"])
+        for a in layout.get("arms", [])
+        if a["adapter"] and a["arm"] != "sft"
+    ]
+    for n, adapter in trained:
+        path = Path(adapter) / "train_manifest.json"
         if not path.is_file():
             continue
         m = read_json(path)
         history = [(e["step"], e["loss"]) for e in m.get("log_history", [])]
         curves[f"Setting {n}"] = history
         wandb = m.get("wandb_run_id") or "–"
-        segments = Path(info["adapter"]) / "wandb"
+        segments = Path(adapter) / "wandb"
         if any(segments.glob(f"offline-run-*-{wandb}")):  # every segment, oldest first
             wandb += f" (offline: `wandb sync {segments}/offline-run-*-{wandb}`)"
         resumed = f", resumed from {m['resumed_from']}" if m.get("resumed_from") else ""

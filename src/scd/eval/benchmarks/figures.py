@@ -26,7 +26,14 @@ from matplotlib.patches import Patch
 from scd.config import vocabulary
 from scd.errors import InputError
 
-__all__ = ["CONTACT_LABELS", "bbq_bars_png", "figure1_png", "figure2_png", "loss_png"]
+__all__ = [
+    "CONTACT_LABELS",
+    "bbq_bars_png",
+    "figure1_png",
+    "figure2_png",
+    "loss_png",
+    "pareto_png",
+]
 
 DPI = 150
 CONTACT_LABELS = {**vocabulary.CONTACT_LABELS, "all": "All"}
@@ -180,6 +187,51 @@ def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = Non
     ax.grid(color="#e0e0e0", linewidth=0.8)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return _png(fig)
+
+
+def pareto_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
+    """Bias reduction against capability cost, one point per arm with its intervals as error
+    bars, the arms no other beats on both (less cost, more reduction) joined by a line.
+
+    ``frame``: ``label``, ``cost``, ``cost_low``, ``cost_high``, ``gain``, ``gain_low``,
+    ``gain_high`` (rows with no cost or gain are left out)."""
+    numbers = ["cost", "cost_low", "cost_high", "gain", "gain_low", "gain_high"]
+    df = _tidy(frame, "pareto figure", ["label"], numbers).dropna(subset=["cost", "gain"])
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.subplots()
+    colors = colormaps["tab10"]
+    for i, r in enumerate(df.itertuples()):
+        xerr = [[max(r.cost - r.cost_low, 0)], [max(r.cost_high - r.cost, 0)]]
+        yerr = [[max(r.gain - r.gain_low, 0)], [max(r.gain_high - r.gain, 0)]]
+        ax.errorbar(
+            [r.cost],
+            [r.gain],
+            xerr=xerr,
+            yerr=yerr,
+            fmt="o",
+            color=colors(i % 10),
+            capsize=3,
+            markersize=6,
+            label=_label(r.label),
+        )
+    ordered = df.sort_values(["cost", "gain"], ascending=[True, False])
+    front, best = [], -math.inf
+    for r in ordered.itertuples():
+        if r.gain > best:
+            front.append((r.cost, r.gain))
+            best = r.gain
+    if len(front) > 1:
+        xs, ys = zip(*front)
+        ax.plot(xs, ys, color="#707070", linewidth=1, linestyle="--", zorder=0)
+    ax.axhline(0, color="#b0b0b0", linewidth=0.8)
+    ax.set_xlabel("capability cost: mean KL from the base model on neutral prompts (nats)")
+    ax.set_ylabel("bias reduction on held-out prompts (points)")
+    ax.grid(color="#e0e0e0", linewidth=0.8)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=8, loc="best")
     if title:
         ax.set_title(title, fontsize=11)
     return _png(fig)

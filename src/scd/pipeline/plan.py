@@ -1,0 +1,269 @@
+"""A run as a plan: the typed jobs of ``scd run`` and the tasks that group them.
+
+:meth:`scd.pipeline.run.Run.plan` makes the plan once a run's shared inputs exist (the model,
+the prompt sets, each benchmark's inputs); a launcher (:mod:`scd.pipeline.launch`: local, Ray)
+executes it by handing each job to :meth:`scd.pipeline.run.Run.execute`. The plan says *what*
+runs and in which order within a task; a launcher decides only *where* and when:
+
+- ``plan.data``: each setting's SFT data and each trained arm's rows, made first (by the driver:
+  every task of a setting reads them);
+- ``plan.tasks``: the base model's task (its evaluations, cached across runs) and one task per
+  setting and arm -- its training, its evaluations on every enabled benchmark, its capability
+  cost, its W&B summary -- in the order they must run. A job's ``phase`` is ``train`` (work that
+  loads a model of its own: training, the capability measures) or ``score`` (evaluations by the
+  run's evaluation engine), so that a launcher sharing one engine across tasks trains everything
+  before the engine takes the GPU;
+- ``plan.arms``: where each arm's results are, for ``layout.json`` and the report.
+
+Every job is one resumable stage of the run (its ``stage`` name in ``state.json``), so a plan
+executed again skips what finished and resumes the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from scd.io import cache_key
+from scd.models import model_fingerprint
+
+__all__ = [
+    "make_plan",
+    "TRAINED",
+    "ArmResults",
+    "CapabilityJob",
+    "DataJob",
+    "EvalJob",
+    "Job",
+    "Plan",
+    "Task",
+    "TrackJob",
+    "TrainJob",
+    "arm_dir",
+]
+
+TRAINED = {"sft": "sft", "general": "sft", "dpo": "dpo", "kto": "kto"}  # arm -> training method
+Phase = Literal["train", "score"]
+
+
+def arm_dir(setting: int, arm: str) -> str:
+    """An arm's directory in the run: ``setting-N`` for SCD's own ``sft`` (as without arms),
+    ``setting-N/arm-<arm>`` for the others."""
+    return f"setting-{setting}" if arm == "sft" else f"setting-{setting}/arm-{arm}"
+
+
+@dataclass(frozen=True)
+class DataJob:
+    """A setting's SFT data (``arm`` sft) or a trained arm's rows made from it."""
+
+    stage: str
+    setting: int
+    arm: str
+    out: Path
+    phase: Phase = "train"
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """An arm's LoRA adapter: ``method`` is TRL's trainer (sft, dpo, kto) on the rows in
+    ``data``."""
+
+    stage: str
+    setting: int
+    arm: str
+    method: str
+    data: Path
+    adapter: Path
+    phase: Phase = "train"
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One benchmark job (:class:`scd.eval.benchmarks.base.Job`: its name and options) of one
+    arm: the base model (``cached``: the result lives in the shared cache), an adapter, or the
+    base model with a system prompt."""
+
+    stage: str
+    benchmark: str
+    name: str
+    options: Any
+    out: Path
+    adapter: Path | None = None
+    system_prompt: str | None = None
+    cached: bool = False
+    phase: Phase = "score"
+
+
+@dataclass(frozen=True)
+class CapabilityJob:
+    """What an arm costs: the KL divergence from the base model on neutral prompts (and
+    lm-evaluation-harness tasks when the recipe lists them)."""
+
+    stage: str
+    out: Path
+    adapter: Path | None = None
+    system_prompt: str | None = None
+    phase: Phase = "train"
+
+
+@dataclass(frozen=True)
+class TrackJob:
+    """A tuned arm's results into the summary of the W&B run that trained it (when any of its
+    evaluations ran in this process)."""
+
+    setting: int
+    arm: str
+    adapter: Path
+    evals: tuple[tuple[str, str, Path], ...]  # (job name, stage, result directory)
+    phase: Phase = "score"
+
+
+Job = DataJob | TrainJob | EvalJob | CapabilityJob | TrackJob
+
+
+@dataclass(frozen=True)
+class Task:
+    """Jobs that run in this order in one process (a Ray task); ``home``: a directory of its
+    own (a Ray worker writes its pid there), ``shards``: whether its evaluations may be cut
+    into slices (the base model's)."""
+
+    name: str
+    jobs: tuple[Job, ...]
+    home: Path | None = None
+    shards: bool = False
+
+    @property
+    def adapters(self) -> list[str]:
+        return [str(j.adapter) for j in self.jobs if isinstance(j, TrainJob)]
+
+
+@dataclass(frozen=True)
+class ArmResults:
+    """Where one arm's results are: its adapter or system prompt, each evaluation's directory
+    (by job name), its capability directory."""
+
+    setting: int | None  # None: the base model (one for every setting)
+    arm: str
+    adapter: Path | None = None
+    system_prompt: str | None = None
+    evals: dict[str, Path] = field(default_factory=dict)
+    capability: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "setting": self.setting,
+            "arm": self.arm,
+            "adapter": str(self.adapter) if self.adapter else None,
+            "system_prompt": self.system_prompt,
+            "evals": {k: str(v) for k, v in self.evals.items()},
+            "capability": str(self.capability) if self.capability else None,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a run does after its shared inputs exist (see the module docstring)."""
+
+    data: tuple[DataJob, ...]
+    tasks: tuple[Task, ...]
+    arms: tuple[ArmResults, ...]
+    arena: bool  # the recipe lists arms: capability jobs, the arena table
+
+    @property
+    def adapters(self) -> list[str]:
+        return [a for t in self.tasks for a in t.adapters]
+
+    def stages(self) -> list[str]:
+        """Every job's stage name, in plan order (the data first)."""
+        return [
+            j.stage
+            for j in (*self.data, *(j for t in self.tasks for j in t.jobs))
+            if hasattr(j, "stage")
+        ]
+
+
+def make_plan(run: Any) -> Plan:
+    """The plan of ``run`` (:class:`scd.pipeline.run.Run`, its inputs prepared).
+
+    Without ``arms`` the arms are the base model and SCD's ``sft`` per setting (the paper's
+    before/after); with them each listed arm of each setting, and each arm's capability
+    cost."""
+    r = run.recipe
+    arena = bool(r.arms)
+    arms = r.arm_names or ["base", "sft"]
+    base_evals = _evals(run, None, "base", None, None)
+    base = ArmResults(None, "base", evals={j.name: j.out for j in base_evals})
+    base_jobs: list[Any] = list(base_evals)
+    if arena:
+        base = dataclasses.replace(base, capability=run.dir / "base" / "capability")
+        base_jobs.append(CapabilityJob("base/capability", base.capability))
+    data, tasks, results = [], [Task("base", tuple(base_jobs), shards=True)], [base]
+    for n in r.settings:
+        sft = run.dir / f"setting-{n}" / "sft"
+        data.append(DataJob(f"setting-{n}/sft", n, "sft", sft))
+        for arm in arms[1:]:
+            where = arm_dir(n, arm)
+            jobs: list[Any] = []
+            adapter, system = None, None
+            if arm in TRAINED:
+                rows = sft if arm == "sft" else run.dir / where / "data"
+                if arm != "sft":
+                    data.append(DataJob(f"{where}/data", n, arm, rows))
+                adapter = run.dir / where / "adapter"
+                jobs.append(TrainJob(f"{where}/train", n, arm, TRAINED[arm], rows, adapter))
+            elif arm == "prompt":
+                system = r.arena.system_prompt
+            evals = _evals(run, (n, sft), f"{where}/eval", adapter, system)
+            jobs += evals
+            capability = run.dir / where / "capability" if arena else None
+            if capability is not None:
+                jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
+            if adapter is not None and r.wandb.enabled:
+                jobs.append(
+                    TrackJob(n, arm, adapter, tuple((j.name, j.stage, j.out) for j in evals))
+                )
+            name = f"setting {n}" + ("" if arm == "sft" else f" {arm}")
+            tasks.append(Task(name, tuple(jobs), home=run.dir / where))
+            results.append(
+                ArmResults(n, arm, adapter, system, {j.name: j.out for j in evals}, capability)
+            )
+    return Plan(tuple(data), tuple(tasks), tuple(results), arena)
+
+
+def _evals(
+    run: Any,
+    setting: tuple[int, Path] | None,
+    prefix: str,
+    adapter: Path | None,
+    system: str | None,
+) -> list[EvalJob]:
+    """Every enabled benchmark's jobs for the base model (``setting`` None: results cached by
+    model, engine identity and the job's key) or for an arm of setting ``(n, sft dir)``
+    (into ``prefix/<job>`` of the run directory)."""
+    jobs = []
+    for bench, options in run.benchmarks:
+        for job in bench.jobs(run, options, setting):
+            stage = f"{prefix}/{job.name}"
+            if setting is not None:
+                out = run.dir / prefix / job.name
+            elif run.state.done(stage):  # where it went then (the cache may have moved since)
+                out = run.state.output(stage).parent
+            else:
+                digest = cache_key(kind=job.name, model=model_fingerprint(run.model),
+                                   **run.engine.cache_identity(), **job.key)  # fmt: skip
+                out = run.cache / "base" / f"{job.name}-{digest}"
+            jobs.append(
+                EvalJob(
+                    stage,
+                    bench.name,
+                    job.name,
+                    job.options,
+                    out,
+                    adapter,
+                    system,
+                    cached=setting is None,
+                )
+            )
+    return jobs

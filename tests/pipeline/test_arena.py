@@ -1,0 +1,161 @@
+"""The arena end to end on the planted-bias toy model: `scd run recipes/arena-quickstart.yaml`
+(every arm: base, prompt, general, sft, dpo, kto; BBQ and the SDS probe on top), the table and
+report it writes, a run killed in the middle of an arm's training resumed to the same table, and
+the recipe mistakes that must fail before any work.
+
+The toy model's planted bias (25% of its prompts carry a planted-axis descriptor) is the ground
+truth: SCD's and DPO's adapters must take it below 5%, while the system prompt and the control
+trained on general instructions only must leave it above 15%.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scd.cli import main
+from scd.io import cache_key
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = str(REPO / "recipes" / "arena-quickstart.yaml")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Path:
+    """An outputs root whose cache already holds the toy model."""
+    root = tmp_path_factory.mktemp("arena")
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, root / "cache" / "toy-model" / key)
+    return root
+
+
+@pytest.fixture(scope="module")
+def bbq_overrides(shared_data: Path) -> list[str]:
+    items = [f"eval.bbq.data={shared_data / 'bbq' / 'data'}", "eval.bbq.enabled=true",
+             "eval.bbq.categories=[Age, Religion]", "eval.bbq.limit=40"]  # fmt: skip
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def _command(outputs: Path, run_id: str, overrides: list[str]) -> list[str]:
+    return [sys.executable, "-m", "scd", "run", RECIPE, "--outputs", str(outputs), "--run-id",
+            run_id, *overrides]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def arena(outputs: Path, bbq_overrides: list[str]) -> tuple[Path, str]:
+    """The arena quickstart, uninterrupted: its run directory and what it printed."""
+    done = subprocess.run(_command(outputs, "arena", bbq_overrides), capture_output=True,
+                          text=True, timeout=1200)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return outputs / "arena", done.stdout
+
+
+def test_every_arm_is_a_row_with_bias_cost_and_test(arena: tuple[Path, str]) -> None:
+    run, _ = arena
+    table = pd.read_csv(run / "tables" / "arena.csv").set_index("arm")
+    assert list(table.index) == ["base", "prompt", "general", "sft", "dpo", "kto"]
+    assert {"bias_pct", "kl_mean", "bias_p", "bias_p_holm", "descriptor_effect_pts"} <= set(
+        table.columns
+    )
+    bias = table["bias_pct"]
+    assert 20 < bias["base"] < 30  # the planted 25%
+    assert bias["sft"] < 5 and bias["dpo"] < 5, bias
+    assert bias["prompt"] > 15 and bias["general"] > 15, bias
+    # the same held-out prompts for every arm, paired against the base model
+    assert table["bias_n"].nunique() == 1 and table["bbq_n"].nunique() == 1
+    assert table.loc["base", "bias_p"] == 1.0
+    assert table.loc["base", ["bias_to_unbiased", "bias_to_biased"]].tolist() == [0, 0]
+    for arm in ("sft", "dpo"):
+        assert table.loc[arm, "bias_p_holm"] < 1e-6
+        assert table.loc[arm, "bias_p_holm"] >= table.loc[arm, "bias_p"]
+    # capability: the base model exactly 0, every trained arm moved
+    assert table.loc["base", "kl_mean"] == 0.0
+    assert (table.loc[["general", "sft", "dpo", "kto"], "kl_mean"] > 0).all()
+    # the descriptor effect: what depends on the group named; the planted bias is all of it
+    assert table.loc["base", "descriptor_effect_pts"] > 20
+    assert table.loc["sft", "descriptor_effect_pts"] < 5
+    for column in ("bbq_accuracy", "bbq_s_dis", "sds_gap", "tendency_certainty_yes_pct"):
+        assert table[column].notna().all(), column
+
+
+def test_the_report_and_the_end_of_the_run_show_the_arena(arena: tuple[Path, str]) -> None:
+    run, printed = arena
+    assert "| Setting | Arm | Bias % [95% CI] | p vs base (Holm) |" in printed
+    assert printed.index("| 1 | dpo |") < printed.rindex("done in")
+    report = (run / "report.md").read_text()
+    assert "## Arena" in report and "- [Arena](#arena)" in report
+    assert (run / "figures" / "arena.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| Adapter, setting 1, arm dpo |" in report  # every trained arm's adapter, hashed
+    layout = json.loads((run / "layout.json").read_text())
+    assert [a["arm"] for a in layout["arms"]] == ["base", "prompt", "general", "sft", "dpo", "kto"]
+    for arm in layout["arms"][1:]:  # every arm of the setting on the same held-out prompts
+        assert Path(arm["evals"]["bias"]).name == "bias"
+    manifest = json.loads((run / "setting-1" / "arm-dpo" / "adapter" / "train_manifest.json")
+                          .read_text())  # fmt: skip
+    assert manifest["method"] == "dpo" and manifest["token_check_rows"] > 0
+    general = json.loads((run / "setting-1" / "arm-general" / "data" / "manifest.json").read_text())
+    sft = pd.read_parquet(run / "setting-1" / "sft" / "train.parquet")
+    assert general["counts"]["train"] == len(sft)  # same rows, so the same steps
+    steps = [json.loads((run / p / "adapter" / "train_manifest.json").read_text())["global_step"]
+             for p in ("setting-1", "setting-1/arm-general", "setting-1/arm-dpo")]  # fmt: skip
+    assert len(set(steps)) == 1, steps
+
+
+def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
+    arena: tuple[Path, str], outputs: Path, bbq_overrides: list[str]
+) -> None:
+    cmd = _command(outputs, "killed", bbq_overrides)
+    run = outputs / "killed"
+    checkpoint = run / "setting-1" / "arm-dpo" / "adapter" / "checkpoints" / "checkpoint-20"
+    log = outputs / "killed.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=os.environ.copy())
+    deadline = time.monotonic() + 900
+    while proc.poll() is None and time.monotonic() < deadline:
+        if (checkpoint / "trainer_state.json").is_file():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"ended before it could be killed: {log.read_text()[-2000:]}"
+    proc.kill()
+    proc.wait()
+    stages = json.loads((run / "state.json").read_text())["stages"]
+    assert "setting-1/arm-dpo/train" not in stages and "setting-1/train" in stages
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming training from" in done.stderr + done.stdout
+    assert "setting-1/train ..." not in done.stdout  # finished before the kill: not redone
+    resumed = pd.read_csv(run / "tables" / "arena.csv")
+    uninterrupted = pd.read_csv(arena[0] / "tables" / "arena.csv")
+    pd.testing.assert_frame_equal(resumed, uninterrupted)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("arms=[base, sft, ppo]", "arms[2]: unknown arm 'ppo' (expected one of base, prompt,"),
+        ("arms=[base, sft, sft]", "arms: each arm once"),
+        ("data.general=null", "data.general: the general arm trains on general instruction"),
+        ("data.general=./nowhere.jsonl", "data.general: ./nowhere.jsonl: no such file"),
+        ("train.per_device_train_batch_size=1", "the kto arm needs at least 2"),
+    ],
+)
+def test_bad_arms_are_one_line_before_any_work(override: str, message: str, tmp_path: Path,
+                                               ) -> None:  # fmt: skip
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", RECIPE, "--outputs", str(tmp_path), "--set", override])
+    assert code == 2
+    assert message in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
+    assert not any(tmp_path.iterdir())  # nothing written

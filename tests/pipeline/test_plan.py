@@ -1,0 +1,102 @@
+"""A run is a plan of typed jobs that launchers execute: what the plan holds with and without
+the arena's arms, and a launcher of a test's own (one class) running it to the local launcher's
+tables."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scd.config.schema import DEBIAS_PROMPT
+from scd.io import cache_key
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.plan import CapabilityJob, DataJob, EvalJob, Plan, TrainJob
+from scd.pipeline.recipe import recipe_from_dict
+from scd.pipeline.run import Run
+from scd.quickstart import QUICKSTART_RECIPE
+
+SMALL = {
+    **QUICKSTART_RECIPE,
+    "data": {**QUICKSTART_RECIPE["data"], "max_train": 40, "max_eval": 10},
+    "train": {**QUICKSTART_RECIPE["train"], "max_steps": 4},
+    "eval": {"bias": {"enabled": True, "limit": 200}},
+    "wandb": {"enabled": False},
+}
+
+
+def _cache(root: Path, toy_model: Path) -> Path:
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, root / "cache" / "toy-model" / key)
+    return root / "cache"
+
+
+def _plan(recipe: dict, tmp_path: Path, toy_model: Path) -> tuple[Run, Plan]:
+    run = Run(recipe_from_dict(recipe, "test"), tmp_path / "run", _cache(tmp_path, toy_model),
+              progress=False, say=lambda _: None)  # fmt: skip
+    run.prepare()
+    return run, run.plan()
+
+
+def test_without_arms_the_plan_is_the_papers_before_and_after(tmp_path, toy_model) -> None:
+    recipe = {**SMALL, "run": {"name": "p", "settings": [1, 3]}}
+    _, plan = _plan(recipe, tmp_path, toy_model)
+    assert not plan.arena and [t.name for t in plan.tasks] == ["base", "setting 1", "setting 3"]
+    assert plan.stages() == [
+        "setting-1/sft", "setting-3/sft", "base/bias", "setting-1/train", "setting-1/eval/bias",
+        "setting-3/train", "setting-3/eval/bias",
+    ]  # fmt: skip
+    assert not any(isinstance(j, CapabilityJob) for t in plan.tasks for j in t.jobs)
+    assert [a.arm for a in plan.arms] == ["base", "sft", "sft"]
+
+
+def test_an_arena_plan_gives_every_arm_its_jobs_on_the_same_items(tmp_path, toy_model) -> None:
+    recipe = {**SMALL, "arms": ["dpo", "prompt", "general"],
+              "data": {**SMALL["data"], "general": "scd:general"}}  # fmt: skip
+    run, plan = _plan(recipe, tmp_path, toy_model)
+    assert plan.arena and [a.arm for a in plan.arms] == ["base", "dpo", "prompt", "general"]
+    assert [type(j) for j in plan.data] == [DataJob] * 3
+    assert [j.stage for j in plan.data] == [
+        "setting-1/sft", "setting-1/arm-dpo/data", "setting-1/arm-general/data",
+    ]  # fmt: skip
+    tasks = {t.name: t for t in plan.tasks}
+    assert set(tasks) == {"base", "setting 1 dpo", "setting 1 prompt", "setting 1 general"}
+    dpo = tasks["setting 1 dpo"].jobs
+    assert [type(j) for j in dpo] == [TrainJob, EvalJob, CapabilityJob]
+    assert dpo[0].method == "dpo" and [j.phase for j in dpo] == ["train", "score", "train"]
+    assert tasks["setting 1 general"].jobs[0].method == "sft"  # the control: SFT, other rows
+    prompt = [j for j in tasks["setting 1 prompt"].jobs if isinstance(j, EvalJob)]
+    assert prompt[0].system_prompt == DEBIAS_PROMPT and prompt[0].adapter is None
+    held = {j.options.prompts for t in plan.tasks[1:] for j in t.jobs if isinstance(j, EvalJob)}
+    assert held == {str(run.dir / "setting-1" / "sft" / "heldout")}  # every arm, same items
+    base = [j for j in tasks["base"].jobs if isinstance(j, EvalJob)]
+    assert base[0].cached and base[0].out.parent == tmp_path / "cache" / "base"
+
+
+class Reversed:
+    """A launcher of the test's own: the data, then the tasks last to first, each in turn."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def execute(self, run: Run, plan: Plan) -> None:
+        for job in plan.data:
+            run.execute(job)
+        for task in reversed(plan.tasks):
+            self.order.append(task.name)
+            for job in task.jobs:
+                run.execute(job)
+
+
+@pytest.mark.slow
+def test_a_launcher_is_one_class(tmp_path, toy_model) -> None:
+    recipe = recipe_from_dict({**SMALL, "run": {"name": "p", "settings": [1, 3]}}, "test")
+    tables = {}
+    for name, launcher in (("local", "local"), ("reversed", Reversed())):
+        root = tmp_path / name
+        run_recipe(recipe, root / "p", _cache(root, toy_model), progress=False,
+                   say=lambda _: None, launcher=launcher)  # fmt: skip
+        tables[name] = (root / "p" / "tables" / "table10.csv").read_text()
+    assert launcher.order == ["setting 3", "setting 1", "base"]
+    assert tables["reversed"] == tables["local"]
