@@ -227,7 +227,12 @@ def pareto_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         xs, ys = zip(*front)
         ax.plot(xs, ys, color="#707070", linewidth=1, linestyle="--", zorder=0)
     ax.axhline(0, color="#b0b0b0", linewidth=0.8)
-    ax.set_xlabel("capability cost: mean KL from the base model on neutral prompts (nats)")
+    ax.set_xscale("symlog", linthresh=1e-3)  # 0 (the base model) and nats apart on one axis
+    ax.set_xlim(-5e-4, max(df["cost_high"].fillna(df["cost"]).max(), 1e-2) * 2)
+    ax.set_xlabel(
+        "capability cost: mean KL from the base model on neutral prompts (nats, "
+        "symmetric log scale)"
+    )
     ax.set_ylabel("bias reduction on held-out prompts (points)")
     ax.grid(color="#e0e0e0", linewidth=0.8)
     ax.spines[["top", "right"]].set_visible(False)
