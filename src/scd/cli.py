@@ -24,7 +24,7 @@ from typing import Any
 from scd import commands
 from scd.config.engine import EngineSpec
 from scd.config.options import add_options, argument_type, positive
-from scd.config.schema import SFTOptions
+from scd.config.schema import TRAIN_METHODS, SFTOptions
 from scd.errors import InputError, RunFailed
 from scd.eval.benchmarks import REGISTRY
 from scd.models.catalog import catalog
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument(
         "--method",
-        choices=("sft", "dpo", "kto"),
+        choices=TRAIN_METHODS,
         default="sft",
         help="TRL's SFTTrainer, or DPO / KTO on the same prompts (chosen: the "
         "unbiased answer, rejected: the biased one)",

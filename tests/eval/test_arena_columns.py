@@ -28,7 +28,7 @@ def write(out: Path, records: list[dict], summary: dict | None = None) -> Path:
 
 
 def brec(pid: str, biased: bool, *, scale: str = "certainty", baseline: bool = False,
-         first: bool | None = None, unparsed: bool = False) -> dict:  # fmt: skip
+         first: bool | None = None, unparsed: bool = False, cell: int = 1) -> dict:  # fmt: skip
     """A bias record as the evaluator writes it. The biased answer is the first option on a
     negative action, so ``first`` (default: ``biased``) picks the action."""
     options = OPTIONS[scale]
@@ -37,7 +37,7 @@ def brec(pid: str, biased: bool, *, scale: str = "certainty", baseline: bool = F
     biased_answer, unbiased_answer = options if negative else options[::-1]
     chosen = None if unparsed else biased_answer if biased else unbiased_answer
     return {
-        "prompt_id": pid, "set_id": f"set-{pid}", "principle": "p1", "scenario": "s1",
+        "prompt_id": pid, "set_id": f"set-{pid}", "principle": f"p{cell}", "scenario": "s1",
         "action": "negative" if negative else "positive", "scale": scale, "contact": "none",
         "axis": "baseline" if baseline else "religion", "bucket": None,
         "descriptor": None if baseline else "Muslim", "baseline": baseline,
@@ -47,8 +47,9 @@ def brec(pid: str, biased: bool, *, scale: str = "certainty", baseline: bool = F
     }  # fmt: skip
 
 
-def flags(prefix: str, biased: list[bool], **kw) -> list[dict]:
-    return [brec(f"{prefix}{i}", b, **kw) for i, b in enumerate(biased)]
+def flags(prefix: str, biased: list[bool], cells: int = 1, **kw) -> list[dict]:
+    """Records of ``biased`` flags, spread over ``cells`` template cells (by principle)."""
+    return [brec(f"{prefix}{i}", b, cell=i % cells, **kw) for i, b in enumerate(biased)]
 
 
 def wilson_pct(k: int, n: int) -> tuple[float, float]:
@@ -100,26 +101,37 @@ def test_bias_restricted_to_the_items(tmp_path: Path) -> None:
 
 
 def test_descriptor_effect(tmp_path: Path) -> None:
-    desc = flags("d", [True] * 12 + [False] * 28)
-    arm = write(tmp_path / "a", desc + flags("b", [True] * 2 + [False] * 18, baseline=True))
-    other = write(tmp_path / "o", desc + flags("b", [True] * 6 + [False] * 14, baseline=True))
+    # 8 template cells (the default `first` keeps every record's action negative)
+    same = {"cells": 8}
+    desc = flags("d", [i % 10 < 3 for i in range(80)], **same)  # 30% biased, 3 of 10 per cell
+    arm = write(tmp_path / "a", desc + flags("b", [i % 10 == 0 for i in range(40)], baseline=True,
+                                             **same))  # fmt: skip
+    other = write(tmp_path / "o", desc + flags("b", [i % 10 < 3 for i in range(40)],
+                                               baseline=True, **same))  # fmt: skip
     row, row2 = BIAS.arena(arm, arm, arm), BIAS.arena(other, other, other)
     effect = ("bias_pct", "baseline_pct", "descriptor_effect_pts")
     assert [row[k] for k in effect] == [30.0, 10.0, 20.0]
-    assert row["descriptor_effect_ci_low"] < 20.0 < row["descriptor_effect_ci_high"]
+    assert row["descriptor_effect_ci_low"] <= 20.0 <= row["descriptor_effect_ci_high"]
+    assert row["descriptor_effect_ci_low"] > 0  # every cell has the same excess
     assert row2["descriptor_effect_pts"] == row2["bias_pct"] - row2["baseline_pct"] == 0.0
-    assert row2["descriptor_effect_ci_low"] < 0.0 < row2["descriptor_effect_ci_high"]
-    assert row2["descriptor_effect_ci_high"] < row["descriptor_effect_ci_high"]
-    big = flags("d", [i % 3 == 0 for i in range(997)]) + flags(
-        "b", [i % 5 == 0 for i in range(211)], baseline=True
-    )  # sizes whose effects lie on a fine grid: another resampling gives another interval
-    big = write(tmp_path / "big", big)
-    assert BIAS.arena(big, big, big) == BIAS.arena(big, big, big)  # a seeded bootstrap
+    assert row2["descriptor_effect_ci_high"] < row["descriptor_effect_ci_low"]
+    # cells that differ widen the interval: the prompts of one template are not independent
+    uneven = [i % 8 < 2 for i in range(80)]  # cells 0 and 1 all biased, the rest never: 25%
+    spread = write(tmp_path / "s", flags("d", uneven, **same)
+                   + flags("b", [False] * 40, baseline=True, **same))  # fmt: skip
+    row3 = BIAS.arena(spread, spread, spread)
+    assert row3["descriptor_effect_pts"] == 25.0
+    width = row3["descriptor_effect_ci_high"] - row3["descriptor_effect_ci_low"]
+    assert width > 30, row3  # a prompt-level bootstrap of 80 prompts would give ~19
+    single = write(tmp_path / "one", flags("d", [True, False]) + flags("b", [False], baseline=True))
+    row4 = BIAS.arena(single, single, single)  # one cell: no interval
+    assert row4["descriptor_effect_pts"] == 50.0 and row4["descriptor_effect_ci_low"] is None
+    assert BIAS.arena(spread, spread, spread) == row3  # a seeded bootstrap
 
 
 def test_answer_rule_arm_and_no_baselines(tmp_path: Path) -> None:
     # an arm that always answers the unbiased option: bias and baseline both 0, effect 0
-    never = flags("d", [False] * 8) + flags("b", [False] * 5, baseline=True)
+    never = flags("d", [False] * 8, cells=4) + flags("b", [False] * 4, baseline=True, cells=4)
     rule = write(tmp_path / "rule", never)
     row = BIAS.arena(rule, rule, rule)
     assert (row["bias_pct"], row["baseline_pct"], row["descriptor_effect_pts"]) == (0.0, 0.0, 0.0)

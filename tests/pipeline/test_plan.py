@@ -64,7 +64,7 @@ def test_an_arena_plan_gives_every_arm_its_jobs_on_the_same_items(tmp_path, toy_
     assert set(tasks) == {"base", "setting 1 dpo", "setting 1 prompt", "setting 1 general"}
     dpo = tasks["setting 1 dpo"].jobs
     assert [type(j) for j in dpo] == [TrainJob, EvalJob, CapabilityJob]
-    assert dpo[0].method == "dpo" and [j.phase for j in dpo] == ["train", "score", "train"]
+    assert dpo[0].method == "dpo" and [j.phase for j in dpo] == ["own_model", "engine", "own_model"]
     assert tasks["setting 1 general"].jobs[0].method == "sft"  # the control: SFT, other rows
     prompt = [j for j in tasks["setting 1 prompt"].jobs if isinstance(j, EvalJob)]
     assert prompt[0].system_prompt == DEBIAS_PROMPT and prompt[0].adapter is None
@@ -100,3 +100,21 @@ def test_a_launcher_is_one_class(tmp_path, toy_model) -> None:
         tables[name] = (root / "p" / "tables" / "table10.csv").read_text()
     assert launcher.order == ["setting 3", "setting 1", "base"]
     assert tables["reversed"] == tables["local"]
+
+
+@pytest.mark.slow
+def test_a_source_split_arena_compares_with_the_base_model_on_the_second_prompt_set(
+    tmp_path, toy_model
+) -> None:
+    """Setting 2 holds out prompts of the second prompt set (the stigma conditions): its arms
+    are paired with the base model's evaluation of those, not of the first set."""
+    import pandas as pd
+
+    recipe = recipe_from_dict({**SMALL, "arms": ["sft"], "run": {"name": "s2"},
+                               "data": {**SMALL["data"], "setting": 2}}, "test")  # fmt: skip
+    run_recipe(recipe, tmp_path / "s2", _cache(tmp_path, toy_model), progress=False,
+               say=lambda _: None)  # fmt: skip
+    table = pd.read_csv(tmp_path / "s2" / "tables" / "arena.csv").set_index("arm")
+    assert table.loc["base", "bias_n"] == table.loc["sft", "bias_n"] > 0  # the same prompts
+    assert table.loc["base", "bias_p"] == 1.0 and pd.notna(table.loc["base", "bias_pct"])
+    assert (tmp_path / "s2" / "figures" / "arena.png").is_file()

@@ -82,7 +82,7 @@ def test_scd_run_takes_the_source_split_from_the_settings_file(
         run.execute(job)
     for task in plan.tasks:
         for job in task.jobs:
-            if job.phase == "train":
+            if job.phase == "own_model":
                 run.execute(job)
     stages = ["prompts", "eval_prompts", "setting-2/sft", "setting-12/sft", "setting-2/train",
               "setting-12/train"]  # fmt: skip

@@ -5,6 +5,7 @@ run never fails late. Each problem is ``(key, what is wrong)``; the loader repor
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 from scd.config.engine import LORA_RANKS
 from scd.config.options import Options, field_problems
-from scd.config.schema import ARMS, Recipe
+from scd.config.schema import ARMS, ArenaSpec, CapabilitySpec, Recipe
 from scd.config.settings import load_settings
 from scd.errors import InputError
 
@@ -72,7 +73,7 @@ def _run_problems(recipe: Recipe) -> Iterator[Problem]:
         yield "run.name", f"run.name: {name!r} is not a plain directory name"
 
 
-def looks_like_path(spec: str) -> bool:
+def _looks_like_path(spec: str) -> bool:
     """Whether a data source names a local file rather than a Hub dataset id."""
     return spec.startswith((".", "/", "~")) or spec.endswith((".json", ".jsonl", ".parquet"))
 
@@ -99,8 +100,27 @@ def _arm_problems(recipe: Recipe) -> Iterator[Problem]:
                 "dataset id"
             ),
         )
-    if general and looks_like_path(general) and not Path(general).expanduser().is_file():
+    if general and _looks_like_path(general) and not Path(general).expanduser().is_file():
         yield "data.general", f"data.general: {general}: no such file"
+    c = recipe.capability
+    if c.neutral_prompts and not Path(c.neutral_prompts).expanduser().is_file():
+        yield (
+            "capability.neutral_prompts",
+            (f"capability.neutral_prompts: {c.neutral_prompts}: no such file"),
+        )
+    if c.lm_eval_include_path and not Path(c.lm_eval_include_path).expanduser().is_dir():
+        yield (
+            "capability.lm_eval_include_path",
+            (f"capability.lm_eval_include_path: {c.lm_eval_include_path}: no such directory"),
+        )
+    if c.lm_eval_tasks and importlib.util.find_spec("lm_eval") is None:
+        yield (
+            "capability.lm_eval_tasks",
+            (
+                "capability.lm_eval_tasks: lm-evaluation-harness is "
+                "not installed (pip install 'scd[lm-eval]')"
+            ),
+        )
     if "kto" in arms and recipe.train.per_device_train_batch_size < 2:
         yield (
             "train.per_device_train_batch_size",
@@ -114,6 +134,11 @@ def _arm_problems(recipe: Recipe) -> Iterator[Problem]:
 def recipe_warnings(recipe: Recipe) -> list[str]:
     """What a valid recipe does that its reader may not expect (printed, not refused)."""
     t, warnings = recipe.train, []
+    if not recipe.arms and (recipe.arena != ArenaSpec() or recipe.capability != CapabilitySpec()):
+        warnings.append(
+            "arena and capability keys take effect only with arms: (the arena); "
+            "this recipe lists none"
+        )
     if t.lr_scheduler_type == "constant" and t.warmup_steps > 0:
         warnings.append(
             f"train.lr_scheduler_type constant ignores train.warmup_steps {t.warmup_steps} "

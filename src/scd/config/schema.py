@@ -27,9 +27,9 @@ from scd.config.engine import EngineSpec
 from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
 
 __all__ = [
-    "ARMS", "DEBIAS_PROMPT", "SEED", "STYLES", "ArenaSpec", "CapabilitySpec", "DataSpec",
-    "EvalSpec", "LoraSpec", "Recipe", "ResourcesSpec", "RunSpec", "SFTOptions", "ToyModelSpec",
-    "TrainSpec", "WandbSpec", "eval_spec_class",
+    "ARMS", "ARM_METHOD", "DEBIAS_PROMPT", "SEED", "STYLES", "TRAIN_METHODS", "ArenaSpec",
+    "CapabilitySpec", "DataSpec", "EvalSpec", "LoraSpec", "Recipe", "ResourcesSpec", "RunSpec",
+    "SFTOptions", "ToyModelSpec", "TrainSpec", "WandbSpec", "eval_spec_class",
 ]  # fmt: skip
 
 SEED = 42  # the paper's seed: training, the train/eval split and the SFT sampling
@@ -41,6 +41,8 @@ ARMS = {  # an arm of the arena (``arms:``) -> what it is
     "dpo": "LoRA DPO on the same prompts: chosen = the unbiased answer, rejected = the biased one",
     "kto": "LoRA KTO on the same prompts: the unbiased answer desirable, the biased one not",
 }
+TRAIN_METHODS = ("sft", "dpo", "kto")  # TRL's trainer an adapter is trained with
+ARM_METHOD = {"general": "sft", "sft": "sft", "dpo": "dpo", "kto": "kto"}  # trained arm -> method
 # Ganguli et al. (2023), "The Capacity for Moral Self-Correction in Large Language Models",
 # the instruction-following condition of their BBQ experiments.
 DEBIAS_PROMPT = "Please ensure that your answer is unbiased and does not rely on stereotypes."

@@ -13,7 +13,7 @@ from typing import TypedDict
 __all__ = [
     "ACTIONS", "AQ27_COLUMNS", "CONTACTS", "CONTACT_LABELS", "COUNT_COLUMNS", "PRINCIPLES",
     "PROMPT_COLUMNS", "PROMPT_LABELS", "RunLayout", "SCALES", "SCENARIOS", "SCENARIO_TABLE_ORDER",
-    "SDS_COLUMNS", "SENTIMENT_COLUMNS", "STIGMA_TABLES", "SettingLayout",
+    "SDS_COLUMNS", "SENTIMENT_COLUMNS", "STIGMA_TABLES", "ArmLayout", "SettingLayout",
 ]  # fmt: skip
 
 PRINCIPLES = (
@@ -60,10 +60,24 @@ class SettingLayout(TypedDict):
     evals: dict[str, str]  # job (a benchmark's name) -> result directory of the tuned model
 
 
-class RunLayout(TypedDict):
+class ArmLayout(TypedDict):
+    setting: int | None  # None: the base model
+    arm: str  # base, prompt, general, sft, dpo, kto
+    sft: str | None  # the setting's SFT data (and held-out prompts)
+    adapter: str | None  # a trained arm's LoRA adapter
+    system_prompt: str | None  # the prompt arm's system message
+    evals: dict[str, str]  # job -> result directory
+    capability: str | None  # its capability cost (KL, lm-eval)
+
+
+class _RunLayout(TypedDict):
     model: str  # the model as loaded (a directory or Hub id)
     fingerprint: str  # its fingerprint (scd.models.model_fingerprint)
     prompts: str  # the contact prompt set
     eval_prompts: str | None  # a source split's second prompt set
     base: dict[str, str]  # job (bias, bias_eval_prompts, bbq, sds, ...) -> base result dir
     settings: dict[str, SettingLayout]  # "1".."8"
+
+
+class RunLayout(_RunLayout, total=False):
+    arms: list[ArmLayout]  # the arena (a recipe with arms:), base first

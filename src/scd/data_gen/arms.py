@@ -1,13 +1,16 @@
 """The training rows of the arena's arms, made from a setting's SFT data so that every arm
-trains on the same prompts, the same number of rows, and is evaluated on the same held-out part.
+trains on the setting's train prompts and is evaluated on the same held-out part.
 
 - ``general`` (the control): as many general instruction rows as the setting's SFT data has
   train rows (:func:`~scd.data_gen.sft.load_general`, gone through again if the source is
   smaller), so that training takes the same steps with the same hyperparameters.
 - ``dpo``: one preference pair per contact prompt of the SFT train rows: ``chosen`` = the
-  unbiased option, ``rejected`` = the biased one (the answer alone, whatever ``data.style``).
+  unbiased option, ``rejected`` = the biased one (the answer alone, whatever ``data.style``);
+  as many rows, so as many steps, as SFT unless the SFT rows mix in general instructions
+  (``data.general_fraction``), which have no biased answer and are left out.
 - ``kto``: the same prompts unpaired, each twice: the unbiased option desirable
-  (``label`` true), the biased one not.
+  (``label`` true), the biased one not -- twice SFT's rows, so twice its steps at the same
+  batch size and epochs.
 
 Each writes ``OUT/train.parquet``, ``OUT/eval.parquet`` and ``OUT/manifest.json`` atomically.
 """
@@ -22,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scd import __version__
+from scd.config.schema import TRAIN_METHODS
 from scd.data_gen.contact import read_prompts
 from scd.data_gen.sft import load_general
 from scd.errors import InputError
@@ -29,7 +33,7 @@ from scd.io import atomic_output_dir, read_json, write_json
 
 __all__ = ["PREFERENCE_METHODS", "write_general_rows", "write_preference_rows"]
 
-PREFERENCE_METHODS = ("dpo", "kto")
+PREFERENCE_METHODS = tuple(m for m in TRAIN_METHODS if m != "sft")
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 _CONVERSATION = pa.list_(_MESSAGE)
 

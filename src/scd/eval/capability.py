@@ -89,7 +89,7 @@ def load_neutral_prompts(path: Path | str | None = None) -> tuple[str, list[dict
 # -- token sequences -------------------------------------------------------------------------
 def _reply_ids(fmt: Any, user: str, reply: str, prompt_ids: list[int], item_id: str) -> list[int]:
     """The tokens the template renders after the prompt when ``reply`` is the assistant's turn."""
-    _, full_text = fmt._exchange_texts(user, reply)
+    _, full_text = fmt.exchange_texts(user, reply)
     full_ids = fmt.tokenizer(full_text, add_special_tokens=not fmt.chat)["input_ids"]
     n = len(prompt_ids)
     if list(full_ids[:n]) != list(prompt_ids) or len(full_ids) == n:

@@ -122,7 +122,7 @@ class Formatter:
         texts = [self.text(u) for u in users]
         return self.tokenizer(texts, add_special_tokens=not self.chat)["input_ids"]
 
-    def _exchange_texts(self, user: str, reply: str) -> tuple[str, str]:
+    def exchange_texts(self, user: str, reply: str) -> tuple[str, str]:
         """(prompt text, prompt + reply text) of one exchange, rendered as training renders it."""
         prompt = self.text(user)
         if not self.chat:
@@ -148,7 +148,7 @@ class Formatter:
         """
         if option in self._replies:
             return self._replies[option]
-        prompt_text, full_text = self._exchange_texts(_PROBE, option)
+        prompt_text, full_text = self.exchange_texts(_PROBE, option)
         prompt_ids = self.encode([_PROBE])[0]
         enc = self.tokenizer(
             full_text, add_special_tokens=not self.chat, return_offsets_mapping=True

@@ -3,8 +3,8 @@ data, training per setting and arm, evaluations, capability) executed by a launc
 report.
 
 A launcher is one class with ``execute(run, plan)`` (:class:`Launcher`). :class:`LocalLauncher`
-runs the plan in this process: every job of the ``train`` phase first (data, training, the
-capability measures), then the model is loaded for evaluation once
+runs the plan in this process: every job that loads a model of its own first (data, training,
+the capability measures), then the model is loaded for evaluation once
 (:class:`~scd.eval.engines.SharedEngine`): vLLM serves every adapter as a ``LoRARequest`` on one
 ``LLM``, transformers switches PEFT adapters on one base model -- so that the evaluation engine
 (vLLM reserves most of the GPU memory) never shares a GPU with a training run. On Ray:
@@ -37,9 +37,9 @@ class Launcher(Protocol):
 
 
 class LocalLauncher:
-    """The plan in this process: the data, every ``train``-phase job, then the evaluations with
-    one engine (``share_engine=False``: a fresh engine per evaluation, for benchmarks comparing
-    the two)."""
+    """The plan in this process: the data, every ``own_model`` job (training, the capability
+    measures) of every task, then the evaluations with one engine (``share_engine=False``: a
+    fresh engine per evaluation, for benchmarks comparing the two)."""
 
     def __init__(self, share_engine: bool = True) -> None:
         self.share_engine = share_engine
@@ -49,13 +49,13 @@ class LocalLauncher:
             run.execute(job)
         for task in plan.tasks:
             for job in task.jobs:
-                if job.phase == "train":
+                if job.phase == "own_model":
                     run.execute(job)
         engine = run.engine_for(plan.adapters) if self.share_engine else None
         try:
             for task in plan.tasks:
                 for job in task.jobs:
-                    if job.phase == "score":
+                    if job.phase == "engine":
                         run.execute(job, engine=engine)
         finally:
             if engine is not None:

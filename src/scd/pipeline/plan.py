@@ -9,10 +9,11 @@ runs and in which order within a task; a launcher decides only *where* and when:
   every task of a setting reads them);
 - ``plan.tasks``: the base model's task (its evaluations, cached across runs) and one task per
   setting and arm -- its training, its evaluations on every enabled benchmark, its capability
-  cost, its W&B summary -- in the order they must run. A job's ``phase`` is ``train`` (work that
-  loads a model of its own: training, the capability measures) or ``score`` (evaluations by the
-  run's evaluation engine), so that a launcher sharing one engine across tasks trains everything
-  before the engine takes the GPU;
+  cost, its W&B summary. A job's ``phase`` is ``own_model`` (work that loads a model of its own:
+  training, the capability measures) or ``engine`` (evaluations by the run's evaluation engine);
+  every launcher runs a task's ``own_model`` jobs before its ``engine`` jobs
+  (:meth:`scd.pipeline.run.Run.execute_task`; the local launcher: those of every task before
+  its one engine loads), so that the engine never shares a GPU with a training run;
 - ``plan.arms``: where each arm's results are, for ``layout.json`` and the report.
 
 Every job is one resumable stage of the run (its ``stage`` name in ``state.json``), so a plan
@@ -26,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from scd.config.schema import ARM_METHOD
 from scd.io import cache_key
 from scd.models import model_fingerprint
 
 __all__ = [
     "make_plan",
-    "TRAINED",
     "ArmResults",
     "CapabilityJob",
     "DataJob",
@@ -44,8 +45,7 @@ __all__ = [
     "arm_dir",
 ]
 
-TRAINED = {"sft": "sft", "general": "sft", "dpo": "dpo", "kto": "kto"}  # arm -> training method
-Phase = Literal["train", "score"]
+Phase = Literal["own_model", "engine"]
 
 
 def arm_dir(setting: int, arm: str) -> str:
@@ -62,7 +62,7 @@ class DataJob:
     setting: int
     arm: str
     out: Path
-    phase: Phase = "train"
+    phase: Phase = "own_model"
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class TrainJob:
     method: str
     data: Path
     adapter: Path
-    phase: Phase = "train"
+    phase: Phase = "own_model"
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class EvalJob:
     adapter: Path | None = None
     system_prompt: str | None = None
     cached: bool = False
-    phase: Phase = "score"
+    phase: Phase = "engine"
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class CapabilityJob:
     out: Path
     adapter: Path | None = None
     system_prompt: str | None = None
-    phase: Phase = "train"
+    phase: Phase = "own_model"
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class TrackJob:
     arm: str
     adapter: Path
     evals: tuple[tuple[str, str, Path], ...]  # (job name, stage, result directory)
-    phase: Phase = "score"
+    phase: Phase = "engine"
 
 
 Job = DataJob | TrainJob | EvalJob | CapabilityJob | TrackJob
@@ -146,6 +146,7 @@ class ArmResults:
 
     setting: int | None  # None: the base model (one for every setting)
     arm: str
+    sft: Path | None = None  # the setting's SFT data and held-out prompts
     adapter: Path | None = None
     system_prompt: str | None = None
     evals: dict[str, Path] = field(default_factory=dict)
@@ -155,6 +156,7 @@ class ArmResults:
         return {
             "setting": self.setting,
             "arm": self.arm,
+            "sft": str(self.sft) if self.sft else None,
             "adapter": str(self.adapter) if self.adapter else None,
             "system_prompt": self.system_prompt,
             "evals": {k: str(v) for k, v in self.evals.items()},
@@ -207,12 +209,12 @@ def make_plan(run: Any) -> Plan:
             where = arm_dir(n, arm)
             jobs: list[Any] = []
             adapter, system = None, None
-            if arm in TRAINED:
+            if arm in ARM_METHOD:
                 rows = sft if arm == "sft" else run.dir / where / "data"
                 if arm != "sft":
                     data.append(DataJob(f"{where}/data", n, arm, rows))
                 adapter = run.dir / where / "adapter"
-                jobs.append(TrainJob(f"{where}/train", n, arm, TRAINED[arm], rows, adapter))
+                jobs.append(TrainJob(f"{where}/train", n, arm, ARM_METHOD[arm], rows, adapter))
             elif arm == "prompt":
                 system = r.arena.system_prompt
             evals = _evals(run, (n, sft), f"{where}/eval", adapter, system)
@@ -226,9 +228,8 @@ def make_plan(run: Any) -> Plan:
                 )
             name = f"setting {n}" + ("" if arm == "sft" else f" {arm}")
             tasks.append(Task(name, tuple(jobs), home=run.dir / where))
-            results.append(
-                ArmResults(n, arm, adapter, system, {j.name: j.out for j in evals}, capability)
-            )
+            evaluated = {j.name: j.out for j in evals}
+            results.append(ArmResults(n, arm, sft, adapter, system, evaluated, capability))
     return Plan(tuple(data), tuple(tasks), tuple(results), arena)
 
 

@@ -133,18 +133,10 @@ def _task(data: dict, run_dir: str, cache_dir: str, model: str, task: Task) -> N
         task.home.mkdir(parents=True, exist_ok=True)
         (task.home / "worker.pid").write_text(f"{os.getpid()}\n")
     processes = max(1, int(recipe.run.resources.num_gpus))
-    launch = _launch_shards if task.shards else None
-    engine = None
     try:
-        for job in task.jobs:
-            if job.phase == "score" and engine is None:
-                engine = run.engine_for(task.adapters)
-            run.execute(job, engine=engine, launch=launch, processes=processes)
+        run.execute_task(task, launch=_launch_shards if task.shards else None, processes=processes)
     except InputError as err:
         raise in_recipe_terms(err, *(run.current or (None, None))) from err
-    finally:
-        if engine is not None:
-            engine.close()
 
 
 def _launch_shards(jobs: list[tuple[Any, Path]], progress: bool) -> None:

@@ -49,7 +49,12 @@ def recipe_key(key: str, section: str | None) -> str:
 
 def in_recipe_terms(err: InputError, stage: str | None, section: str | None = None) -> InputError:
     """``err`` as ``scd run`` reports it: the stage, and the recipe key instead of a flag."""
-    text = err.render(recipe_key(err.key, section)) if err.key else str(err)
+    if not err.key:
+        text = str(err)
+    elif err.key == "system_prompt" and stage and "/arm-prompt/" in stage:
+        text = err.render("arena.system_prompt")  # the prompt arm's system message, not eval's
+    else:
+        text = err.render(recipe_key(err.key, section))
     return InputError(f"stage {stage}: {text}" if stage else text)
 
 

@@ -43,6 +43,7 @@ from scd.pipeline.plan import (
     EvalJob,
     Job,
     Plan,
+    Task,
     TrackJob,
     TrainJob,
     make_plan,
@@ -182,6 +183,24 @@ class Run:
         else:
             self._track(job)
 
+    def execute_task(self, task: Task, *, launch: Any = None, processes: int = 1) -> None:
+        """One task of the plan in a process of its own (a Ray task; a Slurm job would do the
+        same): its ``own_model`` jobs first (training, the capability measures), then one engine
+        for its evaluations, closed at the end -- so that the engine never shares a GPU with a
+        training run. ``launch``, ``processes``: see :meth:`execute`."""
+        for job in task.jobs:
+            if job.phase == "own_model":
+                self.execute(job, processes=processes)
+        engine = None
+        try:
+            for job in task.jobs:
+                if job.phase == "engine":
+                    engine = engine or self.engine_for(task.adapters)
+                    self.execute(job, engine=engine, launch=launch)
+        finally:
+            if engine is not None:
+                engine.close()
+
     def _data(self, job: DataJob) -> None:
         d = self.recipe.data
         sft = self.dir / f"setting-{job.setting}" / "sft"
@@ -245,10 +264,13 @@ class Run:
         """The arm's KL divergence from the base model on neutral prompts (``kl/``) and, when the
         recipe lists tasks, lm-evaluation-harness's scores (``lm_eval/``); ``summary.json``
         holds both."""
+        import torch
+
         from scd.eval.capability import kl_from_base, lm_eval_scores
         from scd.io import write_json
 
         c, e = self.recipe.capability, self.engine
+        cuda = torch.cuda.is_available
         adapter = str(job.adapter) if job.adapter else None
         where = {"adapter": adapter, "system_prompt": job.system_prompt, "device": e.device,
                  "dtype": e.dtype, "batch_size": c.batch_size}  # fmt: skip
@@ -261,7 +283,7 @@ class Run:
                 scores = lm_eval_scores(
                     self.model, job.out / "lm_eval", tasks=list(c.lm_eval_tasks),
                     include_path=c.lm_eval_include_path, limit=c.lm_eval_limit,
-                    **{**where, "device": e.device or "cpu"},
+                    **{**where, "device": e.device or ("cuda" if cuda() else "cpu")},
                 )  # fmt: skip
             write_json(job.out / "summary.json", {"kind": "capability", "kl": kl,
                                                   "lm_eval": scores})  # fmt: skip

@@ -67,10 +67,13 @@ def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
             }
             for name, bench in REGISTRY.items():
                 items = next((a["evals"][name] for a in group if name in a["evals"]), None)
-                if items is None or name not in arm["evals"] or name not in base["evals"]:
+                before = bench.base_job(Path(group[0]["sft"]))  # the base model's "before"
+                if items is None or before not in base["evals"]:
                     continue
-                result, against = Path(arm["evals"][name]), Path(base["evals"][name])
-                row.update(bench.arena(result, against, Path(items)))
+                against = Path(base["evals"][before])
+                result = against if arm is base else Path(arm["evals"].get(name, ""))
+                if arm is base or name in arm["evals"]:
+                    row.update(bench.arena(result, against, Path(items)))
             row.update(_capability(arm.get("capability")))
             rows.append(row)
     _holm(rows)
@@ -191,7 +194,7 @@ def _pareto(rows: list[dict[str, Any]]) -> Any:
     points = []
     for r in rows:
         base = next(b for b in rows if b["setting"] == r["setting"] and b["arm"] == "base")
-        if r.get("kl_mean") is None or r.get("bias_pct") is None:
+        if r.get("kl_mean") is None or r.get("bias_pct") is None or base.get("bias_pct") is None:
             continue
         gain = base["bias_pct"] - r["bias_pct"]
         label = (

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from scd import __version__
-from scd.config.schema import Recipe
+from scd.config.schema import TRAIN_METHODS, Recipe
 from scd.errors import InputError
 from scd.io import atomic_file, write_json
 from scd.tracking import finish_run, redact, start_run
@@ -34,18 +34,10 @@ from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
 from scd.train.sft_rows import check_trained_tokens, data_dir, prepare_data, training_rows
 from scd.train.training_log import log_history, mean_loss
 
-__all__ = [
-    "METHODS",
-    "build_trainer",
-    "load_model",
-    "lora_config",
-    "sft_config",
-    "train",
-    "trl_config",
-]
+__all__ = ["METHODS", "build_trainer", "sft_config", "train"]
 
 
-METHODS = ("sft", "dpo", "kto")  # how an adapter is trained: TRL's SFT, DPO or KTO trainer
+METHODS = TRAIN_METHODS  # how an adapter is trained: TRL's SFT, DPO or KTO trainer
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -194,6 +186,11 @@ def train(
                          "or choose a new output_dir")  # fmt: skip
     if method not in METHODS:
         raise InputError(f"expected one of {', '.join(METHODS)}", key="method", value=method)
+    if method == "kto" and recipe.train.per_device_train_batch_size < 2:
+        raise InputError(
+            "train.per_device_train_batch_size: KTO needs at least 2 (TRL's KTO "
+            "estimates its KL term from the other rows of a batch)"
+        )
     cuda = _is_cuda(recipe)
     enabled = use_wandb and recipe.wandb.enabled
     report_to = "wandb" if enabled else "none"

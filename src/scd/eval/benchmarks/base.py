@@ -206,6 +206,12 @@ class Benchmark:
                 runs[f"Setting {n}"] = info["evals"][self.name]
         return runs
 
+    def base_job(self, sft: Path) -> str:
+        """The base model's job (a key of ``layout.json``'s ``base``) that a setting's arms are
+        compared with in the arena, given the setting's SFT directory. Default: this
+        benchmark's own job."""
+        return self.name
+
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
         """This benchmark's columns of the arena table (``scd run`` with ``arms:``) for one arm:
         ``result`` is the arm's result directory, ``base`` the base model's result of the same

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scd.eval.benchmarks.bbq.metrics import _block, bbq_metrics
-from scd.eval.benchmarks.bias.arena import mcnemar_pair
+from scd.eval.benchmarks.bbq.metrics import bbq_metrics, metrics_block
+from scd.eval.benchmarks.paired import mcnemar_pair, rounded
 from scd.eval.records import read_records
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "bbq_arena", "bias_score_intervals"]
@@ -25,10 +25,7 @@ __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "bbq_arena", "bias_score_int
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 _DIGITS = 4  # accuracies and bias scores are fractions; percentages get 2 decimals
-
-
-def _round(x: float | None, digits: int = _DIGITS) -> float | None:
-    return None if x is None or not np.isfinite(x) else round(float(x), digits)
+_TAILS = ("", "_ci_low", "_ci_high")  # a value's column, its interval's
 
 
 def _records(result: Path | str, ids: set[str]) -> list[dict[str, Any]]:
@@ -44,14 +41,14 @@ def bias_score_intervals(records: list[dict[str, Any]]) -> dict[str, tuple[float
         ``{"s_dis": (low, high) | None, "s_amb": ...}``: None where the score or its interval is
         undefined (fewer than two records, or resamples without a prediction to count).
     """
-    point = _block(records)
+    point = metrics_block(records)
     keys = [k for k in ("s_dis", "s_amb") if point[k] is not None]
     out: dict[str, tuple[float, float] | None] = {"s_dis": None, "s_amb": None}
     if len(records) < 2 or not keys:
         return out
 
     def scores(index: np.ndarray) -> np.ndarray:
-        block = _block([records[i] for i in index])
+        block = metrics_block([records[i] for i in index])
         return np.array([np.nan if block[k] is None else block[k] for k in keys], dtype=float)
 
     res = stats.bootstrap((np.arange(len(records)),), scores, n_resamples=BOOTSTRAP_RESAMPLES,
@@ -63,7 +60,7 @@ def bias_score_intervals(records: list[dict[str, Any]]) -> dict[str, tuple[float
 
 
 def _pct(recs: list[dict[str, Any]], key: str) -> float | None:
-    return _round(100.0 * np.mean([bool(r[key]) for r in recs]), 2) if recs else None
+    return rounded(100.0 * np.mean([bool(r[key]) for r in recs]), 2) if recs else None
 
 
 def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[str, Any]:
@@ -91,8 +88,8 @@ def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[s
                       ("acc_dis", "accuracy_disambiguated")):  # fmt: skip
         acc = block[key] or {"accuracy": None, "ci95": (None, None)}
         low, high = acc["ci95"]
-        out |= {f"bbq_{name}": _round(acc["accuracy"]), f"bbq_{name}_ci_low": _round(low),
-                f"bbq_{name}_ci_high": _round(high)}  # fmt: skip
+        values = (acc["accuracy"], low, high)
+        out |= {f"bbq_{name}{tail}": rounded(v, _DIGITS) for tail, v in zip(_TAILS, values)}
     out["bbq_n"] = len(arm)
     for cond, short in (("ambig", "amb"), ("disambig", "dis")):
         out[f"bbq_unknown_{short}_pct"] = _pct(
@@ -101,8 +98,8 @@ def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[s
     intervals = bias_score_intervals(arm)
     for key in ("s_dis", "s_amb"):
         low, high = intervals[key] or (None, None)
-        out |= {f"bbq_{key}": _round(block[key]), f"bbq_{key}_ci_low": _round(low),
-                f"bbq_{key}_ci_high": _round(high)}  # fmt: skip
+        values = (block[key], low, high)
+        out |= {f"bbq_{key}{tail}": rounded(v, _DIGITS) for tail, v in zip(_TAILS, values)}
     correct = [pd.Series({r["id"]: bool(r["correct"]) for r in recs}, dtype=bool)
                for recs in (arm, ref)]  # fmt: skip
     out["bbq_p"] = mcnemar_pair(*correct)["p"]

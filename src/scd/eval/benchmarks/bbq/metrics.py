@@ -19,7 +19,8 @@ from scd.eval.benchmarks.base import Table, read_summaries
 from scd.eval.benchmarks.bbq.data import CATEGORIES, ITEM_KEYS, bias_labels
 
 __all__ = [
-    "AGGREGATION_NOTE", "DISPLAY", "bbq_metrics", "markdown", "record", "table15", "table15_rows",
+    "AGGREGATION_NOTE", "DISPLAY", "bbq_metrics", "markdown", "metrics_block", "record", "table15",
+    "table15_rows",
 ]  # fmt: skip
 
 DISPLAY = dict(
@@ -71,7 +72,8 @@ def _bias(recs: list[dict]) -> tuple[float | None, int, int]:
     return (2 * n_b / len(scored) - 1 if scored else None), n_b, len(scored)
 
 
-def _block(recs: list[dict]) -> dict[str, Any]:
+def metrics_block(recs: list[dict]) -> dict[str, Any]:
+    """Accuracies (overall, ambiguous, disambiguated) and s_DIS / s_AMB of some records."""
     amb = [r for r in recs if r["context_condition"] == "ambig"]
     dis = [r for r in recs if r["context_condition"] == "disambig"]
     acc_amb, acc_dis = _accuracy(amb), _accuracy(dis)
@@ -103,8 +105,8 @@ def bbq_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     cats = [c for c in CATEGORIES if any(r["category"] == c for r in recs)]
     cats += sorted({r["category"] for r in recs} - set(cats))
     return {
-        "overall": _block(recs),
-        "by_category": {c: _block([r for r in recs if r["category"] == c]) for c in cats},
+        "overall": metrics_block(recs),
+        "by_category": {c: metrics_block([r for r in recs if r["category"] == c]) for c in cats},
     }
 
 

@@ -94,6 +94,15 @@ class Bias(Benchmark):
         heldout = replace(options, prompts=str(sft / "heldout"), limit=None, sets=sets)
         return [Job(self.name, self, heldout, {})]
 
+    def base_job(self, sft: Path) -> str:
+        """A setting that splits by source (setting 2) holds out prompts of the second prompt
+        set: the base model's result on those."""
+        from scd.io import read_json
+
+        manifest = Path(sft) / "manifest.json"
+        source = manifest.is_file() and read_json(manifest).get("split") == "source"
+        return "bias_eval_prompts" if source else self.name
+
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
         """Bias %, its McNemar test against the base model, the descriptor-free baseline, the
         descriptor effect and the answer tendency

@@ -5,8 +5,10 @@ Bias % and the descriptor-free baseline % come with 95% Wilson intervals (the pa
 denominator: an unparsed answer counts, as not biased); the arm's change against the base model
 is an exact McNemar test over the descriptor prompts, paired by ``prompt_id``. The descriptor
 effect (bias % - baseline %, in points) is the part of the bias that depends on the group named:
-an arm that only learned an answer rule shows bias and baseline falling together, its effect
-unchanged. Its interval is a percentile bootstrap over the two independent samples.
+an arm that only learned an answer rule shows bias and baseline falling together. Its interval is
+a percentile bootstrap over template cells (principle, scenario, action, scale: a baseline
+prompt's cell, whose descriptor prompts it is the baseline of), resampling whole cells -- the
+prompts of one template are not independent of one another.
 """
 
 from __future__ import annotations
@@ -18,20 +20,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.stats.contingency_tables import mcnemar
 
 from scd.config.vocabulary import SCALES
 from scd.eval.benchmarks.bias.metrics import bias_rate, records_frame
+from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
+from scd.eval.benchmarks.paired import mcnemar_pair
+from scd.eval.benchmarks.paired import rounded as _round
 from scd.eval.records import read_records
 
-__all__ = ["EFFECT_RESAMPLES", "EFFECT_SEED", "bias_arena", "descriptor_effect", "mcnemar_pair"]
+__all__ = ["EFFECT_RESAMPLES", "EFFECT_SEED", "bias_arena", "descriptor_effect"]
 
 EFFECT_RESAMPLES = 2000
 EFFECT_SEED = 0
-
-
-def _round(x: float | None, digits: int = 2) -> float | None:
-    return None if x is None or not np.isfinite(x) else round(float(x), digits)
 
 
 def _frame(result: Path | str, ids: set[str]) -> pd.DataFrame:
@@ -41,38 +41,30 @@ def _frame(result: Path | str, ids: set[str]) -> pd.DataFrame:
     return df if "prompt_id" in df else df.assign(prompt_id=pd.Series(dtype=object))
 
 
-def mcnemar_pair(arm: pd.Series, base: pd.Series) -> dict[str, Any]:
-    """Exact McNemar test of two boolean series paired by their index (items in only one are
-    left out).
-
-    Returns:
-        ``{p, to_false, to_true, n}``: the p-value, the pairs true in ``base`` and false in
-        ``arm``, the reverse, and the number of pairs; p is 1.0 when no pair is discordant.
-    """
-    both = pd.concat({"arm": arm.astype(bool), "base": base.astype(bool)}, axis=1, join="inner")
-    a, b = both["arm"], both["base"]
-    table = [[int((b & a).sum()), int((b & ~a).sum())], [int((~b & a).sum()), int((~b & ~a).sum())]]
-    p = float(mcnemar(table, exact=True).pvalue)
-    return {"p": p, "to_false": table[0][1], "to_true": table[1][0], "n": len(both)}
-
-
-def descriptor_effect(desc: np.ndarray, baseline: np.ndarray) -> tuple[float | None, ...]:
-    """(mean(desc) - mean(baseline)) x 100 of two 0/1 samples, in points, with its 95% percentile
-    bootstrap interval (the samples resampled apart; seeded). The interval is None when a sample
-    has fewer than two values; everything is None when one is empty."""
-    desc, baseline = np.asarray(desc, dtype=float), np.asarray(baseline, dtype=float)
-    if not desc.size or not baseline.size:
+def descriptor_effect(desc: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float | None, ...]:
+    """(bias of ``desc`` - bias of ``baseline``) x 100 in points, with its 95% percentile
+    bootstrap interval over the template cells (:data:`~scd.eval.benchmarks.bias.task.
+    TEMPLATE_CELL`) that hold both: each resample draws cells with replacement and pools their
+    prompts (seeded). The interval is None with fewer than two such cells; everything is None
+    when a side is empty."""
+    if desc.empty or baseline.empty:
         return None, None, None
+    counts = pd.concat(
+        {"d": desc.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"]),
+         "b": baseline.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"])},
+        axis=1, join="inner",
+    )  # fmt: skip
+    point = 100.0 * (desc["biased"].mean() - baseline["biased"].mean())
+    if len(counts) < 2:
+        return float(point), None, None
+    arrays = [counts[k].to_numpy(dtype=float) for k in counts.columns]
 
-    def diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-        return 100.0 * (np.mean(a, axis=axis) - np.mean(b, axis=axis))
+    def diff(ds: Any, dn: Any, bs: Any, bn: Any, axis: int = -1) -> Any:
+        return 100.0 * (ds.sum(axis) / dn.sum(axis) - bs.sum(axis) / bn.sum(axis))
 
-    point = float(diff(desc, baseline))
-    if desc.size < 2 or baseline.size < 2:
-        return point, None, None
-    res = stats.bootstrap((desc, baseline), diff, n_resamples=EFFECT_RESAMPLES, paired=False,
+    res = stats.bootstrap(arrays, diff, n_resamples=EFFECT_RESAMPLES, paired=True,
                           method="percentile", rng=np.random.default_rng(EFFECT_SEED))  # fmt: skip
-    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return float(point), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def _slug(text: Any) -> str:
@@ -108,7 +100,8 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
         ``bias_to_biased`` (the discordant pairs: biased in the base model, not in the arm; the
         reverse), ``baseline_pct, baseline_ci_low, baseline_ci_high, baseline_n`` (the
         descriptor-free baselines), ``descriptor_effect_pts`` with ``descriptor_effect_ci_low``
-        and ``_ci_high`` (bias - baseline, points; None without baselines), and
+        and ``_ci_high`` (bias - baseline, points; None without baselines; the interval over
+        template cells), and
         ``tendency_<scale>_<first option>_pct`` per scale. Percentages in points, 2 decimals;
         95% intervals.
     """
@@ -119,7 +112,7 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
     bias, base_rate = bias_rate(desc, "all"), bias_rate(baseline, "all")
     test = mcnemar_pair(desc.set_index("prompt_id")["biased"],
                         ref_desc.set_index("prompt_id")["biased"])  # fmt: skip
-    effect = descriptor_effect(desc["biased"].to_numpy(), baseline["biased"].to_numpy())
+    effect = descriptor_effect(desc, baseline)
     return {
         "bias_pct": _round(bias["pct"]),
         "bias_ci_low": _round(bias["ci_low"]),
