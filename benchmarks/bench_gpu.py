@@ -8,8 +8,8 @@ default SDPA attention.
     python benchmarks/bench_gpu.py ... --tiny      # the same steps on a tiny model (CPU check)
 
 Random weights change no cost: the FLOPs of a forward pass depend on shapes only. A part that
-cannot run (e.g. no trl/datasets on the machine) is reported, not hidden. The device image lacks
-trl, datasets and wandb: carry their wheels (see the device README) or pass --skip-training.
+cannot run (e.g. no trl/datasets on the machine) is reported, not hidden; --skip-training scores
+only. Training needs trl, datasets, peft and bitsandbytes (paged AdamW). Figures: BENCHMARKS.md.
 """
 
 from __future__ import annotations
