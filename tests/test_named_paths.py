@@ -1,0 +1,34 @@
+"""Every repository path that a user-facing file names exists: the README, the documents, the
+recipes. A file moved or renamed without its mentions fails here rather than in a reader's shell."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NAMED = re.compile(
+    r"(?<![\w./-])((?:src|recipes|benchmarks|tests|configs|validation|docs|\.ci)/[\w.*/{}-]*[\w*])"
+)
+FILES = sorted(
+    [*REPO.glob("*.md"), *(REPO / "docs").rglob("*.md"), *(REPO / "recipes").rglob("*.yaml"),
+     *(REPO / "recipes").rglob("*.md")]
+)  # fmt: skip
+
+
+def named_paths(text: str) -> set[str]:
+    return set(NAMED.findall(text))
+
+
+def test_the_pattern_finds_paths_and_leaves_urls() -> None:
+    text = "see src/scd/cli.py, `recipes/quickstart.yaml`; https://x.org/src/a.py and outputs/x"
+    assert named_paths(text) == {"src/scd/cli.py", "recipes/quickstart.yaml"}
+
+
+@pytest.mark.parametrize("doc", FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_path_a_user_file_names_exists(doc: Path) -> None:
+    missing = [p for p in sorted(named_paths(doc.read_text()))
+               if not any(REPO.glob(p)) and not (REPO / p).exists()]  # fmt: skip
+    assert missing == [], f"{doc.relative_to(REPO)} names paths that do not exist"
