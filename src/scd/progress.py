@@ -1,17 +1,26 @@
 """Progress of long work on stderr, readable where it lands: a tqdm bar on a terminal; in a log
-file (SLURM, nohup, CI) a plain line every ``SCD_PROGRESS_SECONDS`` seconds (default 30) and at
-the end -- done/total, rate, ETA -- as lm-eval and TRL write to logs; nothing when quiet."""
+file (SLURM, nohup, CI) a plain line at most every ``SCD_PROGRESS_SECONDS`` seconds (default 30)
+and once at the end -- done/total, rate, ETA -- as lm-eval and TRL write to logs; nothing when
+quiet.
+
+A line moves inside a unit of work too: while :meth:`Progress.part` is open, an engine's
+:func:`tick` after each of its batches moves the line through that part, so a 512-item chunk of a
+slow model shows progress before it ends."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from scd.errors import InputError
 
-__all__ = ["Progress", "say"]
+__all__ = ["Progress", "say", "tick"]
+
+_PARTS: list[tuple[Progress, int, int]] = []  # (line, items done at a part's start, size)
 
 
 def say(text: str) -> None:
@@ -43,6 +52,7 @@ class Progress:
         self.every = _seconds(os.environ.get("SCD_PROGRESS_SECONDS", "30"))
         self.started = self.last = time.perf_counter()
         self.bar: Any = None
+        self.status = ""  # e.g. the last loss, shown after the counts
         if enabled and done:
             say(f"{name}: resuming at {done:,}/{total:,} {unit}s (finished earlier, kept)")
         if enabled and sys.stderr.isatty():
@@ -50,24 +60,57 @@ class Progress:
 
             self.bar = tqdm(total=total, initial=done, unit=unit, desc=name, dynamic_ncols=True)
 
-    def line(self) -> str:
-        """``name: 1,024/17,280 prompts (6%), 51.2 prompts/s, ETA 5m17s``."""
+    def line(self, final: bool = False) -> str:
+        """``name: 1,024/17,280 prompts (6%), 51.2 prompts/s, ETA 5m17s`` (``done`` if final)."""
         rate = (self.done - self.first) / max(time.perf_counter() - self.started, 1e-9)
         eta = _eta((self.total - self.done) / rate) if rate > 0 else "?"
         pct = 100 * self.done / max(self.total, 1)
+        status = f", {self.status}" if self.status else ""
+        end = "done" if final else f"ETA {eta}"
         return (f"{self.name}: {self.done:,}/{self.total:,} {self.unit}s ({pct:.0f}%), "
-                f"{rate:,.1f} {self.unit}s/s, ETA {eta}")  # fmt: skip
+                f"{rate:,.1f} {self.unit}s/s{status}, {end}")  # fmt: skip
+
+    def note(self, status: str) -> None:
+        """A short status shown after the counts from now on (a loss, an accuracy)."""
+        self.status = status
+        if self.bar is not None:
+            self.bar.set_postfix_str(status)
 
     def update(self, n: int) -> None:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        elif self.enabled and time.perf_counter() - self.last >= self.every:
+        elif (self.enabled and self.done < self.total  # the last line is close()'s
+              and time.perf_counter() - self.last >= self.every):  # fmt: skip
             self.last = time.perf_counter()
             say(self.line())
+
+    @contextmanager
+    def part(self, size: int) -> Iterator[None]:
+        """``size`` items under way: :func:`tick` moves the line within them; when the block
+        ends without an error, the line stands at their end."""
+        start = self.done
+        _PARTS.append((self, start, size))
+        try:
+            yield
+        finally:
+            _PARTS.pop()
+        if start + size > self.done:
+            self.update(start + size - self.done)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
         elif self.enabled and self.done > self.first:
-            say(self.line().replace(", ETA 0m00s", ", done"))
+            say(self.line(final=True))
+
+
+def tick(done: int, total: int) -> None:
+    """An engine finished a batch: ``done`` of the ``total`` requests of its current call. Moves
+    the innermost open :meth:`Progress.part` by that share; nothing when no part is open."""
+    if not _PARTS or total <= 0:
+        return
+    line, start, size = _PARTS[-1]
+    position = start + size * min(done, total) // total
+    if position > line.done:
+        line.update(position - line.done)

@@ -277,3 +277,9 @@ def test_progress_lands_in_a_log_file_as_lines(toy_model, toy_prompts, tmp_path)
     assert "scd eval bias: resuming at 128/" in again.stderr
     quiet = subprocess.run([*argv, "--quiet"], stderr=subprocess.PIPE, text=True, env=env)
     assert quiet.returncode == 0 and "scd eval bias" not in quiet.stderr
+    # one chunk of 300 prompts: the engine's batches of 32 move the line inside it
+    one_chunk = [*argv[:-2], "--chunk-size", "512", "--batch-size", "32", "--out",
+                 str(tmp_path / "one")]  # fmt: skip
+    run = subprocess.run(one_chunk, stderr=subprocess.PIPE, text=True, env=env)
+    lines = [x for x in run.stderr.splitlines() if x.startswith("scd eval bias: ")]
+    assert len(lines) >= 9 and sum(", done" in x for x in lines) == 1, run.stderr

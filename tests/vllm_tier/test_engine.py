@@ -1,6 +1,7 @@
 """The vLLM engine itself on real vLLM: its next-token scores equal vLLM's own ``prompt_logprobs``
-reference, the planted-bias toy model (head size 32) answers as on transformers, and a start that
-cannot work is one line naming the options to change."""
+reference (and move scd's progress line as vLLM finishes requests), the planted-bias toy model
+(head size 32) answers as on transformers, and a start that cannot work is one line naming the
+options to change."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from scd.config.engine import EngineSpec
 from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest, make_engine
 from scd.models.formatting import load_tokenizer
+from scd.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "eval"))
 from vllm_reference import reference_score  # noqa: E402  tests/eval/vllm_reference.py
@@ -30,12 +32,17 @@ def test_next_token_scores_equal_the_prompt_logprobs_reference(toy_model, vllm_d
     reqs = [ChoiceRequest(tuple(p), ((5,), (7,))) for p in prompts]
     reqs += [ChoiceRequest(tuple(p), ((5, 9), (5, 11, 3), (7,), (12, 9))) for p in prompts]
     engine = make_engine(VLLM, str(toy_model), tokenizer=tok)
+    line = Progress("vllm", len(reqs), enabled=False)
     try:
-        got, want = engine.score(reqs), reference_score(engine, reqs)
+        with line.part(len(reqs)):
+            got = engine.score(reqs)
+            moved = line.done  # vLLM's finished requests moved the line before the part ended
+        want = reference_score(engine, reqs)
     finally:
         engine.close()
     for x, y in zip(got, want, strict=True):
         assert x == pytest.approx(y, abs=TOLERANCE)
+    assert moved == len(reqs)
 
 
 def test_the_toy_model_answers_as_on_transformers(toy_model, toy_prompts, tmp_path, vllm_device):

@@ -159,8 +159,9 @@ def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
     shown = Progress(task.name, len(task.work), done=log.done, unit=task.unit, enabled=progress)
     try:
         for lo, hi in log.chunks():
-            log.append(task.score(task.work[lo:hi]))
-            shown.update(hi - lo)
+            with shown.part(hi - lo):  # the engine's batches move the line within the chunk
+                records = task.score(task.work[lo:hi])
+            log.append(records)
     finally:
         shown.close()
 

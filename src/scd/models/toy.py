@@ -23,6 +23,7 @@ from scd.data_gen.contact import generate_contact_table, user_text
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
 from scd.io import atomic_output_dir, cache_key, check_output_dir, write_json
+from scd.progress import Progress
 
 __all__ = ["CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model"]
 
@@ -124,11 +125,9 @@ def _train(
     Returns:
         Steps taken, the last losses (up to :data:`CHECK_EVERY`), accuracy over all rows.
     """
-    from tqdm.auto import tqdm
-
     ids, pos, pair = data
-    off = None if progress else True  # None: off when stderr is not a terminal
-    with tqdm(total=max_steps, desc="toy model", unit="step", disable=off, leave=False) as bar:
+    bar = Progress("toy model", max_steps, unit="step", enabled=progress)
+    try:
         gen = torch.Generator().manual_seed(seed)
         sample = torch.randperm(len(ids), generator=gen)[:CHECK_SAMPLE]
         opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
@@ -145,19 +144,21 @@ def _train(
             loss.backward()
             opt.step()
             step += 1
-            bar.update()
+            bar.update(1)
             losses = [*losses[1 - CHECK_EVERY :], loss.item()]
             if step % CHECK_EVERY == 0:
                 acc = _accuracy(model, ids[sample], pos[sample], pair[sample])
                 log.info(
                     "toy model: step %d, loss %.4f, sample accuracy %.4f", step, losses[-1], acc
                 )
-                bar.set_postfix_str(f"loss {losses[-1]:.3f}, accuracy {acc:.3f}")
+                bar.note(f"loss {losses[-1]:.3f}, sample accuracy {acc:.3f}")
                 if acc >= TARGET_ACCURACY:
                     acc = _accuracy(model, ids, pos, pair)
                     if acc >= TARGET_ACCURACY:
                         return step, losses, acc
         return step, losses, _accuracy(model, ids, pos, pair)
+    finally:
+        bar.close()
 
 
 def build_toy_model(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scd.errors import InputError, first_line
+from scd.progress import tick
 
 __all__ = ["RETRY_STATUS", "Malformed", "ServerClient", "ServerRefused"]
 
@@ -132,9 +133,15 @@ class ServerClient:
         timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, CONNECT_TIMEOUT_S))
         async with httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits) as http:
 
+            finished = 0
+
             async def one(body: Any, parse: Callable) -> Any:
+                nonlocal finished
                 async with gate:
-                    return await self._retried(http, method, path, body, parse, retry, missing)
+                    answer = await self._retried(http, method, path, body, parse, retry, missing)
+                finished += 1
+                tick(finished, len(asks))  # the progress line moves with each answer
+                return answer
 
             tasks = [asyncio.ensure_future(one(b, p)) for b, p in asks]
             try:

@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pad_sequence
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.progress import tick
 
 __all__ = ["HFEngine", "load_model"]
 
@@ -179,6 +180,7 @@ class HFEngine:
                     values = self._score_full(reqs)
                 for i, v in zip(batch, values):
                     scores[i] = v
+                tick(start + len(batch), len(order))
         return scores
 
     @torch.inference_mode()
@@ -256,4 +258,5 @@ class HFEngine:
                 )
             for i, row in zip(batch, new[:, ids.shape[1] :].tolist()):
                 texts[i] = self.tokenizer.decode(row, skip_special_tokens=True).strip()
+            tick(start + len(batch), len(order))
         return texts

@@ -34,15 +34,19 @@ change.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from scd.config.engine import LORA_RANKS, EngineSpec, resolve_dtype
 from scd.errors import InputError, first_line
 from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
+from scd.progress import tick
 
 __all__ = [
     "DEFAULT_MAX_MODEL_LEN", "INSTALL_HINT", "VLLMEngine", "adapter_rank",
@@ -135,6 +139,19 @@ def _reason(err: BaseException) -> str:
 
 def _logprob(entry: Any) -> float:
     return float(getattr(entry, "logprob", entry))
+
+
+class _Ticker(tqdm):
+    """vLLM's progress bar (``use_tqdm`` takes a tqdm class), drawn nowhere: every request vLLM
+    finishes moves scd's progress line instead (:func:`scd.progress.tick`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "file": io.StringIO()})
+
+    def update(self, n: float | None = 1) -> bool | None:
+        shown = super().update(n)
+        tick(int(self.n), int(self.total or 0))
+        return shown
 
 
 class VLLMEngine:
@@ -230,7 +247,7 @@ class VLLMEngine:
             [{"prompt_token_ids": list(p)} for p in prompts],
             params,
             lora_request=self.lora,
-            use_tqdm=False,
+            use_tqdm=_Ticker,
         )
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
