@@ -132,7 +132,6 @@ class ServerClient:
         limits = httpx.Limits(max_connections=self.concurrency)
         timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, CONNECT_TIMEOUT_S))
         async with httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits) as http:
-
             finished = 0
 
             async def one(body: Any, parse: Callable) -> Any:
