@@ -292,8 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(REGISTRY)}, stigma) with --runs: its runs side by "
                         "side")  # fmt: skip
     report.add_argument("--runs", nargs="+", metavar="NAME=DIR", help="with a benchmark: result "
-                        'dirs of `scd eval <benchmark>`, e.g. "Without FT=out/base"')  # fmt: skip
-    report.add_argument("--out", help="with a benchmark: write Markdown here (and .json beside it)")
+                        'dirs of `scd eval <benchmark>`, e.g. "Without FT=out/base" (a bare DIR '
+                        "is named by its last part)")  # fmt: skip
+    report.add_argument("--out", help="with a benchmark: FILE.md writes the Markdown (and .json "
+                        "beside it); a directory gets report.md, report.html with the figures, "
+                        "and tables/")  # fmt: skip
     merge = sub.add_parser("merge", help="merge a LoRA adapter into its base model")
     merge.add_argument("--adapter", required=True, help="adapter directory")
     merge.add_argument("--base", help="base model (default: the adapter's base_model_name_or_path)")

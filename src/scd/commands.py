@@ -158,7 +158,6 @@ def _export_lm_eval(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     """``scd report RUN_DIR``, or ``scd report <benchmark> --runs NAME=DIR ...``: one table over
     several result dirs."""
-    import json
     from pathlib import Path
 
     from scd.eval.benchmarks import REGISTRY, get
@@ -179,21 +178,36 @@ def _report(args: argparse.Namespace) -> None:
     runs = {}
     for item in args.runs:
         name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InputError(f"--runs {item}: expected NAME=DIR (e.g. 'base=out/base')")
+        if not sep:  # a bare DIR is named by its last part
+            name, path = Path(item).name, item
+        if not name or not path:
+            raise InputError(f"--runs {item}: expected NAME=DIR or DIR (e.g. 'base=out/base')")
+        if name in runs:
+            raise InputError(f"--runs {item}: the name {name!r} is given twice; use NAME=DIR")
         runs[name] = Path(path)
-    target = args.target
-    if target == "stigma":  # which probe: the first run says
-        summary = next(iter(runs.values())) / "summary.json"
-        target = json.loads(summary.read_text()).get("probe", "") if summary.is_file() else "sds"
-    table = get(target).table(runs)
-    if args.out:
+    if args.target == "stigma":  # one probe's runs, or mlm runs with sentiment runs
+        from scd.eval.benchmarks.stigma.tables import pooled_stigma_table, runs_by_probe
+
+        probes = runs_by_probe(runs)
+        one = len(probes) == 1
+        table = get(next(iter(probes))).table(runs) if one else pooled_stigma_table(probes)
+    else:
+        table = get(args.target).table(runs)
+    if not args.out:
+        print(table.markdown)
+    elif args.out.endswith(".md"):
         out = Path(args.out)
         out.write_text(table.markdown)
         out.with_suffix(".json").write_text(json_text(table.rows))
         print(f"{args.target} table -> {out}")
-    else:
-        print(table.markdown)
+    else:  # a report directory: report.md, report.html with the figures, tables/
+        from scd.eval.benchmarks.base import save_table
+        from scd.report.html import write_report
+
+        md, html = write_report(args.out, f"scd report {args.target}", table.markdown,
+                                table.figures)  # fmt: skip
+        save_table(Path(args.out) / "tables", table)
+        print(f"{args.target} report -> {md}, {html}")
 
 
 def _load_recipe(args: argparse.Namespace) -> Recipe:

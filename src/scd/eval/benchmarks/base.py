@@ -75,12 +75,14 @@ class Job:
 
 @dataclass(frozen=True)
 class Table:
-    """Several runs of one benchmark side by side: Markdown, tidy rows (CSV/JSON) and the name
-    of its files under ``tables/``."""
+    """Several runs of one benchmark side by side: Markdown, tidy rows (CSV/JSON), the name
+    of its files under ``tables/`` and its figures (PNG bytes by name; the Markdown places each
+    with ``{{figure:NAME}}``, :mod:`scd.report.html`)."""
 
     markdown: str
     rows: list[dict[str, Any]]
     name: str
+    figures: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 def evaluated(summary: dict[str, Any]) -> str:
@@ -229,6 +231,7 @@ class Benchmark:
             return []
         table = self.table(runs)
         save_table(tables, table)
+        figures.update(table.figures)
         return [table.markdown, ""]
 
 

@@ -6,6 +6,9 @@ is the most probable one. The negative label is the one whose name contains "neg
 negative, LABEL_NEG, ...) unless ``negative_label`` names it. Per condition the proportion of
 negative predictions pools all its prompts (both templates, every sub-condition), as Mei et al. 2023
 does. The gap stigmatized - non-stigmatized uses :func:`scd.eval.benchmarks.stigma.stats.gap`.
+Beside it, the shares of all three classes (negative, neutral, positive: Mei et al.'s Figure 4)
+per group, pooled and per template; a label whose name says neither "pos" nor "neu" counts as
+``other``.
 
 :func:`correlate` gives Pearson's r between the masked-LM bias (per-condition P(negative
 attitude) of an ``mlm`` run) and the sentiment bias (proportion negative) over the conditions
@@ -27,8 +30,8 @@ from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap, pearson
 
 __all__ = [
-    "Sentiment", "correlate", "negative_label_of", "classify_chunk",
-    "summarize_sentiment",
+    "CLASSES", "Sentiment", "class_table", "classify_chunk", "correlate",
+    "negative_label_of", "sentiment_class", "summarize_sentiment",
 ]  # fmt: skip
 
 KEYS = SENTIMENT_COLUMNS[:-2]  # a record keeps these of its prompt (not form and text)
@@ -71,26 +74,74 @@ def classify_chunk(
     return records
 
 
+CLASSES = ("negative", "neutral", "positive")  # "other": a label of none of these
+
+
+def sentiment_class(record: dict[str, Any]) -> str:
+    """A record's predicted class: ``negative`` (the negative label), else ``positive`` or
+    ``neutral`` when the label's name says so ("pos", "neu"), else ``other``."""
+    if record["negative"]:
+        return "negative"
+    name = str(record["label"]).lower()
+    return "positive" if "pos" in name else "neutral" if "neu" in name else "other"
+
+
+def _shares(labels: Sequence[str]) -> dict[str, float]:
+    """The share of each class (the three always, ``other`` when present)."""
+    keys = [*CLASSES, *(["other"] if "other" in labels else [])]
+    return {k: labels.count(k) / len(labels) for k in keys}
+
+
 def _proportions(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    groups: dict[str, list[bool]] = defaultdict(list)
+    """Per condition: its prompts' class shares pooled (``mean`` = proportion negative, as in
+    Mei et al. 2023) and per template (``templates``: proportion negative; ``by_template``: every
+    class)."""
+    groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     meta = {}
     for r in records:
         if not r["baseline"]:
-            groups[r["condition"]].append(r["negative"])
+            groups[r["condition"]][str(r["template"])].append(sentiment_class(r))
             meta[r["condition"]] = (r["category"], r["stigmatized"])
-    return {
-        c: {
+    out = {}
+    for c, by_template in groups.items():
+        pooled = _shares([x for labels in by_template.values() for x in labels])
+        shares = {t: _shares(v) for t, v in sorted(by_template.items())}
+        out[c] = {
             "category": meta[c][0],
             "stigmatized": meta[c][1],
-            "mean": sum(v) / len(v),
-            "n_prompts": len(v),
+            "mean": pooled["negative"],
+            "n_prompts": sum(len(v) for v in by_template.values()),
+            "proportions": pooled,
+            "templates": {t: v["negative"] for t, v in shares.items()},
+            "by_template": shares,
         }
-        for c, v in groups.items()
+    return out
+
+
+def class_table(conditions: dict[str, Any]) -> dict[str, Any]:
+    """The mean share of each class over the conditions of each group, pooled and per template:
+    ``{"pooled" | template: {"stigmatized" | "non_stigmatized": {class: share}}}``."""
+    scopes: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
+    for c in conditions.values():
+        group = "stigmatized" if c["stigmatized"] else "non_stigmatized"
+        scopes["pooled"][group].append(c["proportions"])
+        for t, shares in c["by_template"].items():
+            scopes[t][group].append(shares)
+    return {
+        scope: {
+            g: {
+                k: sum(s.get(k, 0.0) for s in v) / len(v)
+                for k in dict.fromkeys(k for s in v for k in s)
+            }
+            for g, v in sorted(groups.items(), key=lambda kv: kv[0] != "stigmatized")
+        }
+        for scope, groups in scopes.items()
     }
 
 
 def summarize_sentiment(records: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Proportion negative per condition, the gap with its CI, categories, baseline labels."""
+    """Proportion negative per condition, the gap with its CI, categories, baseline labels, and
+    every class's share per group, pooled and per template."""
     from scd.eval.benchmarks.stigma.sds import _by_category
 
     conditions = _proportions(records)
@@ -101,6 +152,7 @@ def summarize_sentiment(records: list[dict[str, Any]], seed: int = 0) -> dict[st
         "gap": gap(split[1], split[0], seed),
         "by_category": _by_category(conditions),
         "baseline": {str(r["template"]): r["label"] for r in records if r["baseline"]},
+        "classes": class_table(conditions),
         "conditions": conditions,
     }
 
@@ -153,11 +205,21 @@ class Sentiment(StigmaProbe):
             summary["correlation"] = correlate(mlm, summary)
         return summary
 
+    def table(self, runs: dict[str, Any]) -> Any:
+        """Classifier runs side by side and pooled (Mei et al. 2023, Figure 4 and section 5.2)."""
+        from scd.eval.benchmarks.stigma.tables import probe_table
+
+        return probe_table(self.name, runs)
+
     def markdown(self, summary: dict[str, Any], title: str) -> str:
         from scd.eval.benchmarks.stigma.common import fmt as _f
         from scd.eval.benchmarks.stigma.sds import sds_markdown
 
         text = sds_markdown(summary, title, "proportion of negative predictions")
+        if summary.get("classes"):
+            from scd.eval.benchmarks.stigma.pooled import class_lines
+
+            text += "\n" + "\n".join(class_lines({"Value": summary["classes"]}))
         c = summary.get("correlation")
         if c:
             text += (f"\nPearson r (MLM P(negative attitude) vs proportion negative, per "

@@ -18,7 +18,14 @@ Choices, and why:
   dimension's items are the columns, each (noun phrase, mental illness) an observation;
   ``alpha = k/(k-1) * (1 - sum(item variances) / variance(row sums))`` (sample variances).
 - **Pearson r** (Mei et al. 2023, section 5.3) between two per-condition bias measures
-  (``scipy.stats.pearsonr``).
+  (``scipy.stats.pearsonr``, 95% CI by Fisher's z), and **Spearman's rho** beside it
+  (``scipy.stats.spearmanr``; 95% CI by Fisher's z with the Bonett & Wright (2000) standard error
+  ``sqrt((1 + rho^2 / 2) / (n - 3))``): the rank correlation does not assume a linear relation
+  between a probability and a proportion, nor lean on a few extreme conditions.
+- **A pooled mean** (Mei et al. 2023, section 5.1: a condition's mean over 6 models x 4
+  templates) gets a 95% BCa bootstrap CI over its pooled values (:func:`mean_ci`): it says how
+  much the mean depends on which models and templates were pooled, not how a model would answer
+  new prompts.
 - **P(negative attitude)** of a fill-mask prediction (Mei et al. 2023, section 4.3): summed
   probability of negative words over that of positive, negative and neutral words; irrelevant
   and unrated words are dropped.
@@ -33,7 +40,8 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "ATTITUDES", "cronbach_alpha", "gap", "mental_vs_physical", "p_negative", "pearson",
+    "ATTITUDES", "cronbach_alpha", "gap", "mean_ci", "mental_vs_physical", "p_negative",
+    "pearson", "spearman",
 ]  # fmt: skip
 
 ATTITUDES = ("positive", "negative", "neutral", "irrelevant")
@@ -48,6 +56,29 @@ def p_negative(mass: dict[str, float]) -> float | None:
 
 def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def _bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Any, seed: int) -> tuple:
+    """A 95% BCa bootstrap interval (percentile where BCa degenerates)."""
+    for method in ("BCa", "percentile"):
+        rng = np.random.default_rng(seed)
+        res = stats.bootstrap(samples, statistic, n_resamples=N_RESAMPLES, method=method, rng=rng)
+        low, high = res.confidence_interval
+        if np.isfinite(low) and np.isfinite(high):
+            break
+    return float(low), float(high)
+
+
+def mean_ci(values: Sequence[float | None], seed: int = 0) -> dict[str, Any]:
+    """The mean of ``values`` (None left out) with its 95% BCa bootstrap CI: ``{mean, ci_low,
+    ci_high, n}``; the interval is the mean itself when the values do not vary, None below 2."""
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    mean = float(a.mean()) if a.size else None
+    out = {"mean": mean, "ci_low": None, "ci_high": None, "n": int(a.size)}
+    if a.size >= 2:
+        low, high = (mean, mean) if np.ptp(a) == 0 else _bootstrap_ci((a,), np.mean, seed)
+        out.update(ci_low=low, ci_high=high)
+    return out
 
 
 def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]:
@@ -79,14 +110,9 @@ def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread to resample; Welch t undefined
         out.update(ci_low=out["gap"], ci_high=out["gap"], p_welch=1.0 if out["gap"] == 0 else None)
         return out
-    for method in ("BCa", "percentile"):  # a degenerate BCa interval: percentile instead
-        rng = np.random.default_rng(seed)
-        res = stats.bootstrap((a, b), _mean_diff, n_resamples=N_RESAMPLES, method=method, rng=rng)
-        low, high = res.confidence_interval
-        if np.isfinite(low) and np.isfinite(high):
-            break
+    low, high = _bootstrap_ci((a, b), _mean_diff, seed)
     p = stats.ttest_ind(a, b, equal_var=False).pvalue
-    out.update(ci_low=float(low), ci_high=float(high), p_welch=float(p))
+    out.update(ci_low=low, ci_high=high, p_welch=float(p))
     return out
 
 
@@ -180,5 +206,24 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
         "p": float(res.pvalue),
         "ci_low": float(ci.low),
         "ci_high": float(ci.high),
+        "n": int(a.size),
+    }
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+    """Spearman's rho with its two-sided p-value and 95% CI (Fisher z, Bonett-Wright standard
+    error); None where undefined."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.size < 4 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return {"rho": None, "p": None, "ci_low": None, "ci_high": None, "n": int(a.size)}
+    res = stats.spearmanr(a, b)
+    rho = float(res.statistic)
+    z, se = np.arctanh(min(max(rho, -0.999999), 0.999999)), np.sqrt((1 + rho**2 / 2) / (a.size - 3))
+    half = stats.norm.ppf(0.975) * se
+    return {
+        "rho": rho,
+        "p": float(res.pvalue),
+        "ci_low": float(np.tanh(z - half)),
+        "ci_high": float(np.tanh(z + half)),
         "n": int(a.size),
     }
