@@ -174,3 +174,12 @@ def test_scd_debug_shows_the_library_error(tmp_path: Path, capsys, monkeypatch) 
     loud = capsys.readouterr().err
     assert "Traceback" in loud and loud.rstrip().splitlines()[-1] == quiet.rstrip()
     assert "During handling of the above exception" in loud  # the cause hidden by `from None`
+
+
+def test_a_bool_on_by_default_can_be_turned_off_on_the_command_line() -> None:
+    from scd.cli import build_parser
+
+    base = ["eval", "aq27", "--model", "m", "--prompts", "p", "--out", "o"]
+    parse = build_parser().parse_args
+    assert parse(base).in_vocabulary is True
+    assert parse([*base, "--no-in-vocabulary"]).in_vocabulary is False

@@ -109,6 +109,7 @@ def test_killed_run_resumes_to_the_same_tables(
         "eval.sds.limit_conditions=2",
         "eval.aq27.enabled=true",
         "eval.aq27.limit_conditions=2",
+        "eval.aq27.in_vocabulary=false",  # the toy model's vocabulary has no illness names
     ]
     recipe = str(REPO / "recipes" / "quickstart.yaml")
     cmd = [sys.executable, "-m", "scd", "run", recipe, "--outputs", str(root.parent), "--run-id",

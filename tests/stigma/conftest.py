@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_reference_lexicon(tmp_path_factory: pytest.TempPathFactory):
+    """An empty SCD_DATA_DIR for each module: the mlm probe's default lexicon is the packaged one
+    whatever the machine caches (a test that wants the authors' words sets its own)."""
+    old = os.environ.get("SCD_DATA_DIR")
+    os.environ["SCD_DATA_DIR"] = str(tmp_path_factory.mktemp("empty-data-dir"))
+    yield
+    if old is None:
+        os.environ.pop("SCD_DATA_DIR", None)
+    else:
+        os.environ["SCD_DATA_DIR"] = old
 
 
 @pytest.fixture(scope="session")

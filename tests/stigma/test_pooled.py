@@ -136,3 +136,16 @@ def test_report_of_one_probe_and_bad_mixes(pooled_runs: dict, capsys) -> None:
     assert main(["report", "mlm", "--runs", f"x={pooled_runs['m1']}", str(pooled_runs["m1"])]) == 0
     assert main(["report", "mlm", "--runs", f"m1={pooled_runs['m1']}", str(pooled_runs["m1"])]) == 2
     assert "given twice" in capsys.readouterr().err
+
+
+def test_aq27_of_a_paper_model_is_set_beside_table_2(
+    toy_mlm: Path, tiny_prompts: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "mental-roberta-base"
+    shutil.copytree(toy_mlm, model)
+    run = tmp_path / "aq27"
+    get("aq27").evaluate(str(model), run, prompts=tiny_prompts, progress=False, in_vocabulary=False)
+    md = get("aq27").table({"mental": run}).markdown
+    assert "## Beside Mina et al. 2024: AQ-27" in md and "### MentalRoBERTa (`mental`)" in md
+    assert "| Anger | *** | 0.99 |" in md  # the paper's row, then scd's
+    assert "Not compared (no run of the model given): roberta-biomedical-clinical-es" in md

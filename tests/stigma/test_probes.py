@@ -103,7 +103,9 @@ def test_causal_aq27_differences_equal_full_sentence_loglik(
 ) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    s = get("aq27").evaluate(str(toy_causal), tmp_path / "a", prompts=tiny_prompts, progress=False)
+    s = get("aq27").evaluate(
+        str(toy_causal), tmp_path / "a", prompts=tiny_prompts, progress=False, in_vocabulary=False
+    )
     assert s["n_frames"] == 27 * 4 and set(s["dimensions"]) == set(s["dimensions"])
     assert len(s["dimensions"]) == 9 and s["scoring"] == "causal_prior_corrected"
     recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
@@ -246,7 +248,9 @@ def test_aq27_finds_no_bias_where_only_name_lengths_differ(
     toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
     model = _length_only_model(toy_causal, tmp_path / "uniform")
-    s = get("aq27").evaluate(str(model), tmp_path / "a", prompts=tiny_prompts, progress=False)
+    s = get("aq27").evaluate(
+        str(model), tmp_path / "a", prompts=tiny_prompts, progress=False, in_vocabulary=False
+    )
     recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
     raw = {}
     for r in recs:
@@ -263,7 +267,9 @@ def test_aq27_finds_no_bias_where_only_name_lengths_differ(
 
 def test_aq27_finds_a_planted_association(toy_causal: Path, tiny_prompts: Path, tmp_path: Path):
     model = _length_only_model(toy_causal, tmp_path / "planted", plant=",")
-    s = get("aq27").evaluate(str(model), tmp_path / "a", prompts=tiny_prompts, progress=False)
+    s = get("aq27").evaluate(
+        str(model), tmp_path / "a", prompts=tiny_prompts, progress=False, in_vocabulary=False
+    )
     from scd.data_gen.stigma_probes import read_stigma_table
 
     rest = {r["prompt_id"]: r["frame"].split("<mask>", 1)[1]

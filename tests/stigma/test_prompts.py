@@ -166,5 +166,7 @@ def test_spanish_aq27_agrees_in_gender_and_gives_names_a_clause(tmp_path: Path, 
         load_aq27_spec(language="fr")
     small = tmp_path / "es-small"
     generate_stigma(small, language="es", limit_conditions=1)
-    summary = get("aq27").evaluate(str(toy_mlm), tmp_path / "run", prompts=small, progress=False)
+    summary = get("aq27").evaluate(
+        str(toy_mlm), tmp_path / "run", prompts=small, progress=False, in_vocabulary=False
+    )
     assert summary["n_records"] == 27 * 4 * 2 and summary["scoring"] == "pll_word_l2r"

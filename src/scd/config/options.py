@@ -199,7 +199,8 @@ def add_options(
 ) -> None:
     """Add ``--flag`` for each field of ``cls`` that is a flag (or those in ``names``): type,
     choices, default, help and check from the field; a backend's own option says so in its help.
-    A list becomes ``nargs="+"``, a bool ``store_true``."""
+    A list becomes ``nargs="+"``, a bool ``store_true`` (``--FLAG/--no-FLAG`` when it is on by
+    default)."""
     hints = typing.get_type_hints(cls)
     for f in _flag_fields(cls, names):
         meta, tp = f.metadata, hints[f.name]
@@ -213,8 +214,8 @@ def add_options(
         }
         args = typing.get_args(tp)
         choices = literal_values(tp)
-        if tp is bool:
-            kwargs["action"] = "store_true"
+        if tp is bool:  # on by default: --no-FLAG turns it off
+            kwargs["action"] = argparse.BooleanOptionalAction if default else "store_true"
         elif choices:
             kwargs["choices"] = choices
         else:

@@ -27,26 +27,51 @@ score of the mental and of the physical illnesses, Wilcoxon signed-rank over fra
 dimension (Bonferroni over the 9 dimensions), and Cronbach's alpha per dimension over the
 mental illnesses. Reverse-scored items (avoidance, help: willingness) are not flipped, as in
 Mina et al. 2024; read a positive difference there as *less* stigma.
+
+**In-vocabulary filter** (option ``in_vocabulary``, on by default). Mina et al. 2024 (section
+3.1) examine the illnesses "that are present in the models' vocabulary". Here an illness is in a
+model's vocabulary when every word of it (split at spaces), as it appears in the sentence --
+after a space, so that a BPE vocabulary's `` anxiety`` and a SentencePiece one's ``▁anxiety``
+count -- is one token of the model's tokenizer and not its unknown token. Concretely
+(:func:`in_vocabulary`): appending `` WORD`` to the text read so far (from ``"who has"``, the
+text before the slot in the items) adds exactly one token, not the unknown token, and leaves the
+tokens before it as they were. "Alzheimer's" is two tokens (`` Alzheimer`` ``'s``) to a
+byte-level BPE, so it is out even where " Alzheimer" is in; "a cold" is in when " a" and
+" cold" are. The filter runs when the task is built: dropped illnesses are never scored, the
+pinned configuration records the option and the kept and dropped illnesses (a resume never mixes
+lists), and the summary lists them per type (``illnesses_kept``, ``illnesses_dropped``). A type
+that loses an illness to the filter and keeps fewer than 2 is an error (set ``in_vocabulary``
+false).
+
+Figures (:mod:`~scd.eval.benchmarks.stigma.aq27_figures`, ``scd report aq27`` and the run
+report): Figure 1 (box plots of the records' scores, mental vs physical, overall and per
+dimension) and Figure 2 (the mean differences per dimension), one panel or bar group per run.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from scd.config.options import option
 from scd.config.vocabulary import AQ27_COLUMNS
-from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
-from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
+from scd.errors import InputError, first_line
+from scd.eval.benchmarks.base import Table
+from scd.eval.benchmarks.stigma.aq27_report import aq27_markdown, aq27_table
+from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask
 from scd.eval.benchmarks.stigma.stats import mental_vs_physical
 from scd.eval.engines import ChoiceRequest
+from scd.eval.tasks import CausalModel
 
 __all__ = [
-    "AQ27", "AQ27_KEYS", "DIMENSIONS", "NEUTRAL_FRAME", "aq27_markdown", "neutral_frame",
-    "score_chunk", "summarize_aq27",
+    "AQ27", "AQ27_KEYS", "AQ27Options", "DIMENSIONS", "NEUTRAL_FRAME", "VOCABULARY_CONTEXT",
+    "aq27_markdown", "in_vocabulary", "neutral_frame", "score_chunk", "summarize_aq27",
 ]  # fmt: skip
 
 NEUTRAL_FRAME = "This is {noun_phrase}{comma} who has <mask>."  # the prior's context
+VOCABULARY_CONTEXT = "who has"  # the text before the slot, for the in-vocabulary filter
 
 DIMENSIONS = (
     "anger",
@@ -60,6 +85,64 @@ DIMENSIONS = (
     "blame",
 )
 AQ27_KEYS = tuple(c for c in AQ27_COLUMNS if c not in ("frame", "prompt"))  # record keys
+
+
+@dataclass
+class AQ27Options(StigmaOptions):
+    """The AQ-27 probe's options."""
+
+    in_vocabulary: bool = option(
+        True, "score only the illnesses whose every word is one token of the model's tokenizer "
+        "(Mina et al. 2024, section 3.1); false: every illness of the prompts",
+    )  # fmt: skip
+
+
+def in_vocabulary(tokenizer: Any, illness: str) -> bool:
+    """Whether every word of ``illness``, read after :data:`VOCABULARY_CONTEXT` as in the items,
+    is one token of ``tokenizer`` and not its unknown token (the module docstring)."""
+    text = VOCABULARY_CONTEXT
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    for word in illness.split():
+        text = f"{text} {word}"
+        more = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if len(more) != len(ids) + 1 or more[: len(ids)] != ids:
+            return False
+        if tokenizer.unk_token_id is not None and more[-1] == tokenizer.unk_token_id:
+            return False
+        ids = more
+    return True
+
+
+def _illness_lists(task: StigmaTask, options: AQ27Options) -> tuple[dict, dict]:
+    """The prompts' illnesses per type split into those kept and those dropped by the filter.
+
+    Raises:
+        InputError: the tokenizer cannot be loaded, or the filter leaves a type with fewer than
+            2 illnesses.
+    """
+    names: dict[str, dict[str, None]] = {}
+    for r in task.work:
+        names.setdefault(r["illness_type"], {})[r["illness"]] = None
+    if not options.in_vocabulary:
+        return {t: list(v) for t, v in names.items()}, {t: [] for t in names}
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(task.model.model)
+    except (OSError, ValueError) as err:
+        raise InputError(f"cannot load its tokenizer (for in_vocabulary): {first_line(err)}",
+                         key="model", value=task.model.model) from None  # fmt: skip
+    kept, dropped = {}, {}
+    for kind, ills in names.items():
+        kept[kind] = [n for n in ills if in_vocabulary(tokenizer, n)]
+        dropped[kind] = [n for n in ills if n not in kept[kind]]
+        if dropped[kind] and len(kept[kind]) < 2:
+            raise InputError(
+                f"{len(kept[kind])} of the {len(ills)} {kind} illnesses of the prompts are in the "
+                f"model's vocabulary ({', '.join(kept[kind]) or 'none'}), 2 are needed; set "
+                "in_vocabulary false to score every illness", key="in_vocabulary", value="true",
+            )  # fmt: skip
+    return kept, dropped
 
 
 def _split_ids(tokenizer: Any, frame: str, illness: str) -> tuple[list[int], list[int]]:
@@ -152,44 +235,6 @@ def summarize_aq27(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _f(x: float | None, digits: int = 3) -> str:
-    return "–" if x is None else f"{x:.{digits}g}" if abs(x) < 1e-3 else f"{x:.{digits}f}"
-
-
-def _stars(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else "n.s."
-
-
-def aq27_markdown(summary: dict[str, Any], title: str) -> str:
-    """The AQ-27 summary in the layout of Table 2 of Mina et al. 2024, plus the mean differences."""
-    o = summary["overall"]
-    lines = [
-        f"# {title}",
-        "",
-        "Mental vs physical illness: Wilcoxon signed-rank over sentence frames (item x noun "
-        "phrase), per-dimension p-values Bonferroni-corrected; alpha = Cronbach's alpha over the "
-        f"mental illnesses. Difference = mean score of mental - physical illnesses; score: "
-        f"{summary['measure']}. Positive: mental illnesses more likely in the stigma statement. "
-        "Avoidance and help items express willingness (reverse-scored in the AQ-27).",
-        "",
-        "| Dimension | Mental − physical | Adjusted p | Significance | α | Frames |",
-        "|---|---|---|---|---|---|",
-        f"| ALL | {_f(o['mean_diff'])} | {_f(o['p'])} | {_stars(o['p'])} | – | {o['n']} |",
-    ]
-    for dim, r in summary["dimensions"].items():
-        lines.append(
-            f"| {dim.capitalize()} | {_f(r['mean_diff'])} | {_f(r['p_bonferroni'])} | "
-            f"{_stars(r['p_bonferroni'])} | {_f(r['alpha'], 2)} | {r['n']} |"
-        )
-    lines += ["", "## Mean score per illness", "", "| Type | Illness | Mean |", "|---|---|---|"]
-    for key, v in summary["illnesses"].items():
-        kind, name = key.split("/", 1)
-        lines.append(f"| {kind} | {name} | {_f(v)} |")
-    return "\n".join(lines) + "\n"
-
-
 def pll_chunk(
     model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], batch_size: int = 256
 ) -> list[dict[str, Any]]:
@@ -211,9 +256,21 @@ class AQ27(StigmaProbe):
 
     name = "aq27"
     help = "stigma: AQ-27, mental vs physical illness on a causal or masked LM (Mina et al. 2024)"
-    Options = StigmaOptions
+    Options = AQ27Options
     model_kinds = ("causal", "masked")
     table_file = "aq27"
+
+    def extra_config(self, options: AQ27Options) -> dict[str, Any]:
+        return {"in_vocabulary": options.in_vocabulary}
+
+    def task(self, model: CausalModel, options: AQ27Options) -> StigmaTask:
+        """The probe's task on the illnesses the in-vocabulary filter keeps (module docstring)."""
+        task = super().task(model, options)
+        kept, dropped = _illness_lists(task, options)
+        keep = {(kind, name) for kind, names in kept.items() for name in names}
+        task.work = [r for r in task.work if (r["illness_type"], r["illness"]) in keep]
+        task.config.update(n_items=len(task.work), illnesses_kept=kept, illnesses_dropped=dropped)
+        return task
 
     def scorer(self, task: Any, progress: bool) -> Any:
         if task.kind == "causal":
@@ -224,7 +281,9 @@ class AQ27(StigmaProbe):
 
     def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
         scoring = "pll_word_l2r" if task.kind == "masked" else "causal_prior_corrected"
-        return {**summarize_aq27(records), "scoring": scoring}
+        lists = {k: task.config[k] for k in ("in_vocabulary", "illnesses_kept",
+                                             "illnesses_dropped")}  # fmt: skip
+        return {**summarize_aq27(records), "scoring": scoring, **lists}
 
     def markdown(self, summary: dict[str, Any], title: str) -> str:
         return aq27_markdown(summary, title)
@@ -239,28 +298,3 @@ class AQ27(StigmaProbe):
 
     def table(self, runs: dict[str, Any]) -> Table:
         return aq27_table(runs)
-
-
-def aq27_table(runs: dict[str, Any]) -> Table:
-    """AQ-27 runs side by side: per dimension, the mental - physical difference with its
-    Bonferroni-corrected Wilcoxon p-value and Cronbach's alpha."""
-    summaries = read_summaries(runs, "aq27", probe=True)
-    names = list(summaries)
-    overall = {n: summaries[n]["overall"] for n in names}
-    cells = [["ALL", *(f"{_f(o['mean_diff'])} (p {_f(o['p'])})" for o in overall.values())]]
-    rows = [{"run": n, "dimension": "all", "mean_diff": o["mean_diff"], "p": o["p"]}
-            for n, o in overall.items()]  # fmt: skip
-    for dim in dict.fromkeys(d for s in summaries.values() for d in s["dimensions"]):
-        by_run = {n: summaries[n]["dimensions"].get(dim, {}) for n in names}
-        cells.append([dim.capitalize(), *(
-            f"{_f(c.get('mean_diff'))} (p_bonf {_f(c.get('p_bonferroni'))}, α "
-            f"{_f(c.get('alpha'), 2)})" for c in by_run.values())])  # fmt: skip
-        rows += [{"run": n, "dimension": dim, **{k: c.get(k) for k in
-                  ("mean_diff", "p_bonferroni", "alpha")}} for n, c in by_run.items()]  # fmt: skip
-    note = (
-        "Cells: mean log-likelihood difference mental − physical (positive: mental illnesses "
-        "more likely in the stigma statement), Wilcoxon signed-rank p (per dimension "
-        "Bonferroni-corrected over 9 dimensions), Cronbach's α over mental illnesses."
-    )
-    md = ["## Stigma: AQ-27 mental − physical (aq27)", "", *markdown_table(["", *names], cells)]
-    return Table("\n".join([*md, note, ""]), rows, "stigma-aq27")

@@ -6,7 +6,7 @@ before/after table of the probes that measure a stigmatized - non-stigmatized ga
 probe          model                   prompts (``scd generate stigma``)   per-prompt measure
 =============  ======================  ==================================  ==================
 ``sds``        causal LM (hf, vllm)    ``sds.parquet``                     P(Unlikely)
-``mlm``        masked LM (hf)          ``sds.parquet``                     lexicon P(negative)
+``mlm``        masked LM or XLNet (hf) ``sds.parquet``                     lexicon P(negative)
 ``aq27``       causal or masked LM     ``aq27.parquet``                    log-likelihood/PLL
 ``sentiment``  sequence classifier     ``sentiment.parquet``               negative label
 =============  ======================  ==================================  ==================
@@ -27,6 +27,7 @@ from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.options import option, positive
 from scd.errors import InputError, first_line
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table, evaluated
+from scd.eval.benchmarks.stigma.xlnet import is_xlnet
 from scd.eval.tasks import CausalModel, CausalTask
 
 __all__ = ["StigmaOptions", "StigmaProbe", "StigmaTask", "model_kind"]
@@ -51,22 +52,33 @@ class StigmaOptions(BenchmarkOptions):
     chunk_size: int = option(256, "prompts per resumable chunk", check=positive)
 
 
-def model_kind(model: str) -> str:
-    """``causal``, ``masked`` or ``classifier``, from the model config's architectures."""
+def _config(model: str) -> Any:
     from transformers import AutoConfig
 
     try:
-        archs = AutoConfig.from_pretrained(model).architectures or []
+        return AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
         raise InputError(
             "cannot load a model config (a local model directory or a Hub id is expected): "
             f"{first_line(err)}", key="model", value=model,
         ) from None  # fmt: skip
-    if any(a.endswith("ForMaskedLM") for a in archs):
-        return "masked"
+
+
+def _kind(config: Any) -> str:
+    archs = config.architectures or []
+    if any(a.endswith("ForMaskedLM") for a in archs) or is_xlnet(config):
+        return "masked"  # XLNet: a permutation LM, used as a masked LM by Mei et al. 2023
     if any(a.endswith("ForSequenceClassification") for a in archs):
         return "classifier"
     return "causal"
+
+
+def model_kind(model: str) -> str:
+    """``causal``, ``masked`` or ``classifier``, from the model config's architectures; an
+    XLNet LM (``XLNetLMHeadModel``, which transformers also maps as a causal LM) is ``masked``:
+    the ``mlm`` probe predicts its masked word as Mei et al. 2023 did
+    (:mod:`~scd.eval.benchmarks.stigma.xlnet`)."""
+    return _kind(_config(model))
 
 
 class StigmaProbe(Benchmark):
@@ -74,6 +86,7 @@ class StigmaProbe(Benchmark):
     it summarizes records, and its Markdown."""
 
     table_file: ClassVar[str]  # the table of `scd generate stigma` it reads (without .parquet)
+    scores_xlnet: ClassVar[bool] = False  # whether a "masked" XLNet fits (the mlm probe only)
 
     def scorer(self, task: StigmaTask, progress: bool) -> Scorer:
         """Rows -> records, for the task's model (loaded here)."""
@@ -101,10 +114,18 @@ class StigmaProbe(Benchmark):
             )
         rows = read_stigma_table(options.prompts, self.table_file)
         loadable = resolve_model(model.model)  # a GGUF file is converted once (cached)
-        kind = model_kind(loadable)
+        model_config = _config(loadable)
+        kind, xlnet = _kind(model_config), is_xlnet(model_config)
         if kind not in self.model_kinds:
-            raise InputError(f"a {kind} model does not fit the {self.name} probe; "
-                             f"{HINT[kind]}", key="model", value=model.model)  # fmt: skip
+            hint = "use the mlm probe" if xlnet else HINT[kind]
+            raise InputError(f"a {kind} model does not fit the {self.name} probe; {hint}",
+                             key="model", value=model.model)  # fmt: skip
+        if xlnet and not self.scores_xlnet:
+            raise InputError(
+                f"XLNet does not fit the {self.name} probe: PLL-word-l2r is defined for "
+                "BERT-style masked LMs (a mask token in the input), XLNet masks by permutation; "
+                "use the mlm probe", key="model", value=model.model,
+            )  # fmt: skip
         if model.spec.backend != "hf" and kind != "causal":
             raise InputError(f"the {self.name} probe on a {kind} model runs on hf only",
                              key="backend", value=model.spec.backend)  # fmt: skip
@@ -117,7 +138,7 @@ class StigmaProbe(Benchmark):
         }  # fmt: skip
         model = dataclasses.replace(model, model=loadable)
         return StigmaTask(config, rows, options.chunk_size, model, probe=self, kind=kind,
-                          options=options)  # fmt: skip
+                          options=options, xlnet=xlnet)  # fmt: skip
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         return {"gap": summary["gap"]["gap"]}
@@ -168,6 +189,7 @@ class StigmaTask(CausalTask):
     probe: StigmaProbe
     kind: str
     options: Any
+    xlnet: bool = False  # an XLNet LM (kind "masked"): loaded as XLNetLMHeadModel
     unit = "prompt"
 
     @property
@@ -175,17 +197,18 @@ class StigmaTask(CausalTask):
         return f"scd eval {self.probe.name}"
 
     def load_hf(self) -> tuple[Any, Any, str, int]:
-        """The masked LM or classifier (a PEFT adapter unmerged) and its tokenizer, the device it
-        is on and its batch size (hf engine options).
+        """The masked LM (XLNet: its ``XLNetLMHeadModel``, which ``AutoModelForMaskedLM`` does
+        not map) or classifier (a PEFT adapter unmerged) and its tokenizer, the device it is on
+        and its batch size (hf engine options).
 
         Raises:
             InputError: it cannot be loaded, or a masked LM's tokenizer has no mask token.
         """
         import torch
-        from transformers import AutoModelForMaskedLM as Masked
+        from transformers import AutoModelForMaskedLM, AutoTokenizer, XLNetLMHeadModel
         from transformers import AutoModelForSequenceClassification as Classifier
-        from transformers import AutoTokenizer
 
+        Masked = XLNetLMHeadModel if self.xlnet else AutoModelForMaskedLM  # noqa: N806
         spec, name, masked = self.model.spec, self.model.model, self.kind == "masked"
         device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:

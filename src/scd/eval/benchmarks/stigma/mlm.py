@@ -9,6 +9,16 @@ irrelevant and unrated words are dropped. Each record also keeps ``topk_mass`` (
 k predictions) and ``rated_share`` (the share of that mass the lexicon rates, irrelevant words
 included): a low share means the lexicon does not fit the model's vocabulary.
 
+The lexicon: ``--lexicon`` if given; else the 445 words the authors annotated when the data
+directory holds them (``$SCD_DATA_DIR/stigma/mlm_word_attitudes.csv``, read off their
+``word_ratings.pdf``; reference data, never shipped); else scd's own packaged 64-word
+likely/unlikely list. The chosen file and its sha256 are pinned in the run configuration (a
+resumed run never mixes lexicons); ``summary.json`` says which (``lexicon_source``) and
+``tables.md`` names it.
+
+XLNet (XLNet-large is one of the six MLMs of Mei et al.) has no ``fill-mask`` pipeline; its top-k
+come from :mod:`~scd.eval.benchmarks.stigma.xlnet` and are scored with the same lexicon.
+
 PLL (Mina et al. 2024, section 3.1): the PLL-word-l2r score of Kauf & Ivanova (2023), the metric
 Mina et al. used through minicons. Every token is predicted with itself and the tokens to its right
 *within the same word* masked; the sentence score is the sum of these log-probabilities. Words come
@@ -30,17 +40,47 @@ from scd.errors import InputError
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.sds import RECORD_KEYS
 from scd.eval.benchmarks.stigma.stats import ATTITUDES, p_negative
+from scd.eval.benchmarks.stigma.xlnet import xlnet_fill_mask
 
 __all__ = [
-    "MLM", "DEFAULT_LEXICON", "fill_mask_chunk", "load_lexicon", "pll_scores",
+    "MLM", "AUTHORS_LEXICON", "DEFAULT_LEXICON", "Lexicon", "choose_lexicon", "fill_mask_chunk",
+    "lexicon_records", "load_lexicon", "pll_scores", "xlnet_chunk",
 ]  # fmt: skip
 
 DEFAULT_LEXICON = "likely_unlikely_lexicon.csv"
+AUTHORS_LEXICON = Path("stigma", "mlm_word_attitudes.csv")  # under scd.io.data_dir()
 TOP_RECORDED = 10
 
 
 def _default_lexicon() -> Path:
     return Path(str(files("scd.eval.benchmarks.stigma") / DEFAULT_LEXICON))
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """The lexicon a run uses: its file, where it came from (``given``, ``authors`` or
+    ``packaged``), the name pinned in the run configuration, and one line for the tables."""
+
+    path: Path
+    source: str
+    pinned: str
+    note: str
+
+
+def choose_lexicon(given: Path | str | None) -> Lexicon:
+    """``given`` (``--lexicon``); else the authors' 445 words under :func:`scd.io.data_dir`;
+    else the packaged list (module docstring)."""
+    from scd.io import data_dir
+
+    if given is not None:
+        return Lexicon(Path(given), "given", str(given), f"{given} (--lexicon)")
+    authors = data_dir() / AUTHORS_LEXICON
+    if authors.is_file():
+        note = f"the words annotated by Mei et al. 2023 ({authors})"
+        return Lexicon(authors, "authors", str(authors), note)
+    note = (f"scd's packaged likely/unlikely list ({DEFAULT_LEXICON}); the authors' 445 annotated "
+            f"words were not found under {authors.parent} ({AUTHORS_LEXICON.name})")  # fmt: skip
+    return Lexicon(_default_lexicon(), "packaged", DEFAULT_LEXICON, note)
 
 
 def load_lexicon(path: Path | str | None = None) -> dict[str, str]:
@@ -89,6 +129,15 @@ def fill_mask_chunk(
     outputs = pipe(texts, batch_size=batch_size)
     if len(texts) == 1 and outputs and isinstance(outputs[0], dict):
         outputs = [outputs]
+    return lexicon_records(rows, outputs, lexicon)
+
+
+def lexicon_records(
+    rows: Sequence[dict[str, Any]], outputs: Sequence[Sequence[dict[str, Any]]],
+    lexicon: dict[str, str],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Records of SDS rows from their top-k predictions (``token_str``, ``score``; as the
+    ``fill-mask`` pipeline returns them) looked up in ``lexicon`` (module docstring)."""
     records = []
     for row, preds in zip(rows, outputs):
         mass = dict.fromkeys(ATTITUDES, 0.0)
@@ -108,6 +157,16 @@ def fill_mask_chunk(
             }
         )
     return records
+
+
+def xlnet_chunk(
+    model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], lexicon: dict[str, str],
+    top_k: int, batch_size: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Records of a chunk of SDS rows on XLNet (:func:`~.xlnet.xlnet_fill_mask`)."""
+    texts = [r["prompt"].replace("<mask>", tokenizer.mask_token) for r in rows]
+    return lexicon_records(rows, xlnet_fill_mask(model, tokenizer, texts, top_k, batch_size),
+                           lexicon)  # fmt: skip
 
 
 def _variants(word_ids: Sequence[int | None]) -> list[tuple[int, list[int]]]:
@@ -160,7 +219,10 @@ class MLMOptions(StigmaOptions):
     """The fill-mask probe's options."""
 
     top_k: int = option(50, "predictions per prompt", check=positive)
-    lexicon: str | None = option(None, "word,attitude CSV (default: packaged likely/unlikely)")
+    lexicon: str | None = option(
+        None, "word,attitude CSV (default: the authors' 445 words if in the data dir, else "
+        "the packaged likely/unlikely list)",
+    )  # fmt: skip
     scores_only = "masked LMs"
 
 
@@ -172,37 +234,57 @@ class MLM(StigmaProbe):
     Options = MLMOptions
     model_kinds = ("masked",)
     table_file = "sds"
+    scores_xlnet = True
 
     def extra_config(self, options: MLMOptions) -> dict[str, Any]:
         from scd.io import sha256_file
 
-        lexicon = Path(options.lexicon) if options.lexicon else _default_lexicon()
-        load_lexicon(lexicon)  # a bad lexicon fails before the model loads
-        return {"top_k": options.top_k, "lexicon": str(options.lexicon or DEFAULT_LEXICON),
-                "lexicon_sha256": sha256_file(lexicon)}  # fmt: skip
+        lexicon = choose_lexicon(options.lexicon)
+        load_lexicon(lexicon.path)  # a bad lexicon fails before the model loads
+        return {"top_k": options.top_k, "lexicon": lexicon.pinned,
+                "lexicon_sha256": sha256_file(lexicon.path)}  # fmt: skip
 
     def scorer(self, task: Any, progress: bool) -> Any:
         from transformers import pipeline
 
-        words = load_lexicon(task.options.lexicon)
+        from scd.io import sha256_file
+
+        lexicon = choose_lexicon(task.options.lexicon)
+        if sha256_file(lexicon.path) != task.config["lexicon_sha256"]:
+            raise InputError("changed since the run was configured", key="lexicon",
+                             value=lexicon.path)  # fmt: skip
+        words, top_k = load_lexicon(lexicon.path), task.options.top_k
         lm, tokenizer, device, batch = task.load_hf()
-        pipe = pipeline("fill-mask", model=lm, tokenizer=tokenizer, top_k=task.options.top_k,
-                        device=device)  # fmt: skip
+        if task.xlnet:
+            return lambda rows: xlnet_chunk(lm, tokenizer, rows, words, top_k, batch)
+        pipe = pipeline("fill-mask", model=lm, tokenizer=tokenizer, top_k=top_k, device=device)
         return lambda rows: fill_mask_chunk(pipe, rows, words, batch)
 
     def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
         from scd.eval.benchmarks.stigma.sds import summarize_sds
 
         n = max(len(records), 1)
+        lexicon = choose_lexicon(task.options.lexicon)
         return {**summarize_sds(records, task.options.seed),
                 "mean_topk_mass": sum(r["topk_mass"] for r in records) / n,
-                "mean_rated_share": sum(r["rated_share"] for r in records) / n}  # fmt: skip
+                "mean_rated_share": sum(r["rated_share"] for r in records) / n,
+                "scoring": "xlnet_perm_mask" if task.xlnet else "fill_mask_pipeline",
+                "lexicon_source": lexicon.source, "lexicon": str(lexicon.path),
+                "lexicon_note": lexicon.note}  # fmt: skip
+
+    def table(self, runs: dict[str, Any]) -> Any:
+        """Masked-LM runs side by side and pooled (Mei et al. 2023, Figures 2 and 3)."""
+        from scd.eval.benchmarks.stigma.tables import probe_table
+
+        return probe_table(self.name, runs)
 
     def markdown(self, summary: dict[str, Any], title: str) -> str:
         from scd.eval.benchmarks.stigma.sds import sds_markdown
 
         text = sds_markdown(summary, title)
-        return text + (
+        lexicon = summary.get("lexicon_note")  # absent in summaries written before it was added
+        text += (
             f"\nTop-k probability mass: {summary['mean_topk_mass']:.3f} (mean per prompt); "
             f"share of it rated by the lexicon: {summary['mean_rated_share']:.3f}.\n"
         )
+        return text + (f"\nLexicon: {lexicon}.\n" if lexicon else "")
