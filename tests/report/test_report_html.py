@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
@@ -131,17 +128,6 @@ def test_write_report(tmp_path: Path) -> None:
     assert not (tmp_path / "bad").exists()  # validated before anything is written
 
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "headless_shell")
-
-
-def find_browser() -> str | None:
-    for name in BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 def synthetic_figures() -> dict[str, bytes]:
     rng = np.random.default_rng(0)
     fig1 = pd.DataFrame(
@@ -185,36 +171,14 @@ def synthetic_figures() -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_browser_renders_report(tmp_path: Path) -> None:
-    browser = find_browser()
-    if browser is None:
-        pytest.skip(f"no headless browser on PATH (looked for {', '.join(BROWSERS)})")
+def test_browser_renders_report(tmp_path: Path, screenshot) -> None:
     text = (
         "Model `toy`, 3 settings.\n\n"
         + TABLE
         + "\n## Figure 1\n\n{{figure:figure1}}\n\n## Figure 2\n\n{{figure:figure2}}\n"
     )
     _, html_path = write_report(tmp_path, "SCD run report", text, synthetic_figures())
-    shot = tmp_path / "screenshot.png"
-    cmd = [
-        browser,
-        "--headless",
-        "--disable-gpu",
-        "--no-sandbox",
-        "--hide-scrollbars",
-        "--no-first-run",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        f"--screenshot={shot}",
-        "--window-size=1200,2000",
-        html_path.as_uri(),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert shot.exists(), f"no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG")
-    image = matplotlib.image.imread(io.BytesIO(data), format="png")[..., :3]
-    assert image.shape[:2] == (2000, 1200)
+    image = screenshot(html_path, 2000)
     assert image.std() > 0.05
     # Figures are where the saturated colour is (bars, heatmap); text and tables are grey.
     saturation = image.max(axis=2) - image.min(axis=2)

@@ -98,10 +98,16 @@ def pooled_runs(toy_mlm: Path, toy_classifier: Path, stigma_probe_prompts: Path,
     return runs
 
 
-def test_report_pools_correlates_and_sets_the_papers_beside(pooled_runs: dict, tmp_path: Path):
-    out = tmp_path / "report"
+@pytest.fixture(scope="module")
+def pooled_report(pooled_runs: dict, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("pooled-report") / "report"
     args = ["report", "stigma", "--runs", *(f"{n}={d}" for n, d in pooled_runs.items())]
     assert main([*args, "--out", str(out)]) == 0
+    return out
+
+
+def test_report_pools_correlates_and_sets_the_papers_beside(pooled_report: Path):
+    out = pooled_report
     md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     for name in ("mlm_conditions", "mlm_groups", "sentiment_conditions", "sentiment_groups",
@@ -149,3 +155,14 @@ def test_aq27_of_a_paper_model_is_set_beside_table_2(
     assert "## Beside Mina et al. 2024: AQ-27" in md and "### MentalRoBERTa (`mental`)" in md
     assert "| Anger | *** | 0.99 |" in md  # the paper's row, then scd's
     assert "Not compared (no run of the model given): roberta-biomedical-clinical-es" in md
+
+
+@pytest.mark.slow
+def test_browser_renders_the_pooled_figures(pooled_report: Path, screenshot) -> None:
+    image = screenshot(pooled_report / "report.html", 6000)
+    saturation = image.max(axis=2) - image.min(axis=2)
+    red = (image[..., 0] > 0.6) & (image[..., 2] < 0.4) & (saturation > 0.3)
+    blue = (image[..., 2] > 0.5) & (image[..., 0] < 0.4) & (saturation > 0.3)
+    assert red.sum() > 2000 and blue.sum() > 2000  # stigmatized and non-stigmatized bars/points
+    coloured_rows = np.flatnonzero((saturation > 0.3).sum(axis=1) > 20)
+    assert coloured_rows.size > 600, "figures did not render"
