@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
@@ -213,7 +214,7 @@ def test_runner_end_to_end(runs: tuple[Path, Path], toy_model: Path, shared_data
 def test_table15(runs: tuple[Path, Path]) -> None:
     a, b = runs
     md = table15({"Without FT": a, "FT-Setting 1": b}).markdown
-    lines = md.splitlines()
+    lines = md.split("## BBQ bias scores with 95% intervals")[0].splitlines()  # Table 15 itself
     header = next(x for x in lines if x.startswith("| Model"))
     assert header == (
         "| Model | All | Age | Disability | Nationality | Phys App | Religion | Sex Orient |"
@@ -272,4 +273,31 @@ def test_command_line_eval_and_table15(
     assert "Without FT" in text and "FT-Setting 1" in text
     assert json.loads(table.with_suffix(".json").read_text())[0]["model"] == "Without FT"
     assert main(["report", "bbq", "--runs", "nodir"]) == 2
-    assert "NAME=DIR" in capsys.readouterr().err
+    assert "nodir=nodir: no summary.json" in capsys.readouterr().err  # a bare DIR names itself
+
+
+def test_table15_has_intervals_a_paired_test_and_both_rules(runs: tuple[Path, Path]) -> None:
+    from scd.eval.benchmarks.bbq.metrics import metrics_block, table15
+    from scd.eval.records import read_records
+
+    first, second = runs
+    table = table15({"before": first, "after": second})
+    a, b = (read_records(p / "records.jsonl") for p in runs)
+    bias = {r["model"]: r for r in table.rows if r.get("scope") == "bias scores"}
+    s_dis = metrics_block(a)["s_dis"]
+    assert bias["before"]["s_dis"] == s_dis and bias["before"]["s_dis_n"] > 0
+    low, high = bias["before"]["s_dis_ci_low"], bias["before"]["s_dis_ci_high"]
+    assert low is not None and low <= s_dis <= high
+    paired = next(r for r in table.rows if r.get("scope") == "paired")
+    right_a = {r["id"]: r["correct"] for r in a}
+    both = [r for r in b if r["id"] in right_a]
+    assert paired["n"] == len(both)
+    assert paired["to_right"] == sum(r["correct"] and not right_a[r["id"]] for r in both)
+    assert paired["to_wrong"] == sum(right_a[r["id"]] and not r["correct"] for r in both)
+    mean = next(r for r in table.rows if r.get("scope") == "rule: mean per token" and
+                r["model"] == "before")  # fmt: skip
+    amb = [r for r in a if r["context_condition"] == "ambig"]
+    hand = sum(int(np.argmax(r["option_logprobs_norm"])) == r["label"] for r in amb) / len(amb)
+    assert mean["ambig_accuracy"] == pytest.approx(hand) and mean["ambig_n"] == len(amb)
+    for title in ("with 95% intervals", "BBQ paired with before", "under both scoring rules"):
+        assert title in table.markdown

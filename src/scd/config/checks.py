@@ -68,6 +68,16 @@ def _run_problems(recipe: Recipe) -> Iterator[Problem]:
     if not settings or len(set(settings)) != len(settings):
         yield "run.settings", f"run.settings: expected distinct settings, got {settings}"
     yield from _arm_problems(recipe)
+    bias = getattr(recipe.eval, "bias", None)
+    if bias is not None and bias.protocol != "scd":  # scd.models.protocols
+        yield (
+            "eval.bias.protocol",
+            (
+                f"eval.bias.protocol: {bias.protocol!r}: scd run trains on the scd protocol's "
+                "text, so it evaluates with it too; score other protocols with scd eval bias "
+                "--protocol"
+            ),
+        )
     name = recipe.run.name
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         yield "run.name", f"run.name: {name!r} is not a plain directory name"

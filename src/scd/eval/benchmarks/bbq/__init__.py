@@ -129,8 +129,11 @@ class BBQ(Benchmark):
             for name, s in read_summaries(runs, "BBQ").items()
             for cat, block in s["by_category"].items()
         ]
-        items = {r["n"] for r in table.rows if r["category"] == "All"}  # one size per model
-        n_items, cats = max(items, default=0), len({r["category"] for r in table.rows}) - 1
+        items = {r["n"] for r in table.rows if r.get("category") == "All"}  # one size per model
+        n_items, cats = (
+            max(items, default=0),
+            len({r["category"] for r in table.rows if "category" in r}) - 1,
+        )
         figures["bbq"] = bbq_bars_png(
             pd.DataFrame(bars), title=f"BBQ per category ({n_items:,} items, {cats} of 11 "
             "categories)"

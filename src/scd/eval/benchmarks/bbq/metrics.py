@@ -3,7 +3,8 @@ overall and per category (engine-free), and Table 15 over several runs.
 
 Scoring (:mod:`scd.eval.benchmarks.bbq`): each item is one user message, and the three answer
 *texts* are scored in choice mode as the assistant's reply; the prediction is the option with the
-highest summed token log-probability (the length-normalised scores are recorded, not used).
+highest summed token log-probability (the per-token scores are recorded; Table 15 shows the choice
+under them beside, :mod:`~scd.eval.benchmarks.bbq.sections`).
 """
 
 from __future__ import annotations
@@ -176,6 +177,10 @@ def markdown(rows: list[dict[str, Any]], details: bool = True) -> str:
 
 def table15(runs: dict[str, Path | str]) -> Table:
     """Table 15 (accuracy, 3 decimals) plus an s_DIS / s_AMB table and each run's details,
-    rows in the given order."""
+    rows in the given order; then, from the records, the bias scores' intervals, each run
+    paired with the first, and both scoring rules (:mod:`~scd.eval.benchmarks.bbq.sections`)."""
+    from scd.eval.benchmarks.bbq.sections import trust_sections
+
     rows = table15_rows(read_summaries(runs, "BBQ"))
-    return Table(markdown(rows), rows, "table15")
+    lines, more = trust_sections(runs)
+    return Table("\n".join([markdown(rows), *lines]), rows + more, "table15")

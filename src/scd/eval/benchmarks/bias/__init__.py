@@ -42,7 +42,24 @@ class BiasOptions(BenchmarkOptions):
         "all", "all: unparsed answers count in the total (the paper); parsed: they don't"
     )
     chunk_size: int = option(512, "prompts per resumable chunk", check=positive)
+    protocol: Literal["scd", "paper", "paper-chat", "paper-verbatim"] = option(
+        "scd", "how prompts are put and answers chosen: scd (the chat template, summed "
+        "log-probs), paper (the SCD paper's code: Llama 2 [INST] text with its default system "
+        "prompt, CAPPr's mean log-prob), paper-chat, paper-verbatim (scd.models.protocols)",
+    )  # fmt: skip
+    rule: Literal["sum", "mean", "bytes"] | None = option(
+        None, "choice mode: the option of highest summed, per-token mean or per-byte "
+        "log-prob (default: the protocol's)",
+    )  # fmt: skip
     sets: list[str] | None = option(None, flag=False, key=False)  # only these prompt sets
+
+    def identity(self) -> dict[str, Any]:
+        """What a result depends on besides the prompts: every option but ``enabled``; the
+        protocol and rule only where they are not scd's (so earlier results keep their keys)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "enabled"}
+        if self.protocol == "scd" and self.rule is None:
+            del out["protocol"], out["rule"]
+        return out
 
 
 class Bias(Benchmark):
@@ -78,7 +95,7 @@ class Bias(Benchmark):
             for name, prompts in (("bias", run.prompts), ("bias_eval_prompts", run.eval_prompts)):
                 if prompts is not None:
                     opts = replace(options, prompts=str(prompts))
-                    key = {**dataclasses.asdict(opts), "enabled": None,
+                    key = {**opts.identity(), "enabled": None,
                            "prompts": sha256_file(Path(prompts) / "prompts.parquet")}  # fmt: skip
                     jobs.append(Job(name, self, opts, key))
             return jobs

@@ -18,12 +18,13 @@ from typing import Any
 import pyarrow as pa
 
 from scd.config.vocabulary import PROMPT_LABELS
-from scd.data_gen.contact import read_baseline, read_prompts, user_text
+from scd.data_gen.contact import read_baseline, read_prompts
 from scd.eval.engines import ChoiceRequest
 from scd.eval.sampling import stratified_sample
 from scd.eval.tasks import CausalModel, CausalTask
 from scd.io import sha256_file
 from scd.models.formatting import parse_answer
+from scd.models.protocols import PROTOCOLS, Protocol, choose, get_protocol
 
 __all__ = ["STRATA", "BiasTask", "bias_task", "load_work", "stratified_sets"]
 
@@ -77,13 +78,6 @@ def load_work(
     return rows
 
 
-def _best(options: list[str], logprobs: list[float | None]) -> str | None:
-    """The option of highest log-probability; None where none has one (an engine that reads a
-    chat API's top log-probabilities finds no option among them)."""
-    found = [(i, x) for i, x in enumerate(logprobs) if x is not None]
-    return options[max(found, key=lambda f: f[1])[0]] if found else None  # the first, on a tie
-
-
 def _record(
     row: dict[str, Any],
     chosen: str | None,
@@ -130,7 +124,12 @@ def bias_task(model: CausalModel, options: Any) -> BiasTask:
     if o.sets is not None:
         joined = "\n".join(sorted(o.sets)).encode()
         config["sets"] = {"n": len(set(o.sets)), "sha256": hashlib.sha256(joined).hexdigest()}
-    return BiasTask(config, work, o.chunk_size, model, o.mode, o.max_new_tokens, o.denominator)
+    protocol = get_protocol(o.protocol)
+    rule = o.rule or protocol.rule
+    if o.protocol != "scd" or rule != "sum":  # scd's results keep the configuration they had
+        config.update(protocol=o.protocol, rule=rule)
+    return BiasTask(config, work, o.chunk_size, model, o.mode, o.max_new_tokens, o.denominator,
+                    protocol, rule)  # fmt: skip
 
 
 @dataclass
@@ -140,21 +139,28 @@ class BiasTask(CausalTask):
     mode: str = "choice"
     max_new_tokens: int = 8
     denominator: str = "all"
+    protocol: Protocol = PROTOCOLS["scd"]
+    rule: str = "sum"
     name = "scd eval bias"
     unit = "prompt"
 
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        users = [user_text(r) for r in rows]
-        ids, chats = self.fmt.encode(users), [self.fmt.conversation(u) for u in users]
+        p, fmt = self.protocol, self.protocol.formatter(self.fmt)
+        ids = p.prompt_ids(self.fmt, rows)
+        chats = [fmt.conversation(p.user_text(r)) for r in rows]  # what a chat API is sent
         if self.mode == "generate":
             texts = self.engine.generate(ids, self.max_new_tokens, messages=chats)
             return [_record(r, parse_answer(t, r["options"]), None, t) for r, t in zip(rows, texts)]
+        options = [p.option_ids(self.fmt, r["options"]) for r in rows]
         requests = [
-            ChoiceRequest(tuple(p), self.fmt.option_ids(r["options"]), c, tuple(r["options"]))
-            for p, c, r in zip(ids, chats, rows)
+            ChoiceRequest(tuple(x), o, c, tuple(r["options"]))
+            for x, o, c, r in zip(ids, options, chats, rows)
         ]
         scores = self.engine.score(requests)
-        return [_record(r, _best(r["options"], s), s, None) for r, s in zip(rows, scores)]
+        return [
+            _record(r, choose(r["options"], s, o, self.rule), s, None)
+            for r, s, o in zip(rows, scores, options)
+        ]
 
     def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         from scd.eval.benchmarks.bias.metrics import summarize
