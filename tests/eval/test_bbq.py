@@ -13,7 +13,8 @@ from scd.config.engine import EngineSpec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bbq.data import bias_labels, load_bbq, prompt_text
-from scd.eval.benchmarks.bbq.metrics import bbq_metrics, table15
+from scd.eval.benchmarks.bbq.metrics import bbq_metrics
+from scd.eval.benchmarks.bbq.sections import table15
 
 SHARED_CATEGORIES = (
     "Age",
@@ -277,7 +278,7 @@ def test_command_line_eval_and_table15(
 
 
 def test_table15_has_intervals_a_paired_test_and_both_rules(runs: tuple[Path, Path]) -> None:
-    from scd.eval.benchmarks.bbq.metrics import metrics_block, table15
+    from scd.eval.benchmarks.bbq.metrics import metrics_block
     from scd.eval.records import read_records
 
     first, second = runs

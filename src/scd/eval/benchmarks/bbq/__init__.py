@@ -104,7 +104,7 @@ class BBQ(Benchmark):
         return f"BBQ accuracy {acc['accuracy']:.3f} over {acc['n']:,} items"
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        from scd.eval.benchmarks.bbq.metrics import table15
+        from scd.eval.benchmarks.bbq.sections import table15
 
         return table15(runs)
 

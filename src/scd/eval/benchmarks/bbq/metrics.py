@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scd.eval.benchmarks.base import Table, read_summaries
 from scd.eval.benchmarks.bbq.data import CATEGORIES, ITEM_KEYS, bias_labels
 
 __all__ = [
-    "AGGREGATION_NOTE", "DISPLAY", "bbq_metrics", "markdown", "metrics_block", "record", "table15",
+    "AGGREGATION_NOTE", "DISPLAY", "bbq_metrics", "markdown", "metrics_block", "record",
     "table15_rows",
 ]  # fmt: skip
 
@@ -173,14 +171,3 @@ def markdown(rows: list[dict[str, Any]], details: bool = True) -> str:
                   f" | {_fmt(cell[m, c]['s_dis'])} | {_fmt(cell[m, c]['s_amb'])} |"
                   for c in cols if cell[m, c]["n"]]  # fmt: skip
     return "\n".join(lines + ["", AGGREGATION_NOTE, ""])
-
-
-def table15(runs: dict[str, Path | str]) -> Table:
-    """Table 15 (accuracy, 3 decimals) plus an s_DIS / s_AMB table and each run's details,
-    rows in the given order; then, from the records, the bias scores' intervals, each run
-    paired with the first, and both scoring rules (:mod:`~scd.eval.benchmarks.bbq.sections`)."""
-    from scd.eval.benchmarks.bbq.sections import trust_sections
-
-    rows = table15_rows(read_summaries(runs, "BBQ"))
-    lines, more = trust_sections(runs)
-    return Table("\n".join([markdown(rows), *lines]), rows + more, "table15")

@@ -1,6 +1,6 @@
-"""What Table 15 gets from the runs' records, so that a BBQ number can be trusted: the bias
-scores' intervals, each run paired with the first on the same items, and the choice under the
-summed and the per-token (length-normalised) log-probability side by side.
+"""Table 15 over several runs, and what it gets from the runs' records so that a BBQ number can
+be trusted: the bias scores' intervals, each run paired with the first on the same items, and the
+choice under the summed and the per-token (length-normalised) log-probability side by side.
 
 - **Intervals**: s_DIS and s_AMB over all items with their 95% percentile bootstrap over items
   (:func:`~scd.eval.benchmarks.bbq.arena.bias_score_intervals`) and the counts they rest on.
@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scd.eval.benchmarks.base import markdown_table
+from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
+from scd.eval.benchmarks.bbq.metrics import markdown, table15_rows
 from scd.eval.records import read_records
 
-__all__ = ["interval_lines", "paired_lines", "rule_lines", "trust_sections"]
+__all__ = ["interval_lines", "paired_lines", "rule_lines", "table15", "trust_sections"]
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -169,3 +170,12 @@ def trust_sections(runs: dict[str, Path | str]) -> tuple[list[str], list[dict[st
     if len(records) > 1:
         parts.insert(1, paired_lines(records))
     return [x for lines, _ in parts for x in lines], [r for _, rows in parts for r in rows]
+
+
+def table15(runs: dict[str, Path | str]) -> Table:
+    """Table 15 (accuracy, 3 decimals) plus an s_DIS / s_AMB table and each run's details,
+    rows in the given order; then, from the records, the bias scores' intervals, each run
+    paired with the first, and both scoring rules (:func:`trust_sections`)."""
+    rows = table15_rows(read_summaries(runs, "BBQ"))
+    lines, more = trust_sections(runs)
+    return Table("\n".join([markdown(rows), *lines]), rows + more, "table15")
