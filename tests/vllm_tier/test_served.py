@@ -68,7 +68,9 @@ def test_generate_mode_gives_the_same_text(in_process, served) -> None:
 
 def test_the_key_reached_the_server_and_no_file(served, vllm_server) -> None:
     log = vllm_server.log.read_text(errors="replace")
-    assert "401" not in log and 'POST /v1/completions HTTP/1.1" 200' in log
+    # an access-log line ends with the status: '"POST /v1/completions HTTP/1.1" 200 OK' (a bare
+    # "401" would also match a client port such as 127.0.0.1:54016)
+    assert 'HTTP/1.1" 401' not in log and 'POST /v1/completions HTTP/1.1" 200' in log
     for path in served.rglob("*"):
         if path.is_file():
             assert vllm_server.key.encode() not in path.read_bytes(), path
