@@ -1,7 +1,7 @@
 """GPU benchmark: a 7B Llama-2 architecture with random bf16 weights -- hf-engine scoring over the
-full HolisticBias v1.0 prompt set (prompts/s, share of the GPU's bf16 peak) and LoRA SFT
-tokens/s, padded (the paper's configuration) vs packed (TRL's BFD, padding-free), with the
-default SDPA attention.
+full HolisticBias v1.0 prompt set (prompts/s, share of the GPU's bf16 peak and of a matrix
+product timed in the same process) and LoRA SFT tokens/s, padded (the paper's configuration) vs
+packed (TRL's BFD, padding-free), and 4-bit QLoRA packed, with the default SDPA attention.
 
     python benchmarks/bench_gpu.py --tokenizer ../shared/data/tokenizers/llama-2-chat \\
         --descriptors ../shared/data/holistic_bias/v1.0/descriptors.json [--out /tmp/bench-gpu]
@@ -47,6 +47,30 @@ def build_model(tokenizer: Path, out: Path, tiny: bool) -> Path:
     return out
 
 
+def bench_matmul(size: int = 8192, repeats: int = 10) -> dict:
+    """This device's own dense matrix-product rate, measured in the benchmark's process: bf16
+    on a GPU, float32 on a CPU (smaller), each the mean of ``repeats`` products after warm-ups."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    size = size if cuda else 1024
+    dtype = torch.bfloat16 if cuda else torch.float32
+    a = torch.randn(size, size, dtype=dtype, device="cuda" if cuda else "cpu")
+    b = torch.randn_like(a)
+    for _ in range(3):
+        a @ b
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / repeats
+    return {"size": size, "dtype": str(dtype).removeprefix("torch."),
+            "tflops": round(2 * size**3 / seconds / 1e12, 3)}  # fmt: skip
+
+
 def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: int | None) -> dict:
     import torch
 
@@ -82,13 +106,14 @@ def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: 
     tflops = 2 * params * tokens / seconds / 1e12
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    return {"device": name, "prompts": len(reqs), "seconds": round(seconds, 1),
+    return {"device": name, "prompts": len(reqs), "batch_size": batch,
+            "batch_size_at_end": engine.batch_size, "seconds": round(seconds, 1),
             "prompts_per_s": round(len(reqs) / seconds, 1), "tokens": tokens,
-            "achieved_tflops": round(tflops, 1),
+            "achieved_tflops": round(tflops, 3),
             "share_of_bf16_peak": round(tflops / peak, 3) if peak else None}  # fmt: skip
 
 
-def bench_training(model: Path, descriptors: Path, out: Path, steps: int) -> dict:
+def bench_training(model: Path, descriptors: Path, out: Path, steps: int, only: list[str]) -> dict:
     from scd.pipeline.recipe import recipe_from_dict
     from scd.train.trainer import train
 
@@ -96,14 +121,18 @@ def bench_training(model: Path, descriptors: Path, out: Path, steps: int) -> dic
     results = {}
     # TRL's BFD packing collates padding-free (position ids, no pad tokens); padding_free
     # without packing needs max_length=None, which recipes do not offer
-    variants = {"padded": {}, "packed (bfd, padding-free)": {"packing": True}}
+    variants = {"padded": {}, "packed": {"packing": True},
+                "qlora": {"packing": True, "quantization": "4bit"}}  # fmt: skip
     for name, extra in variants.items():
+        if name not in only:
+            continue
+        quantization = extra.pop("quantization", "none")
         recipe = recipe_from_dict({
-            "model": str(model), "output_dir": str(out / "train" / name.split()[0]),
+            "model": str(model), "output_dir": str(out / "train" / f"{name}-{steps}"),
             "data": {"descriptors": str(out / "descriptors.json"), "setting": 1,
                      "max_train": 2000, "max_eval": 50},
             "train": {"max_steps": steps, "save_steps": 100000, "logging_steps": 10, **extra},
-            "wandb": {"enabled": False},
+            "wandb": {"enabled": False}, "quantization": quantization,
         }, "bench_gpu")  # fmt: skip
         try:
             info = train(recipe, use_wandb=False, progress=False)
@@ -119,9 +148,14 @@ def main() -> None:
     parser.add_argument("--tokenizer", required=True, help="Llama-2 tokenizer directory")
     parser.add_argument("--descriptors", required=True, help="HolisticBias descriptors.json")
     parser.add_argument("--out", default="/tmp/bench-gpu")
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", default="256", help="one or more, e.g. 256,1024")
     parser.add_argument("--limit", type=int, help="score ~N prompts, not all 280,800")
-    parser.add_argument("--steps", type=int, default=30, help="training steps per variant")
+    parser.add_argument("--steps", default="30", help="training steps per variant, e.g. 30,90")
+    parser.add_argument(
+        "--variants",
+        default="padded,packed,qlora",
+        help="padded (the paper's), packed (TRL's BFD), qlora (4-bit, packed)",
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU check)")
     parser.add_argument("--skip-training", action="store_true")
     args = parser.parse_args()
@@ -129,11 +163,21 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     model = build_model(Path(args.tokenizer), out / ("tiny" if args.tiny else "llama-2-7b-random"),
                         args.tiny)  # fmt: skip
-    report = {"scoring": bench_scoring(model, Path(args.descriptors), out, args.batch_size,
-                                       args.limit)}  # fmt: skip
+    report = {"matmul": bench_matmul()}
+    report["scoring"] = [bench_scoring(model, Path(args.descriptors), out, int(batch), args.limit)
+                         for batch in args.batch_size.split(",")]  # fmt: skip
+    for row in report["scoring"]:
+        row["share_of_measured_matmul"] = round(row["achieved_tflops"] /
+                                                report["matmul"]["tflops"], 3)  # fmt: skip
     print(json.dumps(report, indent=1), flush=True)
     if not args.skip_training:
-        report["training"] = bench_training(model, Path(args.descriptors), out, args.steps)
+        report["training"] = {
+            f"{name}, {steps} steps": result
+            for steps in map(int, args.steps.split(","))
+            for name, result in bench_training(
+                model, Path(args.descriptors), out, steps, args.variants.split(",")
+            ).items()
+        }
         print(json.dumps(report["training"], indent=1))
     (out / "bench_gpu.json").write_text(json.dumps(report, indent=1))
 

@@ -95,6 +95,40 @@ def test_padding_side_and_batch_size_change_no_answer(toy_model: Path, toy_promp
             assert a == pytest.approx(b, abs=1e-4)
 
 
+def test_a_batch_out_of_gpu_memory_is_scored_in_halves(
+    toy_model: Path, toy_prompts: Path, capsys
+) -> None:
+    """A batch too large for the GPU's memory is split, not fatal; the numbers stay the same.
+    (A fault no CPU shows: the model raises CUDA's out-of-memory error above 8 rows.)"""
+    tokenizer = load_tokenizer(str(toy_model))
+    fmt = Formatter(tokenizer)
+    work = load_work(toy_prompts, 100, seed=5)
+    ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
+    requests = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
+    multi = [ChoiceRequest(r.prompt_ids, tuple(o + o for o in r.option_ids)) for r in requests]
+    spec = EngineSpec(device="cpu", batch_size=64)
+    reference = HFEngine(str(toy_model), spec, tokenizer=tokenizer)
+    expected = reference.score(requests), reference.score(multi)
+    engine = HFEngine(str(toy_model), spec, tokenizer=tokenizer)
+    forward, rows_seen = engine.model.forward, []
+
+    def small_memory(*args, input_ids, **kwargs):
+        rows_seen.append(len(input_ids))
+        if len(input_ids) > 8:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(*args, input_ids=input_ids, **kwargs)
+
+    engine.model.forward = small_memory
+    got = [engine.score(requests)]
+    assert engine.batch_size == 8
+    assert rows_seen.count(64) == 1  # tried once, then smaller batches
+    assert capsys.readouterr().err.count("out of memory at a batch of") == 3  # 64, 32, 16
+    got.append(engine.score(multi))  # two options per prompt: 8 prompts feed 16 rows
+    assert engine.batch_size == 4
+    for a, b in zip(got[0] + got[1], expected[0] + expected[1]):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
 def test_generate_mode_parses_the_same_answers(toy_model: Path, toy_prompts: Path, tmp_path):
     get("bias").evaluate(
         str(toy_model),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -169,19 +170,39 @@ class HFEngine:
         order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
         scores: list[Any] = [None] * len(requests)
         with self._active_model():
-            for start in range(0, len(order), self.batch_size):
+            start = 0
+            while start < len(order):
                 batch = order[start : start + self.batch_size]
-                reqs = [requests[i] for i in batch]
-                if all(len(o) == 1 for r in reqs for o in r.option_ids):
-                    values = self._score_single(reqs)
-                elif min(len(r.prompt_ids) for r in reqs) > 1:
-                    values = self._score_shared_prefix(reqs)
-                else:
-                    values = self._score_full(reqs)
-                for i, v in zip(batch, values):
+                for i, v in zip(batch, self._score_batch([requests[i] for i in batch])):
                     scores[i] = v
-                tick(start + len(batch), len(order))
+                start += len(batch)
+                tick(start, len(order))
         return scores
+
+    def _score_batch(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
+        """One batch by the fastest path that applies. A batch that runs out of GPU memory is
+        scored in halves, and the engine keeps the smaller batch size for the batches after it
+        (the numbers do not depend on the batch: positions come from the attention mask)."""
+        try:
+            if all(len(o) == 1 for r in reqs for o in r.option_ids):
+                return self._score_single(reqs)
+            if min(len(r.prompt_ids) for r in reqs) > 1:
+                return self._score_shared_prefix(reqs)
+            return self._score_full(reqs)
+        except torch.OutOfMemoryError:
+            if len(reqs) == 1:
+                raise
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        half = len(reqs) // 2
+        if half < self.batch_size:
+            self.batch_size = half
+            print(
+                f"out of memory at a batch of {len(reqs)}: scoring batches of {half}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return self._score_batch(reqs[:half]) + self._score_batch(reqs[half:])
 
     @torch.inference_mode()
     def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
