@@ -136,13 +136,26 @@ def test_scd_run_refuses_a_protocol_training_does_not_use(tmp_path: Path, capsys
     assert not (tmp_path / "runs").exists()
 
 
-def test_report_pairs_protocols_on_the_same_prompts(toy_prompts: Path, tmp_path: Path, capsys):
-    runs = {}
-    for protocol in ("scd", "paper-chat"):
-        runs[protocol] = tmp_path / protocol
-        get("bias").evaluate("toy", runs[protocol], prompts=toy_prompts, limit=60,
-                             protocol=protocol, progress=False)  # fmt: skip
+def test_protocols_score_the_same_prompts_and_pair_them(toy_prompts: Path, tmp_path: Path, capsys):
+    """``scd eval bias --protocols scd,paper-chat``: one directory per protocol, each as its own
+    ``--protocol`` run would write it, and OUT/tables.md pairing them (what scd report bias
+    shows)."""
+    both = tmp_path / "both"
+    args = ["eval", "bias", "--model", "toy", "--prompts", str(toy_prompts), "--limit", "60"]
+    assert main([*args, "--protocols", "scd,paper-chat", "--out", str(both), "--quiet"]) in (
+        0,
+        None,
+    )
+    assert "scd: bias" in capsys.readouterr().out
+    runs = {p: both / p for p in ("scd", "paper-chat")}
+    alone = tmp_path / "alone"
+    get("bias").evaluate("toy", alone, prompts=toy_prompts, limit=60, protocol="paper-chat",
+                         progress=False)  # fmt: skip
+    assert (alone / "records.jsonl").read_bytes() == (
+        runs["paper-chat"] / "records.jsonl"
+    ).read_bytes()
     table = get("bias").table(runs)
+    assert (both / "tables.md").read_text() == table.markdown + "\n"
     recs = {
         p: {
             r["prompt_id"]: r
@@ -162,3 +175,17 @@ def test_report_pairs_protocols_on_the_same_prompts(toy_prompts: Path, tmp_path:
         "## Paired with scd" in table.markdown
         and "| paper-chat | paper-chat (mean) |" in table.markdown
     )
+
+
+def test_protocols_are_checked_before_any_work(toy_prompts: Path, tmp_path: Path, capsys) -> None:
+    base = ["eval", "bias", "--model", "toy", "--prompts", str(toy_prompts)]
+    for extra, says in (
+        (["--protocols", "scd,papers"], "unknown protocol 'papers'"),
+        (["--protocols", "scd"], "two or more different protocols"),
+        (["--protocols", "scd,scd"], "two or more different protocols"),
+        (["--protocols", "scd,paper", "--protocol", "paper"], "not both"),
+    ):
+        assert main([*base, *extra, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--protocols" in err and says in err and "\n" not in err, err
+        assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ held-out part of the base model's subset, so "before" and "after" are the same p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,12 +52,36 @@ class BiasOptions(BenchmarkOptions):
         None, "choice mode: the option of highest summed, per-token mean or per-byte "
         "log-prob (default: the protocol's)",
     )  # fmt: skip
+    protocols: list[str] | None = option(
+        None, "score the same prompts under each of these protocols (e.g. scd,paper) into "
+        "OUT/<protocol>/, each paired with the first in OUT/tables.md", key=False,
+    )  # fmt: skip
     sets: list[str] | None = option(None, flag=False, key=False)  # only these prompt sets
+
+    def __post_init__(self) -> None:
+        if self.protocols:  # "scd,paper" as well as "scd paper"
+            self.protocols = [p.strip() for x in self.protocols for p in x.split(",") if p]
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from super().problems()
+        from scd.models.protocols import PROTOCOLS
+
+        if self.protocols is None:
+            return
+        unknown = [p for p in self.protocols if p not in PROTOCOLS]
+        if unknown:
+            yield "protocols", f"unknown protocol {unknown[0]!r} (one of {', '.join(PROTOCOLS)})"
+        elif len(set(self.protocols)) < 2 or len(set(self.protocols)) < len(self.protocols):
+            yield "protocols", "two or more different protocols, comma-separated"
+        elif self.protocol != "scd":
+            yield "protocols", "give --protocols or --protocol, not both"
 
     def identity(self) -> dict[str, Any]:
         """What a result depends on besides the prompts: every option but ``enabled``; the
         protocol and rule only where they are not scd's (so earlier results keep their keys)."""
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "enabled"}
+        out = {
+            k: v for k, v in dataclasses.asdict(self).items() if k not in ("enabled", "protocols")
+        }
         if self.protocol == "scd" and self.rule is None:
             del out["protocol"], out["rule"]
         return out
@@ -67,6 +92,45 @@ class Bias(Benchmark):
     help = "bias % on contact prompts (records, summary, tables)"
     Options = BiasOptions
 
+    def evaluate(self, model: str, out: Path | str, **kwargs: Any) -> dict[str, Any]:
+        """As :meth:`Benchmark.evaluate`; with ``protocols``, the same prompts under each
+        protocol into ``OUT/<protocol>/`` on one loaded model, then ``OUT/tables.md``: each
+        protocol paired with the first (:func:`~scd.eval.benchmarks.bias.sections.runs_table`).
+        Returns the first protocol's summary with ``protocols`` (each one's summary) added."""
+        protocols = kwargs.pop("protocols", None)
+        if not protocols:
+            return super().evaluate(model, out, **kwargs)
+        from scd.config.engine import EngineSpec
+        from scd.errors import InputError
+        from scd.eval.benchmarks.bias.sections import runs_table
+        from scd.eval.engines import SharedEngine
+        from scd.io import atomic_file
+        from scd.models import resolve_model
+
+        fields = {f.name for f in dataclasses.fields(self.Options)}
+        options = {k: v for k, v in kwargs.items() if k in fields}
+        protocols = self.Options(**options, protocols=protocols).check().protocols  # one line
+        if (Path(out) / "run.json").is_file():
+            raise InputError("holds one evaluation; --protocols writes one per protocol into a "
+                             "directory of its own", key="out", value=str(out))  # fmt: skip
+        spec = (kwargs.pop("engine", None) or EngineSpec()).check()
+        given = kwargs.pop("shared", None)
+        adapters = [kwargs["adapter"]] if kwargs.get("adapter") else []
+        shared = given or SharedEngine(spec, resolve_model(model), adapters=adapters)
+        runs = {p: Path(out) / p for p in protocols}
+        summaries = {}
+        try:
+            for p, d in runs.items():
+                kwargs.update(engine=spec, shared=shared, protocol=p)
+                summaries[p] = super().evaluate(model, d, **kwargs)
+        finally:
+            if given is None:
+                shared.close()
+        with atomic_file(Path(out) / "tables.md") as tmp:
+            tmp.write_text(runs_table(runs).markdown + "\n")
+        first = next(iter(summaries.values()))
+        return {**first, "protocols": summaries}
+
     def task(self, model: CausalModel, options: BiasOptions) -> Any:
         from scd.eval.benchmarks.bias.task import bias_task
 
@@ -76,6 +140,8 @@ class Bias(Benchmark):
         return {"bias_pct": summary["overall"]["pct"], "n": summary["overall"]["n"]}
 
     def describe(self, summary: dict[str, Any]) -> str:
+        if "protocols" in summary:
+            return "; ".join(f"{p}: {self.describe(s)}" for p, s in summary["protocols"].items())
         o = summary["overall"]
         return (f"bias {o['pct']:.2f}% [{o['ci_low']:.2f}, {o['ci_high']:.2f}] over {o['n']:,} "
                 f"descriptor prompts (+{summary['n_baseline_records']:,} descriptor-free "
