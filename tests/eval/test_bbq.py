@@ -302,3 +302,63 @@ def test_table15_has_intervals_a_paired_test_and_both_rules(runs: tuple[Path, Pa
     assert mean["ambig_accuracy"] == pytest.approx(hand) and mean["ambig_n"] == len(amb)
     for title in ("with 95% intervals", "BBQ paired with before", "under both scoring rules"):
         assert title in table.markdown
+
+
+def _rec(context: str, polarity: str, answer: str, correct: bool) -> dict:
+    """A BBQ record as scd writes it: ``answer`` is target, other or unknown."""
+    neg = polarity == "neg"
+    biased = {"target": neg, "other": not neg, "unknown": False}[answer]
+    return {"context_condition": context, "question_polarity": polarity, "correct": correct,
+            "pred_is_unknown": answer == "unknown", "pred_is_biased": biased}  # fmt: skip
+
+
+def _ambiguous(neg: dict[str, int], nonneg: dict[str, int]) -> list[dict]:
+    """Ambiguous items (the unknown answer is the right one) with these answer counts."""
+    return [
+        _rec("ambig", polarity, answer, answer == "unknown")
+        for polarity, counts in (("neg", neg), ("nonneg", nonneg))
+        for answer, k in counts.items()
+        for _ in range(k)
+    ]
+
+
+def test_bias_score_formulas_of_three_libraries_on_fixtures() -> None:
+    from scd.eval.benchmarks.bbq.formulas import bias_scores_by_convention
+    from scd.eval.benchmarks.bbq.metrics import metrics_block
+
+    # 10 ambiguous: biased 3 + 1 of 7 non-unknown, accuracy 3/10; 10 disambiguated, 8 right
+    amb = _ambiguous(
+        {"target": 3, "other": 1, "unknown": 1}, {"target": 2, "other": 1, "unknown": 2}
+    )
+    dis = [_rec("disambig", "neg", "target", i < 8) for i in range(10)]
+    got = bias_scores_by_convention(amb + dis)
+    assert got["parrish"]["s_amb"] == pytest.approx(0.7 * (2 * 4 / 7 - 1))  # 0.100
+    assert got["lm_eval"]["s_amb"] == pytest.approx(got["parrish"]["s_amb"])
+    assert got["helm"]["s_amb"] == pytest.approx((1 - 11 / 20) * (2 * 4 / 7 - 1))  # 0.064
+    assert all(got[c]["s_dis"] == 1.0 for c in got)  # every named answer is the target
+    block = metrics_block([{**r, "target_index": 0} for r in amb + dis])
+    assert (block["s_dis"], block["s_amb"]) == pytest.approx(
+        (got["parrish"]["s_dis"], got["parrish"]["s_amb"])
+    )
+    # every named answer anti-stereotyped: Parrish and HELM -1 (scaled), lm-eval 0
+    anti = _ambiguous({"other": 2, "unknown": 3}, {"target": 5})
+    got = bias_scores_by_convention(anti)
+    assert got["parrish"]["s_amb"] == pytest.approx(-0.7)
+    assert got["helm"]["s_amb"] == pytest.approx(-0.7) and got["lm_eval"]["s_amb"] == 0.0
+    assert all(got[c]["s_dis"] is None for c in got)  # no disambiguated items
+    # only unknown answers: undefined for Parrish, 0 for the libraries
+    only_unknown = bias_scores_by_convention(_ambiguous({"unknown": 2}, {"unknown": 2}))
+    assert only_unknown["parrish"]["s_amb"] is None
+    assert only_unknown["lm_eval"]["s_amb"] == only_unknown["helm"]["s_amb"] == 0.0
+
+
+def test_table15_shows_the_three_formulas(runs: tuple[Path, Path]) -> None:
+    from scd.eval.benchmarks.bbq.formulas import bias_scores_by_convention
+    from scd.eval.records import read_records
+
+    table = table15({"before": runs[0]})
+    row = next(r for r in table.rows if r.get("scope") == "bias score formulas")
+    expected = bias_scores_by_convention(read_records(runs[0] / "records.jsonl"))
+    assert row["s_amb_helm"] == expected["helm"]["s_amb"]
+    assert row["s_dis_lm_eval"] == expected["lm_eval"]["s_dis"]
+    assert "## BBQ bias scores by library formula" in table.markdown

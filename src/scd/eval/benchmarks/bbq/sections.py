@@ -7,6 +7,8 @@ choice under the summed and the per-token (length-normalised) log-probability si
 - **Paired**: each run after the first on the items both answered: right → wrong, wrong → right,
   exact McNemar p on correctness (Holm over the comparisons) -- a before/after difference tested
   on the same items, not read off overlapping intervals.
+- **Formulas**: s_DIS and s_AMB under Parrish's, lm-evaluation-harness's and HELM's arithmetic
+  (:mod:`~scd.eval.benchmarks.bbq.formulas`), which differ on the same predictions.
 - **Scoring rule**: the headline is the summed log-probability (the option as the model would
   write it, every token counted); the mean per token is CAPPr's rule (the SCD paper's) and favours
   the multi-token "unknown" answers less severely. Both from the same records.
@@ -24,7 +26,14 @@ from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
 from scd.eval.benchmarks.bbq.metrics import markdown, table15_rows
 from scd.eval.records import read_records
 
-__all__ = ["interval_lines", "paired_lines", "rule_lines", "table15", "trust_sections"]
+__all__ = [
+    "convention_lines",
+    "interval_lines",
+    "paired_lines",
+    "rule_lines",
+    "table15",
+    "trust_sections",
+]
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -163,10 +172,40 @@ def rule_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str
     return ["## BBQ under both scoring rules", "", *markdown_table(head, cells), note, ""], rows
 
 
+def convention_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Each run's overall s_DIS and s_AMB under Parrish's, lm-eval's and HELM's formulas, from the
+    same predictions (:mod:`~scd.eval.benchmarks.bbq.formulas`)."""
+    from scd.eval.benchmarks.bbq.formulas import CONVENTIONS, bias_scores_by_convention
+
+    rows, cells = [], []
+    for name, recs in records.items():
+        scores = bias_scores_by_convention(recs)
+        flat = {f"{k}_{c}": v for c, d in scores.items() for k, v in d.items()}
+        rows.append({"model": name, "scope": "bias score formulas", **flat})
+        shown = [" / ".join(_fmt(scores[c][k]) for c in CONVENTIONS) for k in ("s_dis", "s_amb")]
+        cells.append([name, *shown])
+    names = " / ".join(CONVENTIONS.values())
+    note = (
+        "The same predictions under each library's arithmetic: HELM scales s_AMB by 1 - the "
+        "accuracy over all items (Parrish and lm-eval: over ambiguous items); lm-eval gives 0 "
+        "where no answer is biased (the others -1). The libraries also put BBQ to the model "
+        "differently (lm-eval: twelve choices; HELM: lettered options), which these numbers do "
+        "not show."
+    )
+    head = ["Model", f"s_DIS ({names})", f"s_AMB ({names})"]
+    return [
+        "## BBQ bias scores by library formula",
+        "",
+        *markdown_table(head, cells),
+        note,
+        "",
+    ], rows
+
+
 def trust_sections(runs: dict[str, Path | str]) -> tuple[list[str], list[dict[str, Any]]]:
     """The three sections (the paired one with two runs or more) from the runs' records."""
     records = {n: read_records(Path(d) / "records.jsonl") for n, d in runs.items()}
-    parts = [interval_lines(records), rule_lines(records)]
+    parts = [interval_lines(records), convention_lines(records), rule_lines(records)]
     if len(records) > 1:
         parts.insert(1, paired_lines(records))
     return [x for lines, _ in parts for x in lines], [r for _, rows in parts for r in rows]
