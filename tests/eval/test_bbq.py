@@ -362,3 +362,48 @@ def test_table15_shows_the_three_formulas(runs: tuple[Path, Path]) -> None:
     assert row["s_amb_helm"] == expected["helm"]["s_amb"]
     assert row["s_dis_lm_eval"] == expected["lm_eval"]["s_dis"]
     assert "## BBQ bias scores by library formula" in table.markdown
+
+
+def test_permuted_answer_orders(
+    runs: tuple[Path, Path], toy_model: Path, shared_data: Path, tmp_path
+):
+    """--permute-options 3: the headline records stay the first order's (as without it), each
+    item's pick under every order is recorded, and the consistency is counted from them."""
+    from scd.eval.benchmarks.bbq.data import answer_orders
+
+    out = tmp_path / "orders"
+    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))
+    data = shared_data / "bbq" / "data"
+    get("bbq").evaluate(str(toy_model), out, data=data, permute_options=3, **kw)
+    plain = [json.loads(x) for x in (runs[0] / "records.jsonl").open()]
+    recs = [json.loads(x) for x in (out / "records.jsonl").open()]
+    assert [r["id"] for r in recs] == [r["id"] for r in plain]
+    for r, p in zip(recs, plain):  # other batches, so float noise: equal within 1e-4
+        assert r["option_logprobs"] == pytest.approx(p["option_logprobs"], abs=1e-4)
+        top = sorted(p["option_logprobs"])
+        assert top[-1] - top[-2] < 1e-4 or r["pred"] == p["pred"]  # a near-tie may break apart
+    assert all(len(r["order_preds"]) == 3 and r["order_preds"][0] == r["pred"] for r in recs)
+    block = json.loads((out / "summary.json").read_text())["answer_orders"]
+    same = sum(len(set(r["order_preds"])) == 1 for r in recs)
+    assert block["consistent"]["k"] == same and block["consistent"]["n"] == 300
+    orders = answer_orders(3)
+    first = sum(p == o[0] for r in recs for p, o in zip(r["order_preds"], orders))
+    assert block["listed_first"]["k"] == first and block["listed_first"]["n"] == 900
+    assert "## BBQ answer orders (3 orders per item)" in (out / "tables.md").read_text()
+    assert json.loads((out / "run.json").read_text())["permute_options"] == 3
+    assert "permute_options" not in json.loads((runs[0] / "run.json").read_text())
+
+
+def test_permute_options_out_of_range_is_one_line(shared_data: Path, tmp_path: Path, capsys):
+    from scd.cli import main
+
+    for k in ("0", "7"):
+        data = str(shared_data / "bbq" / "data")
+        argv = ["eval", "bbq", "--model", "toy", "--data", data, "--permute-options", k]
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--out", str(tmp_path / k)])
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2 and "--permute-options" in err and "expected 1 to 6" in err, (
+            err
+        )
+        assert "\n" not in err and not (tmp_path / k).exists()

@@ -43,6 +43,11 @@ class BBQOptions(BenchmarkOptions):
     categories: list[str] | None = option(None, "categories (default: all present)")
     limit: int | None = option(None, "a stratified, seeded subset of ~N items", check=positive)
     seed: int = option(0, "seed of the --limit subset")
+    permute_options: int = option(
+        1, "list each item's answers in K orders (the first as given; at most 6) and report how "
+        "often the chosen answer stays the same; the headline numbers stay the first order's",
+        check=lambda k: None if 1 <= k <= 6 else "expected 1 to 6 (three answers have 6 orders)",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if isinstance(self.data, (list, tuple)):  # paths as text (pinned in run.json)
@@ -93,7 +98,16 @@ class BBQ(Benchmark):
             "limit": o.limit, "seed": o.seed, "chunk_size": o.chunk_size, "n_items": len(work),
             "items_sha256": digest.hexdigest(),
         }  # fmt: skip
+        if o.permute_options > 1:  # earlier results keep their configuration
+            config["permute_options"] = o.permute_options
         return BBQTask(config, work, o.chunk_size, model)
+
+    def jobs(self, run: Any, options: BBQOptions, setting: Any) -> list:
+        """As every benchmark's; a result of one answer order keeps the cache key it had."""
+        jobs = super().jobs(run, options, setting)
+        for job in jobs if options.permute_options == 1 else ():
+            job.key.pop("permute_options", None)
+        return jobs
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         o = summary["overall"]
@@ -167,19 +181,37 @@ class BBQTask(CausalTask):
     unit = "item"
 
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from scd.eval.benchmarks.bbq.data import prompt_text
+        import numpy as np
+
+        from scd.eval.benchmarks.bbq.data import answer_orders, prompt_text
         from scd.eval.benchmarks.bbq.metrics import record
 
-        ids = self.fmt.encode([prompt_text(r) for r in rows])
         # one option text at a time: answers like "Can't be determined" recur, so the cache hits
         opts = [tuple(self.fmt.option_ids((r[f"ans{k}"],))[0] for k in range(3)) for r in rows]
-        scores = self.engine.score([ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts)])
-        return [record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores, opts)]
+        orders = answer_orders(self.config.get("permute_options", 1))
+        listed = [  # every row under each order (one engine call: one progress line)
+            {**r, **{f"ans{j}": r[f"ans{k}"] for j, k in enumerate(order)}}
+            for order in orders
+            for r in rows
+        ]
+        ids = self.fmt.encode([prompt_text(r) for r in listed])
+        flat = self.engine.score(
+            [ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts * len(orders))]
+        )
+        # per order, per row: the scores of ans0, ans1, ans2 (the texts in BBQ's order)
+        scores = [flat[i * len(rows) : (i + 1) * len(rows)] for i in range(len(orders))]
+        records = [record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores[0], opts)]
+        if len(orders) > 1:
+            for i, rec in enumerate(records):
+                rec["order_preds"] = [int(np.argmax(s[i])) for s in scores]
+        return records
 
     def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from scd.eval.benchmarks.bbq.metrics import bbq_metrics
+        from scd.eval.benchmarks.bbq.metrics import bbq_metrics, order_consistency
 
         summary = bbq_metrics(records)
+        if "order_preds" in records[0]:
+            summary["answer_orders"] = order_consistency(records, self.config["permute_options"])
         summary["counts"] = {
             c: sum(r["category"] == c for r in records) for c in summary["by_category"]
         }
@@ -187,6 +219,9 @@ class BBQTask(CausalTask):
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
         from scd.eval.benchmarks.base import evaluated
-        from scd.eval.benchmarks.bbq.metrics import markdown, table15_rows
+        from scd.eval.benchmarks.bbq.metrics import markdown, order_lines, table15_rows
 
-        return {"tables.md": markdown(table15_rows({evaluated(summary): summary}))}
+        text = markdown(table15_rows({evaluated(summary): summary}))
+        if "answer_orders" in summary:
+            text += "\n" + "\n".join(order_lines(summary["answer_orders"]))
+        return {"tables.md": text}

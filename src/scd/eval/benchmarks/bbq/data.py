@@ -17,7 +17,7 @@ from typing import Any
 from scd.errors import InputError
 
 __all__ = [
-    "CATEGORIES", "FIELDS", "ITEM_KEYS", "bias_labels", "load_bbq", "prompt_text",
+    "CATEGORIES", "FIELDS", "ITEM_KEYS", "answer_orders", "bias_labels", "load_bbq", "prompt_text",
     "stratified_subset",
 ]  # fmt: skip
 
@@ -203,6 +203,13 @@ def stratified_subset(rows: list[dict[str, Any]], limit: int, seed: int) -> list
 
     keys = [(r["category"], r["context_condition"], r["question_polarity"]) for r in rows]
     return [rows[i] for i in stratified_sample(keys, limit, seed)]
+
+
+def answer_orders(k: int) -> list[tuple[int, int, int]]:
+    """The first ``k`` of the six orders in which an item's three answers can be listed: as
+    given, then the three rotations' and reflections' in a fixed order (each answer first in
+    two of them)."""
+    return [(0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (2, 1, 0), (1, 0, 2)][:k]
 
 
 def prompt_text(item: dict[str, Any]) -> str:

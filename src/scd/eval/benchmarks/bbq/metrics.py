@@ -18,8 +18,8 @@ import numpy as np
 from scd.eval.benchmarks.bbq.data import CATEGORIES, ITEM_KEYS, bias_labels
 
 __all__ = [
-    "AGGREGATION_NOTE", "DISPLAY", "bbq_metrics", "markdown", "metrics_block", "record",
-    "table15_rows",
+    "AGGREGATION_NOTE", "DISPLAY", "bbq_metrics", "markdown", "metrics_block", "order_consistency",
+    "order_lines", "record", "table15_rows",
 ]  # fmt: skip
 
 DISPLAY = dict(
@@ -107,6 +107,43 @@ def bbq_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "overall": metrics_block(recs),
         "by_category": {c: metrics_block([r for r in recs if r["category"] == c]) for c in cats},
     }
+
+
+def order_consistency(records: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    """How much the answer depends on the order the answers are listed in (``order_preds``: the
+    chosen answer under each of ``k`` orders, :func:`~scd.eval.benchmarks.bbq.data.answer_orders`):
+    the share of items with the same answer under every order and the share of all picks that
+    were the answer listed first (1/3 without a position preference), with 95% Wilson intervals."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    from scd.eval.benchmarks.bbq.data import answer_orders
+
+    orders = answer_orders(k)
+    same = sum(len(set(r["order_preds"])) == 1 for r in records)
+    first = sum(p == o[0] for r in records for p, o in zip(r["order_preds"], orders))
+    picks = len(records) * k
+
+    def cell(hits: int, n: int) -> dict[str, Any]:
+        low, high = proportion_confint(hits, n, alpha=0.05, method="wilson")
+        return {"k": hits, "n": n, "rate": hits / n, "ci95": [low, high]}
+
+    return {"orders": k, "consistent": cell(same, len(records)), "listed_first": cell(first, picks)}
+
+
+def order_lines(block: dict[str, Any]) -> list[str]:
+    """The answer-order section of ``tables.md``."""
+
+    def show(c: dict[str, Any]) -> str:
+        low, high = c["ci95"]
+        return f"{c['rate']:.3f} [{low:.3f}, {high:.3f}] ({c['k']:,}/{c['n']:,})"
+
+    return [
+        f"## BBQ answer orders ({block['orders']} orders per item)", "",
+        "| Same answer under every order | Picks of the answer listed first |", "|---|---|",
+        f"| {show(block['consistent'])} | {show(block['listed_first'])} |", "",
+        "Without a position preference a third of the picks go to the answer listed first; the "
+        "headline numbers above are the first order's (the answers as BBQ gives them).", "",
+    ]  # fmt: skip
 
 
 _ACCURACIES = ("accuracy", "accuracy_ambiguous", "accuracy_disambiguated")
