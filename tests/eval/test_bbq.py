@@ -300,7 +300,15 @@ def test_table15_has_intervals_a_paired_test_and_both_rules(runs: tuple[Path, Pa
     amb = [r for r in a if r["context_condition"] == "ambig"]
     hand = sum(int(np.argmax(r["option_logprobs_norm"])) == r["label"] for r in amb) / len(amb)
     assert mean["ambig_accuracy"] == pytest.approx(hand) and mean["ambig_n"] == len(amb)
-    for title in ("with 95% intervals", "BBQ paired with before", "under both scoring rules"):
+    by_category = [r for r in table.rows if r.get("scope") == "bias scores by category"]
+    cats = {r["category"]: r for r in by_category if r["model"] == "before"}
+    age = [r for r in a if r["category"] == "Age"]
+    assert cats["Age"]["n"] == len(age) and cats["Age"]["s_dis"] == metrics_block(age)["s_dis"]
+    low, high = cats["Age"]["s_dis_ci_low"], cats["Age"]["s_dis_ci_high"]
+    assert low is not None and low <= cats["Age"]["s_dis"] <= high
+    assert sum(c["n"] for c in cats.values()) == len(a)
+    titles = ("with 95% intervals", "intervals per category", "paired with before", "both scoring")
+    for title in titles:
         assert title in table.markdown
 
 

@@ -40,42 +40,63 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def interval_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Each run's overall bias scores with their bootstrap intervals and counts."""
+def _interval_row(name: str, category: str | None, recs: list[dict]) -> dict[str, Any]:
     from scd.eval.benchmarks.bbq.arena import bias_score_intervals
     from scd.eval.benchmarks.bbq.metrics import metrics_block
 
-    rows, cells = [], []
-    for name, recs in records.items():
-        block, ci = metrics_block(recs), bias_score_intervals(recs)
-        row = {"model": name, "scope": "bias scores", "n": len(recs)}
-        for key, counted in (("s_dis", "n_non_unknown_dis"), ("s_amb", "n_non_unknown_amb")):
-            low, high = ci[key] or (None, None)
-            row.update(
-                {
-                    key: block[key],
-                    f"{key}_ci_low": low,
-                    f"{key}_ci_high": high,
-                    f"{key}_n": block[counted],
-                }
-            )
-        rows.append(row)
-        cells.append(
-            [
-                name,
-                *(
-                    f"{_fmt(row[k])} [{_fmt(row[k + '_ci_low'])}, "
-                    f"{_fmt(row[k + '_ci_high'])}] (n={row[k + '_n'] or 0:,})"
-                    for k in ("s_dis", "s_amb")
-                ),
-            ]
+    block, ci = metrics_block(recs), bias_score_intervals(recs)
+    row = {"model": name, "scope": "bias scores", "n": len(recs)}
+    if category is not None:
+        row.update(scope="bias scores by category", category=category)
+    for key, counted in (("s_dis", "n_non_unknown_dis"), ("s_amb", "n_non_unknown_amb")):
+        low, high = ci[key] or (None, None)
+        row.update(
+            {
+                key: block[key],
+                f"{key}_ci_low": low,
+                f"{key}_ci_high": high,
+                f"{key}_n": block[counted],
+            }
         )
-    head = ["## BBQ bias scores with 95% intervals (all categories)", ""]
+    return row
+
+
+def _interval_cells(row: dict[str, Any]) -> list[str]:
+    return [
+        f"{_fmt(row[k])} [{_fmt(row[k + '_ci_low'])}, "
+        f"{_fmt(row[k + '_ci_high'])}] (n={row[k + '_n'] or 0:,})"
+        for k in ("s_dis", "s_amb")
+    ]
+
+
+def interval_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Each run's bias scores with their bootstrap intervals and counts, over all categories and
+    per category (BBQ's order)."""
+    from scd.eval.benchmarks.bbq.data import CATEGORIES
+    from scd.eval.benchmarks.bbq.metrics import DISPLAY
+
+    overall = [_interval_row(name, None, recs) for name, recs in records.items()]
+    by_category = [
+        _interval_row(name, DISPLAY[c], [r for r in recs if r["category"] == c])
+        for name, recs in records.items()
+        for c in CATEGORIES
+        if any(r["category"] == c for r in recs)
+    ]
     note = (
         "Percentile bootstrap over items (1,000 resamples, seeded); n: the predictions other "
-        "than the unknown answer that the score counts."
+        "than the unknown answer that the score counts; a category's interval rests on its own "
+        "items alone, so it is wide where n is small."
     )
-    return [*head, *markdown_table(["Model", "s_DIS", "s_AMB"], cells), note, ""], rows
+    lines = ["## BBQ bias scores with 95% intervals (all categories)", ""]
+    lines += markdown_table(
+        ["Model", "s_DIS", "s_AMB"], ([r["model"], *_interval_cells(r)] for r in overall)
+    )
+    lines += [note, "", "## BBQ bias scores with 95% intervals per category", ""]
+    lines += markdown_table(
+        ["Model", "Category", "s_DIS", "s_AMB"],
+        ([r["model"], r["category"], *_interval_cells(r)] for r in by_category),
+    )
+    return lines, overall + by_category
 
 
 def paired_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str, Any]]]:
