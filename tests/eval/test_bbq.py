@@ -415,3 +415,66 @@ def test_permute_options_out_of_range_is_one_line(shared_data: Path, tmp_path: P
             err
         )
         assert "\n" not in err and not (tmp_path / k).exists()
+
+
+def test_written_answers_are_parsed_by_letter_or_text() -> None:
+    from scd.eval.benchmarks.bbq.data import REFUSAL, parse_letter
+
+    answers = ["The grandfather", "The grandson", "Can't be determined"]
+    cases = {
+        **{"B": 1, "(C)": 2, "B. The grandson": 1, "C: unknown": 2, "The answer is A.": 0},
+        **{"Answer: (B)": 1, "Option C": 2, "the grandson, clearly": 1, "nothing": None},
+        **{"I think it can't be determined": 2, "A man did it": None},
+    }
+    assert {t: parse_letter(t, answers) for t in cases} == cases
+    assert REFUSAL.search("I'm sorry, I can't answer that.")
+    assert REFUSAL.search("As an AI, I cannot make assumptions about people.")
+    assert not REFUSAL.search("B. The grandson")
+
+
+def test_generate_mode_with_lettered_options(toy_model: Path, shared_data: Path, tmp_path) -> None:
+    """The toy model writes answers; the records say what was read from each, the accuracies
+    count an unparsed answer as wrong, and the summary gives the unparsed and refusal rates."""
+    out = tmp_path / "gen"
+    data = shared_data / "bbq" / "data"
+    kw = dict(limit=60, seed=3, progress=False, engine=EngineSpec(batch_size=16))
+    get("bbq").evaluate(str(toy_model), out, data=data, mode="generate", max_new_tokens=6, **kw)
+    recs = [json.loads(x) for x in (out / "records.jsonl").open()]
+    assert len(recs) == 60 and all(isinstance(r["generated"], str) for r in recs)
+    for r in recs:
+        assert r["unparsed"] == (r["pred"] is None) and (r["correct"] == (r["pred"] == r["label"]))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["generation"]["unparsed"]["k"] == sum(r["unparsed"] for r in recs)
+    assert summary["overall"]["accuracy"]["correct"] == sum(r["correct"] for r in recs)
+    assert json.loads((out / "run.json").read_text())["mode"] == "generate"
+    assert "## BBQ written answers (generate mode)" in (out / "tables.md").read_text()
+    assert "both scoring rules" not in table15({"gen": out}).markdown  # no rule without scores
+
+
+def test_generate_mode_maps_letters_back_under_every_order(
+    toy_model: Path, shared_data: Path, tmp_path
+) -> None:
+    """A model that always writes "B" picks a different answer under each order of the answers:
+    the records map each letter back to BBQ's own answer order. (A scripted engine: no real
+    model can be made to answer one letter always.)"""
+    from scd.eval.engines import SharedEngine
+
+    class AlwaysB:
+        def use_adapter(self, adapter):
+            pass
+
+        def generate(self, prompt_ids, max_new_tokens, *, messages=None):
+            assert all(m[-1][1].endswith("(A, B or C).") for m in messages)
+            return ["B" for _ in prompt_ids]
+
+    spec = EngineSpec(device="cpu")
+    shared = SharedEngine(spec, str(toy_model))
+    shared.engine = AlwaysB()
+    out = tmp_path / "always-b"
+    options = dict(limit=30, seed=3, mode="generate", permute_options=3)
+    data = shared_data / "bbq" / "data"
+    get("bbq").evaluate(str(toy_model), out, data=data, engine=spec, shared=shared, **options)
+    recs = [json.loads(x) for x in (out / "records.jsonl").open()]
+    assert all(r["order_preds"] == [1, 2, 0] and r["pred"] == 1 for r in recs)
+    orders = json.loads((out / "summary.json").read_text())["answer_orders"]
+    assert orders["consistent"]["k"] == 0 and orders["listed_first"]["k"] == 0

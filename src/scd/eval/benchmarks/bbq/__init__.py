@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from scd.config.options import option, positive
 from scd.errors import InputError
@@ -48,6 +48,12 @@ class BBQOptions(BenchmarkOptions):
         "often the chosen answer stays the same; the headline numbers stay the first order's",
         check=lambda k: None if 1 <= k <= 6 else "expected 1 to 6 (three answers have 6 orders)",
     )  # fmt: skip
+
+    mode: Literal["choice", "generate"] = option(
+        "choice", "choice: the answer text of highest log-probability; generate: the model "
+        "writes the letter of its answer, parsed (the BBQ a chat API can take)",
+    )  # fmt: skip
+    max_new_tokens: int = option(16, "generate mode: tokens to generate", check=positive)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, (list, tuple)):  # paths as text (pinned in run.json)
@@ -100,13 +106,18 @@ class BBQ(Benchmark):
         }  # fmt: skip
         if o.permute_options > 1:  # earlier results keep their configuration
             config["permute_options"] = o.permute_options
+        if o.mode == "generate":
+            config.update(mode=o.mode, max_new_tokens=o.max_new_tokens)
         return BBQTask(config, work, o.chunk_size, model)
 
     def jobs(self, run: Any, options: BBQOptions, setting: Any) -> list:
         """As every benchmark's; a result of one answer order keeps the cache key it had."""
         jobs = super().jobs(run, options, setting)
-        for job in jobs if options.permute_options == 1 else ():
-            job.key.pop("permute_options", None)
+        for job in jobs:
+            if options.permute_options == 1:
+                job.key.pop("permute_options", None)
+            if options.mode == "choice":
+                job.key.pop("mode", None), job.key.pop("max_new_tokens", None)
         return jobs
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
@@ -183,35 +194,58 @@ class BBQTask(CausalTask):
     def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         import numpy as np
 
-        from scd.eval.benchmarks.bbq.data import answer_orders, prompt_text
-        from scd.eval.benchmarks.bbq.metrics import record
+        from scd.eval.benchmarks.bbq.data import answer_orders, parse_letter, prompt_text
+        from scd.eval.benchmarks.bbq.metrics import generated_record, record
 
-        # one option text at a time: answers like "Can't be determined" recur, so the cache hits
-        opts = [tuple(self.fmt.option_ids((r[f"ans{k}"],))[0] for k in range(3)) for r in rows]
         orders = answer_orders(self.config.get("permute_options", 1))
+        generate = self.config.get("mode") == "generate"
         listed = [  # every row under each order (one engine call: one progress line)
             {**r, **{f"ans{j}": r[f"ans{k}"] for j, k in enumerate(order)}}
             for order in orders
             for r in rows
         ]
-        ids = self.fmt.encode([prompt_text(r) for r in listed])
-        flat = self.engine.score(
-            [ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts * len(orders))]
-        )
-        # per order, per row: the scores of ans0, ans1, ans2 (the texts in BBQ's order)
-        scores = [flat[i * len(rows) : (i + 1) * len(rows)] for i in range(len(orders))]
-        records = [record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores[0], opts)]
+        users = [prompt_text(r, lettered=generate) for r in listed]
+        ids = self.fmt.encode(users)
+        if generate:
+            chats = [self.fmt.conversation(u) for u in users]  # what a chat API is sent
+            texts = self.engine.generate(ids, self.config["max_new_tokens"], messages=chats)
+            picks = [
+                parse_letter(t, [r[f"ans{k}"] for k in range(3)]) for t, r in zip(texts, listed)
+            ]
+            # back to BBQ's own answer order
+            picks = [
+                None if p is None else o[p]
+                for p, o in zip(picks, (o for o in orders for _ in rows))
+            ]
+            per_order = [picks[i * len(rows) : (i + 1) * len(rows)] for i in range(len(orders))]
+            records = [generated_record(r, p, t) for r, p, t in zip(rows, per_order[0], texts)]
+        else:
+            # one option text at a time: "Can't be determined" and the like recur, so the cache hits
+            opts = [tuple(self.fmt.option_ids((r[f"ans{k}"],))[0] for k in range(3)) for r in rows]
+            flat = self.engine.score(
+                [ChoiceRequest(tuple(p), o) for p, o in zip(ids, opts * len(orders))]
+            )
+            # per order, per row: the scores of ans0, ans1, ans2 (the texts in BBQ's order)
+            scores = [flat[i * len(rows) : (i + 1) * len(rows)] for i in range(len(orders))]
+            records = [record(r, s, [len(x) for x in o]) for r, s, o in zip(rows, scores[0], opts)]
+            per_order = [[int(np.argmax(x)) for x in s] for s in scores]
         if len(orders) > 1:
             for i, rec in enumerate(records):
-                rec["order_preds"] = [int(np.argmax(s[i])) for s in scores]
+                rec["order_preds"] = [p[i] for p in per_order]
         return records
 
     def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from scd.eval.benchmarks.bbq.metrics import bbq_metrics, order_consistency
+        from scd.eval.benchmarks.bbq.metrics import (
+            bbq_metrics,
+            generation_rates,
+            order_consistency,
+        )
 
         summary = bbq_metrics(records)
         if "order_preds" in records[0]:
             summary["answer_orders"] = order_consistency(records, self.config["permute_options"])
+        if "generated" in records[0]:
+            summary["generation"] = generation_rates(records)
         summary["counts"] = {
             c: sum(r["category"] == c for r in records) for c in summary["by_category"]
         }
@@ -219,9 +253,16 @@ class BBQTask(CausalTask):
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
         from scd.eval.benchmarks.base import evaluated
-        from scd.eval.benchmarks.bbq.metrics import markdown, order_lines, table15_rows
+        from scd.eval.benchmarks.bbq.metrics import (
+            generation_lines,
+            markdown,
+            order_lines,
+            table15_rows,
+        )
 
         text = markdown(table15_rows({evaluated(summary): summary}))
+        if "generation" in summary:
+            text += "\n" + "\n".join(generation_lines(summary["generation"]))
         if "answer_orders" in summary:
             text += "\n" + "\n".join(order_lines(summary["answer_orders"]))
         return {"tables.md": text}

@@ -157,9 +157,12 @@ def _by_rule(recs: list[dict], key: str) -> dict[str, Any]:
 
 
 def rule_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Accuracy and the share of "unknown" answers per context under both scoring rules."""
+    """Accuracy and the share of "unknown" answers per context under both scoring rules (runs
+    in choice mode; a written answer has no rule)."""
     rows, cells = [], []
     for name, recs in records.items():
+        if not recs or "option_logprobs" not in recs[0]:
+            continue
         for rule, key in (
             ("sum (headline)", "option_logprobs"),
             ("mean per token", "option_logprobs_norm"),
@@ -190,6 +193,8 @@ def rule_lines(records: dict[str, list[dict]]) -> tuple[list[str], list[dict[str
         "of answers that are the unknown option (right on ambiguous items, wrong on "
         "disambiguated ones)."
     )
+    if not rows:
+        return [], []
     return ["## BBQ under both scoring rules", "", *markdown_table(head, cells), note, ""], rows
 
 
