@@ -25,6 +25,12 @@ def test_a_run_dir_refuses_another_recipe_but_not_other_logging(tmp_path: Path) 
     changed = {**recipe, "train": {"learning_rate": 2e-3}}
     with pytest.raises(InputError, match=r"train\.learning_rate"):
         RunState(tmp_path / "run", changed).pin()
+    keys = ("learning_rate", "max_steps", "seed", "logging_steps", "save_steps", "weight_decay")
+    many = {**recipe, "train": {k: 7 for k in keys}}
+    with pytest.raises(
+        InputError, match=r"train\.\w+, train\.\w+, train\.\w+, train\.\w+ and 2 more"
+    ):
+        RunState(tmp_path / "run", many).pin()
 
 
 def test_stages_are_done_only_while_their_outputs_exist(tmp_path: Path) -> None:

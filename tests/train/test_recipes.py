@@ -142,6 +142,17 @@ def test_old_key_names_still_work_with_a_one_line_notice(tmp_path: Path) -> None
         load_recipe(old)
 
 
+def test_a_key_under_its_old_and_new_name_is_refused(tmp_path: Path) -> None:
+    from scd.errors import InputError
+
+    both = _recipe(tmp_path, "train: {epochs: 2, num_train_epochs: 0}\n")  # 0: not silently lost
+    with pytest.raises(InputError, match="train.epochs and its new name train.num_train_epochs"):
+        load_recipe(both)
+    seeds = _recipe(tmp_path, "eval: {seed: 7, bbq: {seed: 1}}\n")
+    with pytest.raises(InputError, match="eval.seed and its new name eval.bbq.seed"):
+        load_recipe(seeds)
+
+
 def test_engine_keys_belong_to_their_backend() -> None:
     from scd.errors import InputError
     from scd.pipeline.recipe import recipe_from_dict

@@ -133,6 +133,13 @@ def _parse(data: Any, source: str, sections: Mapping[str, type], given: dict[str
     return recipe
 
 
+def _has(tree: dict[str, Any], key: str) -> bool:
+    *sections, last = key.split(".")
+    for name in sections:
+        tree = tree.get(name) if isinstance(tree, dict) else None
+    return isinstance(tree, dict) and last in tree
+
+
 def _pop(tree: dict[str, Any], key: str) -> tuple[bool, Any]:
     *sections, last = key.split(".")
     for name in sections:
@@ -153,8 +160,12 @@ def _put(tree: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]:
-    """Old keys moved to their new names (a key given under both keeps the new one's value),
-    each with a one-line notice: to ``say``, else as a ``FutureWarning``."""
+    """Old keys moved to their new names, each with a one-line notice: to ``say``, else as a
+    ``FutureWarning``.
+
+    Raises:
+        InputError: a key given under its old and its new name.
+    """
     for old, new in RENAMED.items():
         found, value = _pop(data, old)
         if not found:
@@ -162,6 +173,10 @@ def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]
         if old == "eval.stigma.probes":
             new = tuple(f"eval.{probe}.enabled" for probe in value or [])
             value = True
+        given = [key for key in new if _has(data, key)]
+        if given:
+            raise InputError(f"{where}: {old} and its new name {given[0]} are both given; keep "
+                             f"{given[0]} only")  # fmt: skip
         for key in new:
             _put(data, key, value)
         text = f"{where}: {old} is now {' and '.join(new) or 'eval.<probe>.enabled'}"

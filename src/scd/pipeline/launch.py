@@ -100,12 +100,14 @@ def run_recipe(
         settings = ", ".join(map(str, recipe.settings))
         arms = f"; arms {', '.join(recipe.arm_names)}" if recipe.arms else ""
         say(f"scd run -> {run.dir} (settings {settings}{arms}){where}")
-        if run.state.stages:  # a resumed run says what it will not do again
-            done = list(run.state.stages)
-            say(f"  resuming: {len(done)} stages finished earlier are kept ({', '.join(done[:5])}"
-                f"{', ...' if len(done) > 5 else ''})")  # fmt: skip
         run.prepare()
         plan = run.plan()
+        pending = [s for s in plan.stages() if not run.state.done(s)]
+        if run.state.stages and pending:  # a resumed run says what it will not do again
+            done = list(run.state.stages)
+            more = ", ..." if len(done) > 5 else ""
+            say(f"  resuming: {len(done)} stages finished earlier are kept "
+                f"({', '.join(done[:5])}{more}); {len(pending)} to run")  # fmt: skip
         chosen.execute(run, plan)
         return run.finish(plan, started)
     except InputError as err:

@@ -49,8 +49,9 @@ class RunState:
             old = pinned(json.loads(path.read_text()).get("recipe", {}))
             changed = _diff(old, pinned(self.recipe))
             if changed:
+                more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
                 raise InputError(
-                    f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])} "
+                    f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])}{more} "
                     "differ); pass --run-id NEW_NAME or remove the directory"
                 )
             return
