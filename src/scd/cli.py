@@ -143,6 +143,12 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--eval-prompts", help="second prompt directory, evaluated on in a source split (2: stigma)"
     )
     add_options(sft, SFTOptions)
+    sft.add_argument(
+        "--protocol",
+        default="scd",
+        choices=["scd", "paper-chat"],
+        help="the evaluation protocol whose text the rows use (scd.models.protocols)",
+    )
     sft.add_argument("--out", required=True, help="output directory")
     for parser in (contact, stigma, sft):
         parser.add_argument("--push-to-hub", metavar="REPO", help="then upload the directory "

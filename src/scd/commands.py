@@ -81,11 +81,17 @@ def _generate_sft(args: argparse.Namespace) -> None:
     from scd.config.options import flag_values
     from scd.config.schema import SFTOptions
     from scd.data_gen.sft import write_sft
+    from scd.models.protocols import training_protocol
     from scd.progress import say
 
     options = flag_values(args, SFTOptions)
     info = write_sft(
-        args.prompts, args.setting, args.out, eval_prompts=args.eval_prompts, **options
+        args.prompts,
+        args.setting,
+        args.out,
+        eval_prompts=args.eval_prompts,
+        protocol=training_protocol(args.protocol),
+        **options,
     )
     for warning in info["warnings"]:
         say(f"scd: warning: {warning}")

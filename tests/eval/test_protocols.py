@@ -132,7 +132,7 @@ def test_scd_run_refuses_a_protocol_training_does_not_use(tmp_path: Path, capsys
     recipe.write_text("model: toy\neval:\n  bias:\n    protocol: paper\n")
     assert main(["run", str(recipe), "--outputs", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "eval.bias.protocol: 'paper': scd run trains on the scd protocol's text" in err
+    assert "eval.bias.protocol: 'paper': training goes through the model's chat template" in err
     assert not (tmp_path / "runs").exists()
 
 

@@ -358,3 +358,33 @@ def test_training_log_lines_are_readable():
     assert line == "step 10/50  loss 0.4739  lr 3.0e-04  grad norm 0.5587"
     done = _log_line(state, {"train_runtime": 78.1, "train_loss": 0.8874, "epoch": 0.4})
     assert done == "trained 10 steps in 78 s, mean loss 0.8874 (this session's steps)"
+
+
+def test_training_in_the_paper_chat_protocols_text(toy_model: Path, tmp_path) -> None:
+    """eval.bias.protocol paper-chat: the SFT rows carry the paper's system prompt and wording,
+    TRL's tokens are checked against what that protocol's evaluation scores, and a protocol that
+    no chat-template training can reproduce is refused when the recipe loads."""
+    import pyarrow.parquet as pq
+
+    from scd.errors import InputError
+    from scd.models.formatting import Formatter, load_tokenizer
+    from scd.models.protocols import LLAMA2_SYSTEM_PROMPT, PROTOCOLS
+
+    out = tmp_path / "paper-chat"
+    extra = ["train.max_steps=1", "wandb.enabled=false", "data.max_train=20", "data.max_eval=5"]
+    info = train(_recipe(toy_model, out, "eval.bias.protocol=paper-chat", *extra))
+    assert info["token_check_rows"] > 0  # every checked row: training's tokens = evaluation's
+    rows = pq.read_table(out / "data" / "sft" / "train.parquet").to_pylist()
+    system = {"role": "system", "content": LLAMA2_SYSTEM_PROMPT}
+    assert all(r["prompt"][0] == system for r in rows)
+    row = next(r for r in rows if r["answer"])
+    user = row["prompt"][1]["content"]
+    assert user.startswith("Follow the instruction: ") and user.endswith(" \n Answer:\n")
+    fmt = Formatter(load_tokenizer(str(toy_model)))
+    evaluated = PROTOCOLS["paper-chat"].formatter(fmt).encode([user])[0]
+    assert evaluated == Formatter(fmt.tokenizer, LLAMA2_SYSTEM_PROMPT).encode([user])[0]
+    assert json.loads((out / "data" / "sft" / "manifest.json").read_text())["protocol"] == (
+        "paper-chat"
+    )
+    with pytest.raises(InputError, match="eval.bias.protocol: 'paper': training goes through"):
+        _recipe(toy_model, tmp_path / "paper", "eval.bias.protocol=paper", *extra)

@@ -68,16 +68,19 @@ def _run_problems(recipe: Recipe) -> Iterator[Problem]:
     if not settings or len(set(settings)) != len(settings):
         yield "run.settings", f"run.settings: expected distinct settings, got {settings}"
     yield from _arm_problems(recipe)
-    bias = getattr(recipe.eval, "bias", None)
-    if bias is not None and bias.protocol != "scd":  # scd.models.protocols
+    if recipe.bias_protocol not in ("scd", "paper-chat"):  # scd.models.protocols
         yield (
             "eval.bias.protocol",
             (
-                f"eval.bias.protocol: {bias.protocol!r}: scd run trains on the scd protocol's "
-                "text, so it evaluates with it too; score other protocols with scd eval bias "
-                "--protocol"
+                f"eval.bias.protocol: {recipe.bias_protocol!r}: training goes through the "
+                "model's chat template, so a recipe can use protocol scd or paper-chat (the "
+                "paper's system prompt and wording); score the hand-written Llama 2 text with "
+                "scd eval bias --protocol"
             ),
         )
+    if recipe.bias_protocol != "scd" and recipe.arms and "prompt" in recipe.arms:
+        yield "arms", ("arms: the prompt arm sets a system prompt of its own, which "
+                       f"eval.bias.protocol {recipe.bias_protocol!r} sets too")  # fmt: skip
     name = recipe.run.name
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         yield "run.name", f"run.name: {name!r} is not a plain directory name"

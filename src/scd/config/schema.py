@@ -225,6 +225,13 @@ class Recipe:
     capability: CapabilitySpec = field(default_factory=CapabilitySpec)
 
     @property
+    def bias_protocol(self) -> str:
+        """The evaluation protocol of ``eval.bias`` (:mod:`scd.models.protocols`): training
+        uses its text, so that it trains what the bias evaluation scores."""
+        bias = getattr(self.eval, "bias", None)
+        return bias.protocol if bias is not None else "scd"
+
+    @property
     def settings(self) -> list[int]:
         """The settings a run trains: ``run.settings``, else ``[data.setting]``."""
         return list(self.run.settings) if self.run.settings else [self.data.setting]

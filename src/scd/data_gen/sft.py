@@ -39,7 +39,14 @@ from scd.io import atomic_output_dir, read_yaml, sha256_file, write_json
 if TYPE_CHECKING:
     from scd.config.schema import DataSpec
 
-__all__ = ["GENERAL_SET", "STYLES", "load_general", "prepare_sft", "sft_rows", "write_sft"]
+__all__ = [
+    "GENERAL_SET",
+    "STYLES",
+    "load_general",
+    "prepare_sft",
+    "sft_rows",
+    "write_sft",
+]
 
 
 def _pick(key: str, options: list[str]) -> str:
@@ -47,8 +54,10 @@ def _pick(key: str, options: list[str]) -> str:
     return options[int.from_bytes(digest, "big") % len(options)]
 
 
-def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
-    """Turn prompt rows into conversational SFT rows with the unbiased answer as completion."""
+def sft_rows(table: pa.Table, style: str = "short", protocol: Any = None) -> list[dict[str, Any]]:
+    """Turn prompt rows into conversational SFT rows with the unbiased answer as completion, in
+    the user text of an evaluation ``protocol`` (a :class:`scd.models.protocols.Protocol`;
+    None: scd's own)."""
     if style not in STYLES:
         raise InputError(f"expected one of {', '.join(STYLES)}", key="style", value=style)
     notes = read_yaml(data_path("sft_explanations.yaml")) if style == "explained" else {}
@@ -59,7 +68,8 @@ def sft_rows(table: pa.Table, style: str = "short") -> list[dict[str, Any]]:
         if style == "explained":
             kind = "include" if r["action"] == "positive" else "exclude"
             answer = f"{answer}. {_pick(r['prompt_id'], notes[kind])}"
-        rows.append(_row(user_text(r), answer, r["prompt_id"], "scd", r["unbiased_answer"]))
+        user = user_text(r) if protocol is None else protocol.user_text(r)
+        rows.append(_row(user, answer, r["prompt_id"], "scd", r["unbiased_answer"]))
     return rows
 
 
@@ -189,12 +199,17 @@ def write_sft(
     general: str | None = None,
     general_fraction: float = 0.0,
     seed: int = SEED,
+    protocol: Any = None,
 ) -> dict[str, Any]:
-    """Build and atomically write the SFT data of one setting (see the module docstring).
+    """Build and atomically write the SFT data of one setting (see the module docstring), in the
+    text of an evaluation ``protocol`` that trains through the chat template (None: scd's;
+    :func:`scd.models.protocols.training_protocol`): its user text, and its system prompt as
+    each row's first message.
 
     Returns:
         The manifest that was written.
     """
+    system = None if protocol is None else protocol.system_prompt
     settings = load_settings(settings_file)
     if setting not in settings:
         raise InputError(f"expected one of {sorted(settings)}", key="setting", value=setting)
@@ -219,12 +234,15 @@ def write_sft(
         train_part, eval_part = table.filter(train_mask), table.filter(eval_mask)
     used, warnings = _coverage(spec, train_part, eval_part)
     rng = np.random.default_rng(seed)
-    train_rows = sft_rows(_sample_per_contact(train_part, max_train, rng), style)
-    eval_rows = sft_rows(_sample_per_contact(eval_part, max_eval, rng), style)
+    train_rows = sft_rows(_sample_per_contact(train_part, max_train, rng), style, protocol)
+    eval_rows = sft_rows(_sample_per_contact(eval_part, max_eval, rng), style, protocol)
     want = round(general_fraction / (1 - general_fraction) * len(train_rows))
     general_rows = load_general(general, want, seed) if general_fraction > 0 else []
     train_rows += general_rows
     train_rows = [train_rows[i] for i in rng.permutation(len(train_rows))]
+    if system is not None:  # every row, the general ones too, as the evaluation puts it
+        for row in train_rows + eval_rows:
+            row["prompt"] = [{"role": "system", "content": system}, *row["prompt"]]
     lacking = "; it ".join(w.split(": ", 1)[1] for w in warnings)
     info = {
         "kind": "sft",
@@ -240,6 +258,7 @@ def write_sft(
         "max_train_per_contact": max_train,
         "max_eval_per_contact": max_eval,
         "general": {"source": general, "fraction": general_fraction, "rows": len(general_rows)},
+        **({"protocol": protocol.name} if protocol and protocol.name != "scd" else {}),
         "sources_sha256": sources,
         "counts": {
             "train": len(train_rows),
@@ -273,6 +292,7 @@ def prepare_sft(
     sft: Path | None = None,
     *,
     step: Callable[[str, Path, Callable[[], Any]], Any] | None = None,
+    protocol: Any = None,
 ) -> tuple[Path, Path | None]:
     """A recipe's ``data`` section -> its prompts -> a second prompt set when one of ``settings``
     splits by source (the settings of ``data.settings_file``, else the packaged ones) -> with
@@ -312,5 +332,5 @@ def prepare_sft(
         step(f"setting-{n}/sft", sft / "manifest.json", lambda: write_sft(
             prompts, n, sft, eval_prompts=eval_prompts, settings_file=d.settings_file,
             style=d.style, max_train=d.max_train, max_eval=d.max_eval, general=d.general,
-            general_fraction=d.general_fraction, seed=d.seed))  # fmt: skip
+            general_fraction=d.general_fraction, seed=d.seed, protocol=protocol))  # fmt: skip
     return prompts, eval_prompts

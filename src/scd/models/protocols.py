@@ -45,7 +45,15 @@ from typing import Any, Literal
 
 from scd.errors import InputError
 
-__all__ = ["LLAMA2_SYSTEM_PROMPT", "PROTOCOLS", "RULES", "Protocol", "choose", "get_protocol"]
+__all__ = [
+    "LLAMA2_SYSTEM_PROMPT",
+    "PROTOCOLS",
+    "RULES",
+    "Protocol",
+    "choose",
+    "get_protocol",
+    "training_protocol",
+]
 
 LLAMA2_SYSTEM_PROMPT = (
     "You are a helpful, respectful and honest assistant. Always answer as helpfully as possible, "
@@ -140,6 +148,26 @@ PROTOCOLS = {
         Protocol("paper-verbatim", PAPER_USER, LLAMA2_SYSTEM_PROMPT, "llama2", "mean", True),
     )
 }
+
+
+def training_protocol(name: str) -> Protocol:
+    """The shipped protocol ``name`` if training can use its text: it goes through the model's
+    chat template (``scd``, ``paper-chat``).
+
+    Raises:
+        InputError: another protocol (``paper`` writes Llama 2's text by hand and scores the
+            options tokenized alone, which no chat-template training reproduces).
+    """
+    found = get_protocol(name)
+    if found.wrap != "chat":
+        raise InputError(
+            "training goes through the model's chat template, so it can use the text of "
+            "protocol scd or paper-chat (the paper's system prompt and wording), not the "
+            "hand-written Llama 2 text; score that with scd eval bias --protocol",
+            key="protocol",
+            value=name,
+        )
+    return found
 
 
 def get_protocol(name: str) -> Protocol:

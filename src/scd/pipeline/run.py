@@ -205,7 +205,12 @@ class Run:
         d = self.recipe.data
         sft = self.dir / f"setting-{job.setting}" / "sft"
         if job.arm == "sft":
-            prepare_sft(d, self.dir / "data", [job.setting], sft, step=self._step)
+            from scd.models.protocols import training_protocol
+
+            protocol = training_protocol(self.recipe.bias_protocol)
+            prepare_sft(
+                d, self.dir / "data", [job.setting], sft, step=self._step, protocol=protocol
+            )
         elif job.arm == "general":
             from scd.data_gen.arms import write_general_rows
 

@@ -117,6 +117,7 @@ def build_preference_trainer(
 
     from scd.models.formatting import Formatter
     from scd.train.setup import load_model, lora_config, quiet_callbacks
+    from scd.train.sft_rows import system_message
 
     if args is None:
         args = preference_config(recipe, method, out, cuda, report_to, progress)
@@ -140,8 +141,8 @@ def build_preference_trainer(
         raise InputError(f"model {recipe.model}: cannot load its tokenizer ({err})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    formatter = Formatter(tokenizer)
     check_rows = data["train"].select(range(min(64, len(data["train"])))).to_list()
+    formatter = Formatter(tokenizer, system_message(check_rows))
     keep = [
         c
         for c in ("prompt", "chosen", "rejected", "completion", "label")

@@ -10,7 +10,7 @@ from typing import Any
 from scd.config.schema import Recipe
 from scd.errors import InputError
 
-__all__ = ["check_trained_tokens", "data_dir", "prepare_data", "training_rows"]
+__all__ = ["check_trained_tokens", "data_dir", "prepare_data", "system_message", "training_rows"]
 
 
 def data_dir(recipe: Recipe, out: Path, method: str = "sft") -> Path:
@@ -26,13 +26,20 @@ def prepare_data(recipe: Recipe, out: Path, method: str = "sft") -> Path:
     prepare_sft`, into ``out/data``; for ``dpo`` / ``kto`` then the preference rows of the same
     prompts, :func:`scd.data_gen.arms.write_preference_rows`) when the recipe asks for it."""
     from scd.data_gen.sft import prepare_sft
+    from scd.models.protocols import training_protocol
 
     d = recipe.data
     if d.sft:
         if not (Path(d.sft) / "train.parquet").is_file():
             raise InputError(f"data.sft {d.sft}: no train.parquet (run `scd generate sft`)")
         return Path(d.sft)
-    prompts, eval_prompts = prepare_sft(d, out / "data", [d.setting], out / "data" / "sft")
+    prompts, eval_prompts = prepare_sft(
+        d,
+        out / "data",
+        [d.setting],
+        out / "data" / "sft",
+        protocol=training_protocol(recipe.bias_protocol),
+    )
     if method == "sft":
         return out / "data" / "sft"
     from scd.data_gen.arms import write_preference_rows
@@ -41,6 +48,16 @@ def prepare_data(recipe: Recipe, out: Path, method: str = "sft") -> Path:
     sources = [p for p in (prompts, eval_prompts) if p is not None]
     write_preference_rows(out / "data" / "sft", sources, target, method, seed=d.seed)
     return target
+
+
+def system_message(rows: list[dict[str, Any]]) -> str | None:
+    """The system prompt the rows were written with (an evaluation protocol's, e.g.
+    ``paper-chat``'s; :func:`scd.data_gen.sft.write_sft`), or None: the formatter that checks
+    the trained tokens must render the same conversation."""
+    for message in rows[0]["prompt"] if rows else []:
+        if message["role"] == "system":
+            return message["content"]
+    return None
 
 
 def training_rows(data: Any, formatter: Any) -> Any:

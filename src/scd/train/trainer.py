@@ -31,7 +31,13 @@ from scd.errors import InputError
 from scd.io import atomic_file, write_json
 from scd.tracking import finish_run, redact, start_run
 from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
-from scd.train.sft_rows import check_trained_tokens, data_dir, prepare_data, training_rows
+from scd.train.sft_rows import (
+    check_trained_tokens,
+    data_dir,
+    prepare_data,
+    system_message,
+    training_rows,
+)
 from scd.train.training_log import log_history, mean_loss
 
 __all__ = ["METHODS", "build_trainer", "sft_config", "train"]
@@ -119,8 +125,8 @@ def build_trainer(
         raise InputError(f"model {recipe.model}: cannot load its tokenizer ({err})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    formatter = Formatter(tokenizer)
     check_rows = data["train"].select(range(min(256, len(data["train"])))).to_list()
+    formatter = Formatter(tokenizer, system_message(check_rows))
     data = training_rows(data.select_columns(["prompt", "completion"]), formatter)
     trainer = SFTTrainer(
         model=load_model(recipe, model_path, cuda),
