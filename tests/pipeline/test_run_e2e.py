@@ -213,3 +213,28 @@ def test_a_finished_run_reads_its_results_where_they_were_cached(
     layout = json.loads((root / "layout.json").read_text())
     assert Path(layout["base"]["bias"]).parent == root.parent / "cache" / "base"
     assert not (other / "base").exists()
+
+
+def test_a_run_under_the_paper_chat_protocol(toy_model: Path, tmp_path: Path) -> None:
+    """scd run with eval.bias.protocol paper-chat: the SFT rows, the training and every bias
+    evaluation (base and tuned) use that protocol, so that training trains what is scored."""
+    import pyarrow.parquet as pq
+
+    from scd.models.protocols import LLAMA2_SYSTEM_PROMPT
+
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)  # the session's toy model
+    sets = [
+        *("eval.bias.protocol=paper-chat", "data.max_train=40", "data.max_eval=10"),
+        *("train.max_steps=2", "eval.bias.limit=60"),
+    ]
+    args = ["run", str(REPO / "recipes" / "quickstart.yaml"), "--outputs", str(tmp_path)]
+    assert main([*args, "--run-id", "pc", *(x for s in sets for x in ("--set", s))]) == 0
+    run = tmp_path / "pc"
+    rows = pq.read_table(run / "setting-1" / "sft" / "train.parquet").to_pylist()
+    assert all(r["prompt"][0]["content"] == LLAMA2_SYSTEM_PROMPT for r in rows)
+    layout = json.loads((run / "layout.json").read_text())
+    for result in (layout["base"]["bias"], layout["settings"]["1"]["evals"]["bias"]):
+        assert json.loads((Path(result) / "run.json").read_text())["protocol"] == "paper-chat"
+    adapter = Path(layout["settings"]["1"]["adapter"])
+    assert json.loads((adapter / "train_manifest.json").read_text())["token_check_rows"] > 0
