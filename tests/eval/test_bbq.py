@@ -478,3 +478,13 @@ def test_generate_mode_maps_letters_back_under_every_order(
     assert all(r["order_preds"] == [1, 2, 0] and r["pred"] == 1 for r in recs)
     orders = json.loads((out / "summary.json").read_text())["answer_orders"]
     assert orders["consistent"]["k"] == 0 and orders["listed_first"]["k"] == 0
+
+
+def test_order_consistency_counts_only_answers() -> None:
+    from scd.eval.benchmarks.bbq.metrics import order_consistency
+
+    recs = [{"order_preds": p} for p in ([None, None, None], [1, 1, 1], [0, 2, 1], [0, 1, 2])]
+    block = order_consistency(recs, 3)
+    assert block["consistent"]["k"] == 1 and block["consistent"]["n"] == 4
+    # listed first under (0,1,2), (1,2,0), (2,0,1): answer 0, 1 and 2 respectively
+    assert block["listed_first"]["k"] == 0 + 1 + 1 + 3 and block["listed_first"]["n"] == 12

@@ -174,14 +174,15 @@ def bbq_metrics(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def order_consistency(records: list[dict[str, Any]], k: int) -> dict[str, Any]:
     """How much the answer depends on the order the answers are listed in (``order_preds``: the
     chosen answer under each of ``k`` orders, :func:`~scd.eval.benchmarks.bbq.data.answer_orders`):
-    the share of items with the same answer under every order and the share of all picks that
-    were the answer listed first (1/3 without a position preference), with 95% Wilson intervals."""
+    the share of items with the same answer under every order (an answer read under none of
+    them is no answer) and the share of all picks that were the answer listed first (1/3
+    without a position preference), with 95% Wilson intervals."""
     from statsmodels.stats.proportion import proportion_confint
 
     from scd.eval.benchmarks.bbq.data import answer_orders
 
     orders = answer_orders(k)
-    same = sum(len(set(r["order_preds"])) == 1 for r in records)
+    same = sum(len(set(p := r["order_preds"])) == 1 and p[0] is not None for r in records)
     first = sum(p == o[0] for r in records for p, o in zip(r["order_preds"], orders))
     picks = len(records) * k
 
