@@ -10,7 +10,10 @@ Each item is one user message (chat template / system prompt as in
     C. {ans2}
     Answer with the text of one option.
 
-and the three answer texts are scored in choice mode as the assistant's reply. Loading, bias
+and the three answer texts are scored in choice mode as the assistant's reply (``--mode
+generate``: the message asks for the option's letter, and the written answer is parsed,
+:func:`~scd.eval.benchmarks.bbq.data.parse_letter`; ``--permute-options K``: the answers listed in
+K orders, :func:`~scd.eval.benchmarks.bbq.metrics.order_consistency`). Loading, bias
 labels and the prompt text: :mod:`~scd.eval.benchmarks.bbq.data`; the numbers and Table 15:
 :mod:`~scd.eval.benchmarks.bbq.metrics`.
 """
