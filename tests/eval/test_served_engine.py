@@ -130,6 +130,16 @@ def test_chat_api_generate_mode_equals_hf(toy_model, toy_prompts, stub, tmp_path
     assert _same(tmp_path / "hf", tmp_path / "chat") > 16
 
 
+def test_bbq_through_a_chat_api_in_generate_mode(toy_model, shared_data, stub, tmp_path) -> None:
+    """BBQ's lettered generate mode through a chat API gives the records of --backend hf."""
+    data = shared_data / "bbq" / "data"
+    for spec, out in ((HF, "hf"), (_served(stub, api="chat"), "chat")):
+        options = dict(limit=12, mode="generate", max_new_tokens=4, progress=False)
+        get("bbq").evaluate(str(toy_model), tmp_path / out, data=data, engine=spec, **options)
+    assert _records(tmp_path / "hf") == _records(tmp_path / "chat")
+    assert stub.bodies[-1]["messages"][-1]["content"].endswith("(A, B or C).")
+
+
 def test_chat_api_refuses_what_it_cannot_score(toy_model, stub) -> None:
     engine = ServedEngine(str(toy_model), _served(stub, api="chat"))
     with pytest.raises(InputError, match="scores only what scd eval bias asks"):
