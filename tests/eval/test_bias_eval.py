@@ -75,13 +75,19 @@ def test_choice_mode_agrees_with_naive_reference(
         assert naive == pytest.approx(r["option_logprobs"], abs=1e-4)
 
 
-def test_padding_side_and_batch_size_change_no_answer(toy_model: Path, toy_prompts: Path) -> None:
-    tokenizer = load_tokenizer(str(toy_model))
+def _requests(tokenizer, prompts: Path, limit: int, seed: int) -> tuple[list, list]:
+    """Choice requests of ~``limit`` prompts, and the same with two-token options."""
     fmt = Formatter(tokenizer)
-    work = load_work(toy_prompts, 200, seed=3)
+    work = load_work(prompts, limit, seed=seed)
     ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
     requests = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
     multi = [ChoiceRequest(r.prompt_ids, tuple(o + o for o in r.option_ids)) for r in requests]
+    return requests, multi
+
+
+def test_padding_side_and_batch_size_change_no_answer(toy_model: Path, toy_prompts: Path) -> None:
+    tokenizer = load_tokenizer(str(toy_model))
+    requests, multi = _requests(tokenizer, toy_prompts, 200, seed=3)
     results = []
     for side in ("left", "right"):
         for batch in (1, 7, 64):
@@ -101,11 +107,7 @@ def test_a_batch_out_of_gpu_memory_is_scored_in_halves(
     """A batch too large for the GPU's memory is split, not fatal; the numbers stay the same.
     (A fault no CPU shows: the model raises CUDA's out-of-memory error above 8 rows.)"""
     tokenizer = load_tokenizer(str(toy_model))
-    fmt = Formatter(tokenizer)
-    work = load_work(toy_prompts, 100, seed=5)
-    ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
-    requests = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
-    multi = [ChoiceRequest(r.prompt_ids, tuple(o + o for o in r.option_ids)) for r in requests]
+    requests, multi = _requests(tokenizer, toy_prompts, 100, seed=5)
     spec = EngineSpec(device="cpu", batch_size=64)
     reference = HFEngine(str(toy_model), spec, tokenizer=tokenizer)
     expected = reference.score(requests), reference.score(multi)
