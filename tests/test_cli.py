@@ -248,3 +248,18 @@ def test_a_section_that_is_not_a_mapping_is_one_line(tmp_path):
     code, err = _run(["run", str(recipe), "--outputs", str(tmp_path / "o")])
     assert code == 2 and "eval must be a mapping" in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_long_error_line_is_cut_between_values_never_inside_one():
+    from scd.errors import first_line
+
+    shape = "torch.Size([8, 576])"
+    text = (f"size mismatch for q_proj.lora_A.weight: couldn't copy a param with shape {shape} "
+            "from checkpoint, the shape in current model is torch.Size([8, 896]) and more")  # fmt: skip
+    for limit in range(60, len(text)):
+        line = first_line(RuntimeError(text), limit=limit)
+        assert line.endswith(" ...") and len(line) <= limit + 4
+        kept = line.removesuffix(" ...")
+        assert text.startswith(kept) and kept.count("(") == kept.count(")")  # no value half-cut
+    assert first_line(RuntimeError(text), limit=len(text)) == text
+    assert first_line(RuntimeError("x" * 300)) == "x" * 300  # no place to cut: kept whole

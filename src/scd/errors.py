@@ -10,9 +10,28 @@ _UNSET: Any = object()
 
 
 def first_line(err: BaseException, limit: int = 200) -> str:
-    """A library error's first line (its type's name when it has no message), cut to ``limit``
-    characters: the cause inside a one-line :class:`InputError`."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]
+    """A library error's first line (its type's name when it has no message): the cause inside a
+    one-line :class:`InputError`. A line longer than ``limit`` is cut at the last space before it
+    that stands outside brackets and quotes, and marked `` ...``, so that no value (a shape, a
+    path, a quoted name) is cut in half; with no such space it is kept whole."""
+    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return line if len(line) <= limit else _cut(line, limit)
+
+
+def _cut(line: str, limit: int) -> str:
+    depth, quote, cut = 0, "", 0
+    for i, char in enumerate(line[:limit]):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"" and (i == 0 or not line[i - 1].isalnum()):  # not "couldn't"
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char == " " and depth == 0:
+            cut = i
+    return f"{line[:cut].rstrip(',;:')} ..." if cut else line
 
 
 class InputError(ValueError):

@@ -17,12 +17,25 @@ from scd.errors import InputError, first_line
 
 __all__ = [
     "atomic_file", "atomic_output_dir", "cache_key", "check_output_dir", "data_dir", "json_text",
-    "model_cache", "read_json", "read_manifest", "read_parquet", "read_yaml", "sha256_file",
-    "write_json",
+    "looks_local", "model_cache", "read_json", "read_manifest", "read_parquet", "read_yaml",
+    "sha256_file", "write_json",
 ]  # fmt: skip
 
 _UMASK = os.umask(0o022)  # read the process umask (set it back at once)
 os.umask(_UMASK)
+
+
+def looks_local(spec: str) -> bool:
+    """Whether ``spec`` reads as a local path rather than a Hub id (``owner/name``): it starts
+    with ``/``, ``.`` or ``~``, holds a backslash or more than one slash, or its first part is an
+    existing directory (``outputs/toy-modle``, ``data/bbq``). A missing path that looks local is
+    "no such file or directory", never a Hub lookup."""
+    return (
+        spec.startswith(("/", ".", "~"))
+        or "\\" in spec
+        or spec.count("/") > 1
+        or ("/" in spec and Path(spec.split("/", 1)[0]).is_dir())
+    )
 
 
 def read_manifest(directory: Path | str) -> dict[str, Any]:

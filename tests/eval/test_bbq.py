@@ -155,8 +155,10 @@ def test_loader_errors(shared_data: Path, tmp_path: Path) -> None:
         load_bbq(shared_data / "bbq" / "data", ["Gender"])
     with pytest.raises(InputError, match="no file for categories.*SES"):
         load_bbq(shared_data / "bbq" / "data", ["Age", "SES"])
-    with pytest.raises(InputError, match="not a directory"):
+    with pytest.raises(InputError, match="no such directory or file"):
         load_bbq(tmp_path / "nothing-here.jsonl")
+    with pytest.raises(InputError, match="not a directory, JSONL file"):
+        load_bbq("nothing-here")
 
 
 @pytest.fixture(scope="module")

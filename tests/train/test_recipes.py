@@ -81,8 +81,10 @@ def test_unknown_keys_and_wrong_types_name_key_and_file(tmp_path: Path) -> None:
         load_recipe(_recipe(tmp_path, "train: {lr: 0.1}\n"))
     with pytest.raises(InputError, match=r"recipe.yaml: train.learning_rate: expected a number"):
         load_recipe(_recipe(tmp_path, "train: {learning_rate: fast}\n"))
-    with pytest.raises(InputError, match=r"lora.r: 12 is not a rank vLLM can serve"):
-        load_recipe(_recipe(tmp_path, "lora: {r: 12}\n"))
+    assert load_recipe(_recipe(tmp_path, "lora: {r: 12}\n")).lora.r == 12  # vLLM: max rank 16
+    with pytest.raises(InputError, match=r"lora.r: 640 is above the largest rank vLLM serves"):
+        load_recipe(_recipe(tmp_path, "lora: {r: 640}\neval: {backend: vllm}\n"))
+    assert load_recipe(_recipe(tmp_path, "lora: {r: 640}\n")).lora.r == 640  # hf serves any
     with pytest.raises(InputError, match="max_seq_length"):
         load_recipe(_recipe(tmp_path, "train: {max_seq_length: 512}\n"))
 

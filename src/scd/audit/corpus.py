@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from scd.errors import InputError, first_line
-from scd.io import atomic_file, read_parquet, read_yaml
+from scd.hub import hub_problem
+from scd.io import atomic_file, looks_local, read_parquet, read_yaml
 
 __all__ = ["TermMatcher", "encode", "load_terms", "read_corpus", "split_sentences"]
 
@@ -104,7 +105,7 @@ def read_corpus(source: str, text_column: str = "text") -> list[str]:
                 return _nonempty(path.read_text(encoding="utf-8").splitlines(), source)
             except UnicodeDecodeError:
                 raise InputError("not UTF-8 text", key="corpus", value=path) from None
-    elif (path.exists() or source.startswith((".", "/", "~")) or source.count("/") != 1
+    elif (path.exists() or looks_local(source) or source.count("/") != 1
           or path.suffix in (".txt", ".jsonl", ".json", ".parquet")):  # fmt: skip
         raise InputError("no such file (a .txt, .jsonl or .parquet file, or a Hub dataset id "
                          "owner/name)", key="corpus", value=source)  # fmt: skip
@@ -133,6 +134,9 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 def _hub_rows(name: str) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
+    problem = hub_problem(name, repo_type="dataset", filename=None)
+    if problem:
+        raise InputError(problem, key="corpus", value=name)
     try:
         return load_dataset(name, split="train").to_list()
     except Exception as err:  # noqa: BLE001 -- network, auth, missing dataset

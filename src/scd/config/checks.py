@@ -40,9 +40,9 @@ def _field_problems(section: Any, prefix: str) -> Iterator[Problem]:
 
 
 def _value_problems(recipe: Recipe) -> Iterator[Problem]:
-    if recipe.lora.r not in LORA_RANKS:
-        ranks = ", ".join(map(str, LORA_RANKS))
-        yield "lora.r", f"lora.r: {recipe.lora.r} is not a rank vLLM can serve ({ranks})"
+    if recipe.eval.backend == "vllm" and recipe.lora.r > LORA_RANKS[-1]:  # vLLM serves it
+        yield "lora.r", (f"lora.r: {recipe.lora.r} is above the largest rank vLLM serves "
+                         f"({LORA_RANKS[-1]}); evaluate with eval.backend hf")  # fmt: skip
     d, t = recipe.data, recipe.train
     if sum(x is not None for x in (d.sft, d.prompts, d.descriptors)) != 1:
         yield "data", "data: give exactly one of sft, prompts, descriptors"

@@ -34,7 +34,8 @@ from scd.data_gen.card import descriptor_sources, write_card
 from scd.data_gen.contact import read_baseline, read_prompts, user_text, write_prompts
 from scd.data_gen.descriptors import resolve_descriptors
 from scd.errors import InputError
-from scd.io import atomic_output_dir, read_yaml, sha256_file, write_json
+from scd.hub import hub_problem
+from scd.io import atomic_output_dir, looks_local, read_yaml, sha256_file, write_json
 
 if TYPE_CHECKING:
     from scd.config.schema import DataSpec
@@ -101,11 +102,18 @@ def _general_table(spec: str) -> Any:
             [{"instruction": i["instruction"], "output": i["response"]} for i in items]
         )
     path = Path(spec).expanduser()
+    if not path.exists() and looks_local(spec):  # never sent to the Hub as a dataset id
+        raise InputError("no such file", key="general", value=spec)
     try:
         if path.exists():
             kind = "parquet" if path.suffix == ".parquet" else "json"
             return datasets.load_dataset(kind, data_files=str(path), split="train")
+        problem = hub_problem(spec, repo_type="dataset", filename=None)
+        if problem:
+            raise InputError(problem, key="general", value=spec)
         return datasets.load_dataset(spec, split="train")
+    except InputError:
+        raise
     except Exception as err:  # datasets raises many types; report one line
         raise InputError(
             f"cannot load ({type(err).__name__}: {err})", key="general", value=spec

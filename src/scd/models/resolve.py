@@ -6,7 +6,8 @@ Every command that takes a model (``scd eval``, ``train``, ``run``, ``merge``) a
   adapter records a base that resolves from any working directory;
 - a local ``.gguf`` file -- converted once into a cached plain directory (:mod:`scd.models.gguf`);
 - a Hub GGUF file ``owner/repo/file.gguf`` -- downloaded with ``huggingface_hub``, then converted;
-- a Hub id ``owner/name`` -- passed on unchanged (transformers downloads and caches it).
+- a Hub id ``owner/name`` -- passed on unchanged (transformers downloads and caches it), once it
+  is known to be there: in the local Hub cache, or listed on the Hub (:mod:`scd.hub`).
 
 A spec that looks local and does not exist (``./m``, ``/m``, ``~/m``, a path whose first part is
 an existing directory such as ``outputs/toy-modle``) fails at once with "no such directory",
@@ -20,8 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from scd.errors import InputError, first_line
+from scd.hub import hub_problem
+from scd.io import looks_local
 
-__all__ = ["check_model_spec", "is_gguf", "model_fingerprint", "resolve_model"]
+__all__ = [
+    "check_model_available", "check_model_spec", "is_gguf", "model_fingerprint",
+    "resolve_model",
+]  # fmt: skip
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name
 
@@ -32,13 +38,10 @@ def is_gguf(spec: str) -> bool:
 
 
 def _looks_local(spec: str) -> bool:
-    slashes = spec.count("/")
-    return (
-        spec.startswith(("/", ".", "~"))
-        or "\\" in spec
-        or (slashes != 2 if is_gguf(spec) else slashes > 1)  # a Hub GGUF is owner/repo/file.gguf
-        or (slashes > 0 and Path(spec.split("/", 1)[0]).is_dir())
-    )
+    if not is_gguf(spec):
+        return looks_local(spec)
+    # a Hub GGUF file is owner/repo/file.gguf: two slashes, and owner/repo no local path
+    return spec.count("/") != 2 or looks_local(spec.rsplit("/", 1)[0])
 
 
 def check_model_spec(spec: str, key: str = "--model") -> str:
@@ -69,6 +72,22 @@ def check_model_spec(spec: str, key: str = "--model") -> str:
     raise InputError(f"{key} {spec}: neither an existing path nor a Hub id (owner/name)")
 
 
+def check_model_available(spec: str, key: str = "--model") -> str:
+    """:func:`check_model_spec`, and for a Hub model :func:`~scd.hub.hub_problem`: everything that
+    can be known of ``spec`` before any work, without downloading or converting it."""
+    kind = check_model_spec(spec, key)
+    if kind == "hub":
+        problem = hub_problem(spec)
+    elif kind == "hub_gguf":
+        repo, filename = spec.rsplit("/", 1)
+        problem = hub_problem(repo, filename=filename)
+    else:
+        problem = ""
+    if problem:
+        raise InputError(f"{key} {spec}: {problem}")
+    return kind
+
+
 def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = print) -> str:
     """The name transformers should load for ``spec``: an absolute directory or a Hub id.
 
@@ -77,7 +96,7 @@ def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = 
     Raises:
         InputError: see :func:`check_model_spec` and :func:`scd.models.gguf.inspect_gguf`.
     """
-    kind = check_model_spec(spec, key)
+    kind = check_model_available(spec, key)
     if kind == "toy":  # the planted-bias model, built once (as scd run's default toy_model)
         from scd.models.toy import ensure_toy_model
 

@@ -100,11 +100,11 @@ def run_recipe(
         settings = ", ".join(map(str, recipe.settings))
         arms = f"; arms {', '.join(recipe.arm_names)}" if recipe.arms else ""
         say(f"scd run -> {run.dir} (settings {settings}{arms}){where}")
+        done = list(run.state.stages)  # finished by an earlier invocation
         run.prepare()
         plan = run.plan()
         pending = [s for s in plan.stages() if not run.state.done(s)]
-        if run.state.stages and pending:  # a resumed run says what it will not do again
-            done = list(run.state.stages)
+        if done and pending:  # a resumed run says what it will not do again
             more = ", ..." if len(done) > 5 else ""
             say(f"  resuming: {len(done)} stages finished earlier are kept "
                 f"({', '.join(done[:5])}{more}); {len(pending)} to run")  # fmt: skip

@@ -73,9 +73,9 @@ def validate_inputs(recipe: Recipe) -> None:
         if value and not (Path(value) / "prompts.parquet").is_file():
             raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
     if recipe.model != "toy":
-        from scd.models import check_model_spec
+        from scd.models import check_model_available
 
-        check_model_spec(recipe.model, key="model")
+        check_model_available(recipe.model, key="model")  # a Hub id: cached or on the Hub
     for name, bench in REGISTRY.items():
         options = getattr(recipe.eval, name, None)
         if options is not None and options.enabled:

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scd.errors import InputError
+from scd.errors import InputError, first_line
+from scd.hub import hub_problem
+from scd.io import looks_local
 
 __all__ = [
     "CATEGORIES", "FIELDS", "ITEM_KEYS", "LETTERED", "REFUSAL", "answer_orders", "bias_labels",
@@ -163,15 +165,20 @@ def load_bbq(
     elif all(Path(s).is_file() for s in sources):
         for s in sources:
             rows += _read_jsonl(Path(s))
+    elif len(sources) == 1 and looks_local(str(sources[0])):  # data/bbq: never a Hub id
+        raise InputError("no such directory or file", key="data", value=sources[0])
     elif len(sources) == 1 and re.fullmatch(r"[\w.-]+/[\w.-]+", str(sources[0])):
         import datasets
 
+        problem = hub_problem(str(sources[0]), repo_type="dataset", filename=None)
+        if problem:
+            raise InputError(f"no such directory, nor a Hub dataset: {problem}", key="data",
+                             value=sources[0])  # fmt: skip
         try:
             ds = datasets.load_dataset(str(sources[0]), split=split)
         except Exception as err:  # noqa: BLE001 -- hub/network errors of every kind
-            raise InputError(
-                f"cannot load the dataset ({err})", key="data", value=sources[0]
-            ) from None
+            raise InputError(f"no such directory, nor a Hub dataset that loads ({first_line(err)})",
+                             key="data", value=sources[0]) from None  # fmt: skip
         for n, row in enumerate(ds):
             _check_row(row, f"{sources[0]}[{split}] row {n}")
             rows.append(dict(row))
