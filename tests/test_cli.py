@@ -254,8 +254,10 @@ def test_a_long_error_line_is_cut_between_values_never_inside_one():
     from scd.errors import first_line
 
     shape = "torch.Size([8, 576])"
-    text = (f"size mismatch for q_proj.lora_A.weight: couldn't copy a param with shape {shape} "
-            "from checkpoint, the shape in current model is torch.Size([8, 896]) and more")  # fmt: skip
+    text = (
+        f"size mismatch for q_proj.lora_A.weight: couldn't copy a param with shape {shape} "
+        "from checkpoint, the shape in current model is torch.Size([8, 896]) and more"
+    )
     for limit in range(60, len(text)):
         line = first_line(RuntimeError(text), limit=limit)
         assert line.endswith(" ...") and len(line) <= limit + 4
