@@ -6,6 +6,12 @@ packed (TRL's BFD, padding-free), and 4-bit QLoRA packed, with the default SDPA 
     python benchmarks/bench_gpu.py --tokenizer ../shared/data/tokenizers/llama-2-chat \\
         --descriptors ../shared/data/holistic_bias/v1.0/descriptors.json [--out /tmp/bench-gpu]
     python benchmarks/bench_gpu.py ... --tiny      # the same steps on a tiny model (CPU check)
+    python benchmarks/bench_gpu.py --model DIR --descriptors ... --limit 600 --skip-training
+
+``--model``: score a real model (a directory, e.g. SmolLM2 as ``scd fetch-model`` converts it)
+instead of the random 7B, in bfloat16 on a GPU and float32 on a CPU: on a CPU the
+figures are this CPU's scoring rate as a share of a float32 matrix product timed in the same
+process. Achieved FLOP/s count 2 x parameters per token read (embeddings included).
 
 Random weights change no cost: the FLOPs of a forward pass depend on shapes only. A part that
 cannot run (e.g. no trl/datasets on the machine) is reported, not hidden; --skip-training scores
@@ -71,7 +77,9 @@ def bench_matmul(size: int = 8192, repeats: int = 10) -> dict:
             "tflops": round(2 * size**3 / seconds / 1e12, 3)}  # fmt: skip
 
 
-def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: int | None) -> dict:
+def bench_scoring(
+    model: Path, descriptors: Path, out: Path, batch: int, limit: int | None, dtype: str
+) -> dict:
     import torch
 
     from scd.config.engine import EngineSpec
@@ -90,7 +98,7 @@ def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: 
     fmt = Formatter(tok)
     ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
     reqs = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
-    engine = HFEngine(str(model), EngineSpec(dtype="bfloat16", batch_size=batch), tokenizer=tok)
+    engine = HFEngine(str(model), EngineSpec(dtype=dtype, batch_size=batch), tokenizer=tok)
     engine.score(reqs[: batch * 2])  # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -106,7 +114,8 @@ def bench_scoring(model: Path, descriptors: Path, out: Path, batch: int, limit: 
     tflops = 2 * params * tokens / seconds / 1e12
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    return {"device": name, "prompts": len(reqs), "batch_size": batch,
+    return {"device": name, "model": model.name, "params": params, "prompts": len(reqs),
+            "batch_size": batch,
             "batch_size_at_end": engine.batch_size, "seconds": round(seconds, 1),
             "prompts_per_s": round(len(reqs) / seconds, 1), "tokens": tokens,
             "achieved_tflops": round(tflops, 3),
@@ -145,7 +154,7 @@ def bench_training(model: Path, descriptors: Path, out: Path, steps: int, only: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizer", required=True, help="Llama-2 tokenizer directory")
+    parser.add_argument("--tokenizer", help="Llama-2 tokenizer directory (without --model)")
     parser.add_argument("--descriptors", required=True, help="HolisticBias descriptors.json")
     parser.add_argument("--out", default="/tmp/bench-gpu")
     parser.add_argument("--batch-size", default="256", help="one or more, e.g. 256,1024")
@@ -158,14 +167,20 @@ def main() -> None:
     )
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU check)")
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--model", help="a real model directory to score instead")
     args = parser.parse_args()
+    if not (args.model or args.tokenizer):
+        parser.error("give --tokenizer (the random 7B) or --model")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = build_model(Path(args.tokenizer), out / ("tiny" if args.tiny else "llama-2-7b-random"),
-                        args.tiny)  # fmt: skip
+    if args.model:
+        model, dtype = Path(args.model), "auto"  # float32 on a CPU
+    else:
+        model, dtype = build_model(Path(args.tokenizer), out / ("tiny" if args.tiny else
+                                   "llama-2-7b-random"), args.tiny), "bfloat16"  # fmt: skip
     report = {"matmul": bench_matmul()}
-    report["scoring"] = [bench_scoring(model, Path(args.descriptors), out, int(batch), args.limit)
-                         for batch in args.batch_size.split(",")]  # fmt: skip
+    report["scoring"] = [bench_scoring(model, Path(args.descriptors), out, int(batch), args.limit,
+                                       dtype) for batch in args.batch_size.split(",")]  # fmt: skip
     for row in report["scoring"]:
         row["share_of_measured_matmul"] = round(row["achieved_tflops"] /
                                                 report["matmul"]["tflops"], 3)  # fmt: skip

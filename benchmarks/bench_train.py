@@ -5,6 +5,11 @@ padded batches (the paper's configuration) and `packing: true` (TRL's BFD packin
 the non-padding input tokens the trainer saw.
 
     python benchmarks/bench_train.py [--model DIR] [--steps 40]
+
+``--bias-every N``: instead, the same padded training with and without ``train.eval_every_steps:
+N`` (``--eval-prompts K`` validation prompts each time): what measuring bias while training costs.
+
+    python benchmarks/bench_train.py --steps 75 --bias-every 25 --eval-prompts 60
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model dir (default: build the toy model)")
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--bias-every", type=int, default=0, help="compare train.eval_every_steps")
+    parser.add_argument("--eval-prompts", type=int, default=60)
     args = parser.parse_args()
 
     from scd.pipeline.recipe import load_recipe
@@ -33,7 +40,14 @@ def main() -> None:
         model = str(tmp / "toy")
         build_toy_model(model)
     results = {}
-    for name, extra in (("padded", []), ("packed", ["train.packing=true"])):
+    variants = [("padded", []), ("packed", ["train.packing=true"])]
+    if args.bias_every:
+        bias = [
+            f"train.eval_every_steps={args.bias_every}",
+            f"train.eval_prompts={args.eval_prompts}",
+        ]
+        variants = [("plain", []), ("bias", bias)]
+    for name, extra in variants:
         recipe = load_recipe(
             REPO / "recipes" / "quickstart.yaml",
             [
@@ -51,6 +65,14 @@ def main() -> None:
             f"{name:>7}: {info['global_step']} steps, {info['tokens_seen']:,} tokens in "
             f"{info['train_seconds']:.1f} s = {info['tokens_per_second']:,.0f} tokens/s"
         )
+    if args.bias_every:
+        plain, bias = results["plain"]["train_seconds"], results["bias"]["train_seconds"]
+        n = len(results["bias"]["bias_history"])
+        print(
+            f"bias every {args.bias_every} steps ({n} measurements of ~{args.eval_prompts} "
+            f"prompts): +{bias - plain:.1f} s = {100 * (bias / plain - 1):.1f}% of training time"
+        )
+        return
     ratio = results["packed"]["tokens_per_second"] / results["padded"]["tokens_per_second"]
     print(f"packed / padded throughput: {ratio:.2f}x")
 

@@ -36,7 +36,8 @@ def trained(toy_model: Path, tmp_path_factory, monkeypatch_module) -> Path:
         monkeypatch_module.setenv(key, value)
     monkeypatch_module.setenv("WANDB_MODE", "offline")
     monkeypatch_module.setenv("WANDB_DIR", str(out.parent / "wandb"))
-    train(_recipe(toy_model, out, "wandb.enabled=true"))  # the quickstart keeps W&B off
+    # the quickstart keeps W&B off
+    train(_recipe(toy_model, out, "wandb.enabled=true", "wandb.log_adapter=true"))
     return out
 
 
@@ -84,6 +85,23 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     logged = b"".join(p.read_bytes() for p in runs[0].rglob("*.wandb"))
     assert b"train/loss" in logged
     assert b"learning_rate" in logged
+    info = json.loads((trained / "train_manifest.json").read_text())
+    summary, artifacts = {}, []
+    for record in _wandb_records(runs[0]):
+        kind = record.WhichOneof("record_type")
+        if kind == "summary":
+            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "artifact":
+            artifacts.append(record.artifact)
+    # one training loss: the mean over every step, not transformers' and scd's side by side
+    assert summary["train_loss"] == pytest.approx(info["train_loss"])
+    assert "scd/train_loss" not in summary and summary["scd/global_step"] == info["global_step"]
+    (adapter,) = artifacts  # wandb.log_adapter: what serving the adapter alone needs
+    files = {e.path for e in adapter.manifest.contents}
+    assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json",
+            "chat_template.jinja"} <= files  # fmt: skip
+    meta = json.loads(adapter.metadata)
+    assert meta["base_model"] == info["base_model"] and meta["base_model_fingerprint"]
 
 
 def test_lora_changes_and_base_stays(trained: Path, toy_model: Path) -> None:
@@ -169,15 +187,14 @@ def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
     assert mean_loss([]) is None and mean_loss([{"eval_loss": 1.0, "step": 5}]) is None
 
 
-def _wandb_steps(run_dir: Path) -> list[int]:
-    """The ``train/global_step`` of every history record with a ``train/loss`` of an offline W&B
-    run directory (its ``.wandb`` file: a LevelDB-style log of protobuf records after a 7-byte
-    header)."""
+def _wandb_records(run_dir: Path):
+    """The records of an offline W&B run directory (its ``.wandb`` file: a LevelDB-style log of
+    protobuf records after a 7-byte header)."""
     import struct
 
     from wandb.proto import wandb_internal_pb2
 
-    data, pos, frag, steps = next(run_dir.glob("*.wandb")).read_bytes(), 7, b"", []
+    data, pos, frag = next(run_dir.glob("*.wandb")).read_bytes(), 7, b""
     while pos + 7 <= len(data):
         left = 32768 - pos % 32768
         _, size, kind = struct.unpack("<IHB", data[pos : pos + 7])
@@ -188,22 +205,31 @@ def _wandb_steps(run_dir: Path) -> list[int]:
         if kind in (1, 4):  # a whole record, or its last piece
             record = wandb_internal_pb2.Record()
             record.ParseFromString(frag)
-            items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
-            if record.WhichOneof("record_type") == "history" and "train/loss" in items:
-                steps.append(int(float(items["train/global_step"])))
+            yield record
             frag = b""
+
+
+def _wandb_steps(run_dir: Path, key: str = "train/loss") -> list[int]:
+    """The ``train/global_step`` of every history record with ``key`` of an offline W&B run."""
+    steps = []
+    for record in _wandb_records(run_dir):
+        items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
+        if record.WhichOneof("record_type") == "history" and key in items:
+            steps.append(int(float(items["train/global_step"])))
     return steps
 
 
 @pytest.mark.slow
 def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_path) -> None:
     """Killed at step 10 or after, resumed: the same W&B run (one id, its history from the first
-    step to the last), the loss of the whole training, and lines that say what happened."""
+    step to the last), the loss of the whole training, the bias measured every 5 steps with each
+    step once, and lines that say what happened."""
     from scd.train.training_log import mean_loss as _mean_loss
 
     out = tmp_path / "run"
     cmd = _train_cmd(QUICKSTART, toy_model, out, "--set", "train.save_steps=5", "--set",
-                     "train.max_steps=30", "--set", "wandb.enabled=true")  # fmt: skip
+                     "train.max_steps=30", "--set", "wandb.enabled=true", "--set",
+                     "train.eval_every_steps=5", "--set", "train.eval_prompts=20")  # fmt: skip
     cmd.remove("--no-wandb")
     env = {**os.environ, "WANDB_MODE": "offline"}
     # a W&B run of this pytest process leaves its service in WANDB_SERVICE: the killed child's
@@ -241,6 +267,10 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     assert info["tokens_per_second"] == pytest.approx(
         (info["tokens_seen"] - earlier) / info["train_seconds"], rel=2e-3
     )
+    bias_steps = [h["step"] for h in history["log_history"] if "eval_bias_pct" in h]
+    assert bias_steps == [h["step"] for h in info["bias_history"]] == list(range(5, 31, 5))
+    assert "bias 30/30  validation " in resumed.stderr  # each measurement a line of the log
+    assert sorted(_wandb_steps(segments[1], "eval/bias_pct")) == list(range(5, 31, 5))
     assert info["train_loss"] == pytest.approx(_mean_loss(history["log_history"]))
     assert info["train_loss"] != pytest.approx(
         sum(h["loss"] for h in resumed_part) / len(resumed_part)
@@ -388,3 +418,69 @@ def test_training_in_the_paper_chat_protocols_text(toy_model: Path, tmp_path) ->
     )
     with pytest.raises(InputError, match="eval.bias.protocol: 'paper': training goes through"):
         _recipe(toy_model, tmp_path / "paper", "eval.bias.protocol=paper", *extra)
+
+
+@pytest.mark.slow
+def test_bias_while_training_is_scd_eval_bias_of_that_steps_checkpoint(
+    toy_model: Path, tmp_path
+) -> None:
+    """train.eval_every_steps: the model being trained answers validation prompts (none of them
+    a training row or a held-out prompt) every N steps; each measurement equals scd eval bias of
+    the checkpoint saved at that step, and the training log has a line for it."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "steps"
+    extra = ["train.max_steps=10", "train.save_steps=5", "train.save_total_limit=3",
+             "train.eval_every_steps=5", "train.eval_prompts=30",
+             "wandb.enabled=false"]  # fmt: skip
+    recipe = _recipe(toy_model, out, *extra)
+    info = train(recipe)
+    history = info["bias_history"]
+    assert [h["step"] for h in history] == [5, 10]
+    sft = out / "data" / "sft"
+    ids = {name: set(pq.read_table(sft / name / "prompts.parquet")["prompt_id"].to_pylist())
+           for name in ("validation", "heldout")}  # fmt: skip
+    trained_ids = set(pq.read_table(sft / "train.parquet")["prompt_id"].to_pylist())
+    assert ids["validation"] and not ids["validation"] & (ids["heldout"] | trained_ids)
+    for h in history:
+        result = get("bias").evaluate(
+            str(toy_model), tmp_path / f"eval-{h['step']}", prompts=sft / "validation",
+            limit=30, seed=recipe.train.seed, progress=False,
+            adapter=str(out / "checkpoints" / f"checkpoint-{h['step']}"),
+        )  # fmt: skip
+        assert h["eval_bias_n"] == result["overall"]["n"]
+        assert h["eval_bias_pct"] == pytest.approx(result["overall"]["pct"], abs=1e-3)
+        assert h["eval_bias_ci_low"] <= h["eval_bias_pct"] <= h["eval_bias_ci_high"]
+        assert h["eval_descriptor_effect_pts"] == pytest.approx(
+            h["eval_bias_pct"] - h["eval_baseline_pct"], abs=1e-3
+        )
+
+
+@pytest.mark.slow
+def test_select_best_keeps_the_measured_step_with_the_lowest_bias_within_the_kl_bound(
+    toy_model: Path, tmp_path
+) -> None:
+    """train.select best: every measured step is saved, the adapter kept is the one of the
+    lowest validation bias (ties: lower KL, earlier step) and survives save_total_limit; a KL
+    bound no step meets keeps the last step and says so; best without measurements is refused."""
+    from scd.errors import InputError
+
+    extra = ["train.max_steps=12", "train.save_steps=100", "train.save_total_limit=1",
+             "train.eval_every_steps=4", "train.eval_prompts=20", "train.select=best",
+             "wandb.enabled=false"]  # fmt: skip
+    out = tmp_path / "best"
+    info = train(_recipe(toy_model, out, *extra))
+    history = info["bias_history"]
+    assert [h["step"] for h in history] == [4, 8, 12] and all(h["eval_kl"] > 0 for h in history)
+    best = min(history, key=lambda h: (h["eval_bias_pct"], h["eval_kl"], h["step"]))
+    chosen = info["selected"]
+    assert chosen["rule"] == "best" and chosen["step"] == best["step"]
+    assert chosen["why"] == "the lowest validation bias of 3 measured steps"
+    kept = out / "checkpoints" / f"checkpoint-{best['step']}" / "adapter_model.safetensors"
+    assert kept.read_bytes() == (out / "adapter_model.safetensors").read_bytes()
+
+    bound = train(_recipe(toy_model, tmp_path / "bound", *extra, "train.max_kl=0.0"))
+    assert bound["selected"]["step"] == 12
+    assert bound["selected"]["why"].startswith("no measured step of 3 had KL <= 0.0")
+    with pytest.raises(InputError, match="train.select: best chooses among measured steps"):
+        _recipe(toy_model, tmp_path / "x", "train.select=best")

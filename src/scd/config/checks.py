@@ -48,6 +48,11 @@ def _value_problems(recipe: Recipe) -> Iterator[Problem]:
         yield "data", "data: give exactly one of sft, prompts, descriptors"
     if t.max_steps != -1 and t.max_steps < 1:
         yield "train.max_steps", "train.max_steps: expected -1 (epochs decide) or >= 1"
+    if t.select == "best" and not t.eval_every_steps:
+        yield "train.select", ("train.select: best chooses among measured steps: set "
+                               "train.eval_every_steps")  # fmt: skip
+    if t.max_kl is not None and t.select != "best":
+        yield "train.max_kl", "train.max_kl: bounds train.select best (it is last)"
 
 
 def _run_problems(recipe: Recipe) -> Iterator[Problem]:

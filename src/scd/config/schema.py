@@ -94,7 +94,9 @@ class LoraSpec:
 
 @dataclass
 class TrainSpec:
-    """TRL ``SFTConfig`` keys, by its own names (``device`` is scd's: where training runs)."""
+    """TRL ``SFTConfig`` keys, by its own names; scd's own: ``device`` (where training runs),
+    ``eval_every_steps``, ``eval_prompts``, ``select`` and ``max_kl``
+    (:mod:`scd.train.bias_steps`)."""
 
     num_train_epochs: float = option(1.0, check=above_zero)
     max_steps: int = -1  # > 0: overrides the epochs
@@ -118,6 +120,26 @@ class TrainSpec:
     save_total_limit: int = option(2, check=positive)
     eval_steps: int | None = option(None, check=positive)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    eval_every_steps: int = option(
+        0,
+        "scd's: every N steps, the bias of the model being trained on validation prompts "
+        "(0: never)",
+        check=non_negative,
+    )
+    eval_prompts: int = option(
+        60, "scd's: about how many validation descriptor prompts (whole sets)", check=positive
+    )
+    select: Literal["last", "best"] = option(
+        "last",
+        "scd's: the adapter kept: the last step's, or the measured step with the lowest "
+        "validation bias whose KL from the base model stays within max_kl",
+    )
+    max_kl: float | None = option(
+        None,
+        "scd's: with select best, the largest KL from the base model on neutral prompts "
+        "(nats/token) a kept step may have (none: no bound)",
+        check=non_negative,
+    )
 
 
 @dataclass

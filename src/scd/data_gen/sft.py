@@ -8,6 +8,8 @@
   training checks against the evaluator's option tokens). Rows are drawn equally from the
   no/positive/negative-contact prompts, capped per contact type (the paper: 10k train / 5k eval).
 - ``OUT/heldout/``: the setting's whole eval part as prompt rows, for ``scd eval bias``.
+- ``OUT/validation/``: the training side's prompts that no training row uses (and their
+  descriptor-free baselines): what ``train.eval_every_steps`` scores during training.
 - ``OUT/manifest.json``: setting, sources and their hashes, counts, options.
 
 :func:`prepare_sft` is the one data-preparation path of ``scd train`` and ``scd run``.
@@ -242,7 +244,8 @@ def write_sft(
         train_part, eval_part = table.filter(train_mask), table.filter(eval_mask)
     used, warnings = _coverage(spec, train_part, eval_part)
     rng = np.random.default_rng(seed)
-    train_rows = sft_rows(_sample_per_contact(train_part, max_train, rng), style, protocol)
+    trained = _sample_per_contact(train_part, max_train, rng)
+    train_rows = sft_rows(trained, style, protocol)
     eval_rows = sft_rows(_sample_per_contact(eval_part, max_eval, rng), style, protocol)
     want = round(general_fraction / (1 - general_fraction) * len(train_rows))
     general_rows = load_general(general, want, seed) if general_fraction > 0 else []
@@ -273,6 +276,7 @@ def write_sft(
             "eval": len(eval_rows),
             "heldout_prompts": eval_part.num_rows,
             "train_pool_prompts": train_part.num_rows,
+            "validation_prompts": train_part.num_rows - trained.num_rows,
         },
     }
     with atomic_output_dir(out, "sft") as tmp:
@@ -288,9 +292,28 @@ def write_sft(
                 baseline.filter(keep), tmp / "heldout" / "baseline.parquet", compression="zstd"
             )
         write_json(tmp / "heldout" / "manifest.json", {**info, "kind": "heldout_prompts"})
+        _write_validation(tmp / "validation", train_part, trained, read_baseline(prompts), info)
         write_json(tmp / "manifest.json", info)
         write_card(tmp, info, descriptor_sources([prompts, eval_prompts]))
     return info
+
+
+def _write_validation(
+    out: Path, pool: pa.Table, trained: pa.Table, baseline: Any, info: dict[str, Any]
+) -> None:
+    """The validation prompts: those of the training side that no training row uses, with the
+    descriptor-free baselines of their scales -- what ``train.eval_every_steps`` scores while a
+    model trains, never a held-out prompt (the baselines carry no descriptor; where training and
+    held-out prompts share a scale, so do their baselines)."""
+    out.mkdir()
+    unused = pc.invert(pc.is_in(pool["prompt_id"], value_set=trained["prompt_id"].combine_chunks()))
+    part = pool.filter(unused)
+    pq.write_table(part, out / "prompts.parquet", compression="zstd")
+    if baseline is not None:
+        scales = pc.unique(part["scale"].combine_chunks().cast(pa.string()))
+        keep = pc.is_in(baseline["scale"].combine_chunks().cast(pa.string()), value_set=scales)
+        pq.write_table(baseline.filter(keep), out / "baseline.parquet", compression="zstd")
+    write_json(out / "manifest.json", {**info, "kind": "validation_prompts"})
 
 
 def prepare_sft(

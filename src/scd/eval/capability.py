@@ -38,8 +38,8 @@ from scd.errors import InputError, first_line
 from scd.io import atomic_file, read_json, read_yaml, sha256_file, write_json
 
 __all__ = [
-    "KIND_KL", "KIND_LM_EVAL", "NEUTRAL_PROMPTS", "kl_from_base", "lm_eval_scores",
-    "load_neutral_prompts",
+    "KIND_KL", "KIND_LM_EVAL", "NEUTRAL_PROMPTS", "kl_from_base", "kl_in_memory",
+    "lm_eval_scores", "load_neutral_prompts",
 ]  # fmt: skip
 
 KIND_KL, KIND_LM_EVAL = "capability_kl", "capability_lm_eval"  # summary.json / scd_config kinds
@@ -218,6 +218,21 @@ def _same_config(old: Any, config: dict[str, Any], out: Path) -> Any:
                          f"({', '.join(differ)} differ); choose another out (or remove it)",
                          key="out", value=out)  # fmt: skip
     return old
+
+
+def kl_in_memory(
+    model: Any, tokenizer: Any, items: list[dict[str, str]], batch_size: int = 8
+) -> dict[str, float | None]:
+    """The drift of a PEFT model already in memory -- one being trained -- from its base on the
+    neutral ``items``, as :func:`kl_from_base` measures it (its adapter switched off for the
+    base): the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval."""
+    base_seqs, arm_seqs, spans = _sequences(tokenizer, None, items)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    scores = _score(model, base_seqs, arm_seqs, spans, pad_id=pad or 0, batch_size=batch_size,
+                    arm_differs=True, update=lambda _: None)  # fmt: skip
+    kls = [s["kl"] for s in scores]
+    low, high = _interval(kls)
+    return {"kl": fmean(kls), "kl_ci_low": low, "kl_ci_high": high}
 
 
 def kl_from_base(model: str, out: Path | str, *, adapter: str | None = None,

@@ -148,7 +148,7 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
     """Each setting's training: steps, time, speed, losses, its W&B run; the loss curves."""
     from scd.eval.benchmarks.figures import loss_png
 
-    rows, curves = [], {}
+    rows, curves, kept = [], {}, []
     trained = [(str(n), info["adapter"]) for n, info in layout["settings"].items()]
     trained += [
         (f"{a['setting']} {a['arm']}", a["adapter"])
@@ -168,14 +168,17 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
             wandb += f" (offline: `wandb sync {segments}/offline-run-*-{wandb}`)"
         resumed = f", resumed from {m['resumed_from']}" if m.get("resumed_from") else ""
         final = f"{history[-1][1]:.4f}" if history else "–"
+        chosen = m.get("selected") or {"step": m["global_step"], "rule": "last"}
         rows.append([n, f"{m['global_step']:,}{resumed}", f"{m['train_seconds']:.0f} s",
                      f"{m.get('tokens_per_second') or 0:,.0f}", final, f"{m['train_loss']:.4f}",
-                     wandb])  # fmt: skip
+                     f"{chosen['step']:,} ({chosen['rule']})", wandb])  # fmt: skip
+        if chosen.get("why") and chosen["rule"] == "best":
+            kept.append(f"- Setting {n}: step {chosen['step']:,} kept: {chosen['why']}.")
     if not rows:
         return []
     head = ["Setting", "Steps", "Time (this session)", "Tokens/s", "Final loss",
-            "Mean loss (all steps)", "W&B run"]  # fmt: skip
-    lines = ["## Training", "", *markdown_table(head, rows)]
+            "Mean loss (all steps)", "Adapter of step", "W&B run"]  # fmt: skip
+    lines = ["## Training", "", *markdown_table(head, rows), *kept, *([""] if kept else [])]
     if any(curves.values()):
         figures["loss"] = loss_png(curves, title="Training loss")
         lines += ["{{figure:loss}}", "", "*Figure 0. Training loss by step, per setting (the "

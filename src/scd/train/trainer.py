@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ from scd.config.schema import TRAIN_METHODS, Recipe
 from scd.errors import InputError
 from scd.io import atomic_file, write_json
 from scd.tracking import finish_run, redact, start_run
+from scd.train.bias_steps import KEYS as BIAS_KEYS
+from scd.train.bias_steps import selection
 from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
 from scd.train.sft_rows import (
     check_trained_tokens,
@@ -128,6 +131,11 @@ def build_trainer(
     check_rows = data["train"].select(range(min(256, len(data["train"])))).to_list()
     formatter = Formatter(tokenizer, system_message(check_rows))
     data = training_rows(data.select_columns(["prompt", "completion"]), formatter)
+    bias = None
+    if recipe.train.eval_every_steps:  # its prompts read before the model loads
+        from scd.train.bias_steps import bias_callback
+
+        bias = bias_callback(recipe, sft_dir, tokenizer)
     trainer = SFTTrainer(
         model=load_model(recipe, model_path, cuda),
         args=args,
@@ -140,6 +148,9 @@ def build_trainer(
     if not recipe.train.packing:  # packed rows no longer line up with the SFT rows
         checked = check_trained_tokens(trainer.train_dataset, check_rows, formatter)
     quiet_callbacks(trainer, progress, verbose)
+    if bias is not None:
+        bias.trainer = trainer
+        trainer.add_callback(bias)
     return trainer, checked
 
 
@@ -169,7 +180,7 @@ def train(
     """
     from accelerate import PartialState
 
-    from scd.models import resolve_model
+    from scd.models import model_fingerprint, resolve_model
 
     if recipe.output_dir is None:
         raise InputError("recipe: output_dir: needed by scd train (scd run chooses its own)")
@@ -270,6 +281,11 @@ def train(
     _save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
+        selected = selection(recipe, trainer.state) if method == "sft" else {
+            "rule": "last", "step": trainer.state.global_step,
+            "why": f"the last step ({method} training measures no bias as it goes)"}  # fmt: skip
+        if selected["step"] != trainer.state.global_step:  # train.select best: an earlier step
+            _keep_checkpoint(Path(args.output_dir) / f"checkpoint-{selected['step']}", out)
         trainer.processing_class.save_pretrained(str(out))
         tokens = int(trainer.state.num_input_tokens_seen)  # every step, across resumes
         loss = mean_loss(trainer.state.log_history)  # every step, across resumes
@@ -286,29 +302,59 @@ def train(
             "tokens_per_second": round((tokens - earlier) / seconds, 1)
             if seconds > 0 and tokens > earlier else None,
             "resumed_from": Path(checkpoint).name if checkpoint else None,
+            "selected": selected,
             "world_size": state.num_processes,
             "token_check_rows": checked,
             "wandb_run_id": run.id if run is not None else None,
             "log_history": [{k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm")
                              if k in e} for e in trainer.state.log_history if "loss" in e],
+            "bias_history": [{k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
+                             for e in trainer.state.log_history if BIAS_KEYS[0] in e],
         }  # fmt: skip
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
         write_json(out / "data_manifest.json", manifest)
         write_json(out / "train_manifest.json", info)
         if run is not None:
-            meta = {k: v for k, v in info.items() if k != "log_history"}
+            skip = ("log_history", "bias_history", "train_loss")
+            meta = {k: v for k, v in info.items() if k not in skip}
             run.summary.update({f"scd/{k}": v for k, v in meta.items() if v is not None})
+            run.summary["train_loss"] = info["train_loss"]  # every step's (not this process's)
             if recipe.wandb.log_adapter:
-                import wandb
-
-                name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
-                artifact = wandb.Artifact(name, type="model", metadata=meta)
-                for name in ("adapter_model.safetensors", "adapter_config.json"):
-                    artifact.add_file(str(out / name))
-                run.log_artifact(artifact)
+                _log_adapter(
+                    run,
+                    out,
+                    {
+                        **meta,
+                        "train_loss": info["train_loss"],
+                        "base_model_fingerprint": model_fingerprint(model_path),
+                    },
+                )
             finish_run(run)
     state.wait_for_everyone()
     return info
+
+
+def _keep_checkpoint(checkpoint: Path, out: Path) -> None:
+    """The adapter weights of ``checkpoint`` in place of the last step's."""
+    weights = checkpoint / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise RuntimeError(f"train.select best: {weights} is missing; the last step's adapter "
+                           f"is in {out}")  # fmt: skip
+    shutil.copyfile(weights, out / "adapter_model.safetensors")
+
+
+def _log_adapter(run: Any, out: Path, meta: dict[str, Any]) -> None:
+    """The adapter as a W&B ``model`` artifact with what serving it alone needs: its weights and
+    config, the tokenizer and chat template, and the base model's id and fingerprint."""
+    import wandb
+
+    name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
+    artifact = wandb.Artifact(name, type="model", metadata=meta)
+    serving = ("adapter_", "tokenizer", "special_tokens_map", "chat_template")
+    for f in sorted(out.iterdir()):
+        if f.is_file() and f.name.startswith(serving):
+            artifact.add_file(str(f))
+    run.log_artifact(artifact)
 
 
 def _save_adapter(trainer: Any, out: Path, main: bool) -> None:

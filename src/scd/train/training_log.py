@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scd.train.bias_steps import bias_line
+
 __all__ = ["log_history", "log_line", "log_lines", "mean_loss"]
 # not history: the step (logged as train/global_step), and what transformers puts into the
 # summary at the end of a training
@@ -21,6 +23,8 @@ def log_line(state: Any, logs: dict[str, Any]) -> str:
     if "train_loss" in logs:  # the last entry (every one has train_runtime with tokens counted)
         mean = f", mean loss {float(logs['train_loss']):.4f} (this session's steps)"
         return f"trained {state.global_step} steps in {float(logs['train_runtime']):.0f} s{mean}"
+    if "eval_bias_pct" in logs:  # train.eval_every_steps
+        return bias_line(state.global_step, state.max_steps, logs)
     head = "eval" if any(k.startswith("eval_") for k in logs) else "step"
     parts = [f"{head} {state.global_step}/{state.max_steps}"]
     names = {"loss": "loss", "eval_loss": "loss", "learning_rate": "lr",

@@ -78,14 +78,25 @@ class HFEngine:
             raise InputError("no Apple GPU is available here", key="device", value="mps")
         for path in adapters:
             require_adapter(path)
-        self.model_name = model
-        self.model = load_model(model, self.device, spec.dtype)
+        self._attach(model, load_model(model, self.device, spec.dtype), tokenizer, spec.batch_size)
+        self.padding_side = padding_side
+
+    @classmethod
+    def in_memory(cls, model: Any, tokenizer: Any, batch_size: int | None = None) -> HFEngine:
+        """An engine over a model already loaded -- the one being trained, PEFT layers on --
+        on the device it is on; it switches no adapters."""
+        engine = cls.__new__(cls)
+        engine.device = str(next(model.parameters()).device)
+        engine._attach("the model in memory", model, tokenizer, batch_size)
+        engine.padding_side = "left"
+        return engine
+
+    def _attach(self, name: str, model: Any, tokenizer: Any, batch_size: int | None) -> None:
+        self.model_name, self.model, self.tokenizer = name, model, tokenizer
         self.adapters: dict[str, str] = {}  # adapter path -> PEFT adapter name
         self.active: str | None = None
         self._loaded = 0
-        self.tokenizer = tokenizer
-        self.batch_size = spec.batch_size or EVAL_BATCH_SIZE
-        self.padding_side = padding_side
+        self.batch_size = batch_size or EVAL_BATCH_SIZE
         pad = getattr(tokenizer, "pad_token_id", None)
         if pad is None:
             pad = getattr(tokenizer, "eos_token_id", None)

@@ -1,0 +1,196 @@
+"""Bias while a model trains (``train.eval_every_steps: N``).
+
+Every N optimizer steps the model being trained -- no reload: its PEFT layers on, dropout off --
+answers a fixed stratified subset of about ``train.eval_prompts`` validation prompts (whole sets,
+seeded by ``train.seed``) and their descriptor-free baselines, chosen as ``scd eval bias`` chooses
+(the recipe's protocol and rule, choice mode). The validation prompts are the training side's
+prompts that no training row uses (``SFT_DIR/validation``, :func:`scd.data_gen.sft.write_sft`):
+never a held-out prompt, so a step can be picked on them without looking at the test.
+
+Each measurement is one entry of the trainer's log history (kept in every checkpoint: a resumed
+training has each step once), one line of the training log and, with W&B, ``eval/bias_pct`` ...
+against ``train/global_step``:
+
+- ``eval_bias_pct`` (descriptor prompts, %) with its 95% Wilson interval (``eval_bias_ci_low``,
+  ``eval_bias_ci_high``) and ``eval_bias_n``;
+- ``eval_baseline_pct``: the descriptor-free baselines of the same templates;
+- ``eval_descriptor_effect_pts``: bias - baseline, in points -- what depends on the group named
+  (an answer rule moves bias and baseline together);
+- ``eval_first_option_pct``: the answer tendency, the share of descriptor prompts answered with
+  their first option ("Likely", "Mostly", ...);
+- with ``train.select: best``, ``eval_kl`` (and ``eval_kl_ci_low``, ``_ci_high``): the drift from
+  the base model on scd's neutral prompts, as the arena measures it
+  (:func:`scd.eval.capability.kl_in_memory`: the same model, its adapter off).
+
+``train.select: best`` saves a checkpoint at each measured step and keeps the adapter of the step
+with the lowest validation bias (ties: the lower KL, then the earlier step) whose KL stays within
+``train.max_kl``; transformers keeps that checkpoint through ``save_total_limit``
+(``TrainerState.best_model_checkpoint``), also across a resume. :func:`selection` says which
+step was kept and why (``train_manifest.json``, the report).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from scd.config.schema import Recipe
+from scd.errors import InputError
+
+__all__ = ["KEYS", "bias_callback", "bias_line", "bias_measures", "selection", "validation_rows"]
+
+KEYS = (
+    "eval_bias_pct", "eval_bias_ci_low", "eval_bias_ci_high", "eval_bias_n",
+    "eval_baseline_pct", "eval_descriptor_effect_pts", "eval_first_option_pct", "eval_kl",
+    "eval_kl_ci_low", "eval_kl_ci_high",
+)  # fmt: skip
+
+
+def validation_rows(sft_dir: Path | str, n_prompts: int, seed: int) -> list[dict[str, Any]]:
+    """The work list of a setting's validation prompts: ~``n_prompts`` descriptor prompts (whole
+    sets, stratified as ``scd eval bias --limit``), then their baselines.
+
+    Raises:
+        InputError: SFT data without validation prompts (written before scd made them, or
+            every training-side prompt is a training row).
+    """
+    from scd.eval.benchmarks.bias.task import load_work
+
+    directory = Path(sft_dir) / "validation"
+    if not (directory / "prompts.parquet").is_file():
+        raise InputError(f"train.eval_every_steps: {sft_dir} has no validation prompts (SFT data "
+                         "from an older scd: generate it again)")  # fmt: skip
+    rows = load_work(directory, n_prompts, seed)
+    if not any(not r["baseline"] for r in rows):
+        raise InputError("train.eval_every_steps: no validation prompts: every training-side "
+                         "prompt of the setting is a training row (lower data.max_train)"
+                         )  # fmt: skip
+    return rows
+
+
+def bias_measures(records: list[dict[str, Any]]) -> dict[str, float]:
+    """The :data:`KEYS` of one measurement's records (those without a value left out: no
+    baselines, no effect)."""
+    from scd.eval.benchmarks.bias.metrics import bias_rate, records_frame
+
+    df = records_frame(records)
+    desc, baseline = df[~df["baseline"]], df[df["baseline"]]
+    cell = bias_rate(desc)
+    out = {"eval_bias_pct": cell["pct"], "eval_bias_ci_low": cell["ci_low"],
+           "eval_bias_ci_high": cell["ci_high"], "eval_bias_n": cell["n"],
+           "eval_first_option_pct": 100.0 * float(desc["first_option"].mean())}  # fmt: skip
+    if len(baseline):
+        out["eval_baseline_pct"] = bias_rate(baseline)["pct"]
+        out["eval_descriptor_effect_pts"] = out["eval_bias_pct"] - out["eval_baseline_pct"]
+    return {k: round(float(v), 4) for k, v in out.items() if v is not None and not math.isnan(v)}
+
+
+def bias_line(step: int, max_steps: int, logs: dict[str, Any]) -> str:
+    """``bias 10/50  validation 23.3% [15.2, 33.1] (n=60)  baseline 20.0%  descriptor effect
+    +3.3 pts  first option 55.0%``."""
+    parts = [f"bias {step}/{max_steps}",
+             f"validation {logs['eval_bias_pct']:.1f}% [{logs.get('eval_bias_ci_low', 0):.1f}, "
+             f"{logs.get('eval_bias_ci_high', 0):.1f}] (n={int(logs['eval_bias_n'])})"]  # fmt: skip
+    if "eval_baseline_pct" in logs:
+        parts += [f"baseline {logs['eval_baseline_pct']:.1f}%",
+                  f"descriptor effect {logs['eval_descriptor_effect_pts']:+.1f} pts"]  # fmt: skip
+    parts.append(f"first option {logs['eval_first_option_pct']:.1f}%")
+    if "eval_kl" in logs:
+        parts.append(f"KL {logs['eval_kl']:.4f}")
+    return "  ".join(parts)
+
+
+def _measured(state: Any) -> dict[int, dict[str, Any]]:
+    return {e["step"]: e for e in state.log_history if KEYS[0] in e}
+
+
+def _rank(entry: dict[str, Any]) -> tuple[float, float, int]:
+    return entry["eval_bias_pct"], entry.get("eval_kl", 0.0), entry["step"]
+
+
+def _best(state: Any, max_kl: float | None) -> dict[str, Any] | None:
+    within = [e for e in _measured(state).values()
+              if max_kl is None or e.get("eval_kl", math.inf) <= max_kl]  # fmt: skip
+    return min(within, key=_rank, default=None)
+
+
+def selection(recipe: Recipe, state: Any) -> dict[str, Any]:
+    """Which step's adapter a finished training keeps, and why (``train.select``)."""
+    t = recipe.train
+    if t.select == "last":
+        return {"rule": "last", "step": state.global_step, "why": "the last step (train.select)"}
+    measured, best = _measured(state), _best(state, t.max_kl)
+    bound = f" with KL <= {t.max_kl}" if t.max_kl is not None else ""
+    if best is None:
+        return {"rule": "best", "step": state.global_step, "max_kl": t.max_kl,
+                "why": f"no measured step of {len(measured)} had KL <= {t.max_kl}: the last "
+                       "step kept"}  # fmt: skip
+    why = f"the lowest validation bias of {len(measured)} measured steps{bound}"
+    return {
+        "rule": "best",
+        "step": best["step"],
+        "max_kl": t.max_kl,
+        **{k: best[k] for k in ("eval_bias_pct", "eval_kl") if k in best},
+        "why": why,
+    }
+
+
+def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
+    """A ``TrainerCallback`` measuring bias every ``train.eval_every_steps`` steps (see the
+    module docstring); give it the trainer (``callback.trainer = trainer``) before training.
+
+    Raises:
+        InputError: see :func:`validation_rows`.
+    """
+    from transformers import Trainer, TrainerCallback
+
+    from scd.eval.benchmarks.bias.task import BiasTask
+    from scd.eval.engines.hf import HFEngine
+    from scd.models.formatting import Formatter
+    from scd.models.protocols import get_protocol
+
+    every, best = recipe.train.eval_every_steps, recipe.train.select == "best"
+    rows = validation_rows(sft_dir, recipe.train.eval_prompts, recipe.train.seed)
+    neutral = None
+    if best:
+        from scd.eval.capability import kl_in_memory, load_neutral_prompts
+
+        neutral = load_neutral_prompts(recipe.capability.neutral_prompts)[1]
+    protocol = get_protocol(recipe.bias_protocol)
+    options = getattr(recipe.eval, "bias", None)
+    rule = getattr(options, "rule", None) or protocol.rule
+    task = BiasTask({}, rows, len(rows), None, protocol=protocol, rule=rule)  # type: ignore[arg-type]
+    task.fmt = Formatter(tokenizer, recipe.eval.system_prompt)
+
+    class BiasEveryNSteps(TrainerCallback):
+        trainer: Any = None
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
+            if state.global_step % every or not state.is_world_process_zero:
+                return
+            task.engine = HFEngine.in_memory(model, tokenizer, recipe.eval.batch_size)
+            training = model.training
+            model.eval()
+            try:
+                measures = bias_measures(task.score(rows))
+                if neutral is not None:
+                    kl = kl_in_memory(model, tokenizer, neutral, recipe.eval.batch_size or 8)
+                    measures.update({f"eval_{k}": round(v, 6) for k, v in kl.items()
+                                     if v is not None})  # fmt: skip
+            finally:
+                model.train(training)
+            # transformers' own log (TRL's would fold its running training metrics into it),
+            # which clears the flag that has the trainer log this step's loss: kept
+            should_log = control.should_log
+            Trainer.log(self.trainer, measures)
+            control.should_log = should_log
+            if best:  # every measured step saved; transformers keeps the best one's checkpoint
+                control.should_save = True
+                chosen = _best(state, recipe.train.max_kl)
+                if chosen is not None:
+                    step = chosen["step"]
+                    state.best_model_checkpoint = str(Path(args.output_dir) / f"checkpoint-{step}")
+                    state.best_metric = chosen["eval_bias_pct"]
+
+    return BiasEveryNSteps()
