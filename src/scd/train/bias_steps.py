@@ -20,7 +20,8 @@ against ``train/global_step``:
   their first option ("Likely", "Mostly", ...);
 - with ``train.select: best``, ``eval_kl`` (and ``eval_kl_ci_low``, ``_ci_high``): the drift from
   the base model on scd's neutral prompts, as the arena measures it
-  (:func:`scd.eval.capability.kl_in_memory`: the same model, its adapter off).
+  (:func:`scd.eval.capability.kl_in_memory`: the same model, its adapter off);
+- ``eval_bias_seconds``: what the measurement took (its share of training time).
 
 ``train.select: best`` saves a checkpoint at each measured step and keeps the adapter of the step
 with the lowest validation bias (ties: the lower KL, then the earlier step) whose KL stays within
@@ -32,6 +33,7 @@ step was kept and why (``train_manifest.json``, the report).
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ __all__ = ["KEYS", "bias_callback", "bias_line", "bias_measures", "selection", "
 KEYS = (
     "eval_bias_pct", "eval_bias_ci_low", "eval_bias_ci_high", "eval_bias_n",
     "eval_baseline_pct", "eval_descriptor_effect_pts", "eval_first_option_pct", "eval_kl",
-    "eval_kl_ci_low", "eval_kl_ci_high",
+    "eval_kl_ci_low", "eval_kl_ci_high", "eval_bias_seconds",
 )  # fmt: skip
 
 
@@ -170,7 +172,7 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
             if state.global_step % every or not state.is_world_process_zero:
                 return
             task.engine = HFEngine.in_memory(model, tokenizer, recipe.eval.batch_size)
-            training = model.training
+            training, started = model.training, time.perf_counter()
             model.eval()
             try:
                 measures = bias_measures(task.score(rows))
@@ -180,6 +182,7 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
                                      if v is not None})  # fmt: skip
             finally:
                 model.train(training)
+            measures["eval_bias_seconds"] = round(time.perf_counter() - started, 3)
             # transformers' own log (TRL's would fold its running training metrics into it),
             # which clears the flag that has the trainer log this step's loss: kept
             should_log = control.should_log
