@@ -18,3 +18,39 @@ def test_redact_hides_keys_and_the_values_of_key_variables(monkeypatch) -> None:
     assert shown["eval"]["system_prompt"] == "say <redacted> and <redacted>"
     assert shown["wandb"] == {"api_key": "<redacted>", "project": "scd"}
     assert config["eval"]["system_prompt"].startswith("say sk-server")  # a copy was redacted
+
+
+def test_scd_eval_with_wandb_logs_its_result_as_one_run(
+    toy_model, toy_prompts, tmp_path, monkeypatch
+):
+    """`scd eval bias --wandb`: one offline W&B run in OUT/wandb whose config is what ran and
+    whose summary holds the benchmark's headline numbers; a planted key never reaches it."""
+    import json
+
+    from wandb_records import wandb_records  # tests/wandb_records.py
+
+    from scd.cli import main
+    from scd.eval.benchmarks import get
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-planted-0123456789")
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    out = tmp_path / "bias"
+    argv = ["eval", "bias", "--model", str(toy_model), "--prompts", str(toy_prompts), "--limit",
+            "60", "--device", "cpu", "--out", str(out), "--quiet", "--wandb"]  # fmt: skip
+    assert main(argv) == 0
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    config, summary = {}, {}
+    for record in wandb_records(run_dir):
+        kind = record.WhichOneof("record_type")
+        if kind == "config":
+            config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+        elif kind == "summary":
+            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
+    result = json.loads((out / "summary.json").read_text())
+    assert config["benchmark"] == "bias" and config["run"]["limit"] == 60
+    headline = get("bias").headline(result)
+    assert headline and all(summary[f"bias/{k}"] == v for k, v in headline.items())
+    assert b"wandb-planted" not in b"".join(
+        p.read_bytes() for p in run_dir.rglob("*") if p.is_file()
+    )

@@ -182,6 +182,9 @@ def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
     parser.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal; "
                         "in a log file a line every SCD_PROGRESS_SECONDS, default 30)")  # fmt: skip
+    parser.add_argument("--wandb", action="store_true", help="log the result as a W&B run "
+                        "(offline without a key or network)")  # fmt: skip
+    parser.add_argument("--wandb-project", default="scd", help="its W&B project")
 
 
 def _add_audit(sub: argparse._SubParsersAction) -> None:

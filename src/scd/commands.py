@@ -132,6 +132,10 @@ def _eval(args: argparse.Namespace) -> None:
     summary = bench.evaluate(args.model, args.out, adapter=args.adapter, engine=engine,
                              progress=not args.quiet, **options)  # fmt: skip
     print(f"{bench.describe(summary)} -> {args.out}/tables.md")
+    if args.wandb:
+        from scd.report.wandb_log import log_evaluation
+
+        log_evaluation(bench, args.out, summary, args.wandb_project)
 
 
 def _audit_scm(args: argparse.Namespace) -> None:

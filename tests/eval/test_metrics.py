@@ -237,6 +237,11 @@ def test_contact_hypothesis_holds_and_fails() -> None:
     text = tables_markdown(summarize(records))
     assert "| Certainty | 30.0 | 10.0 | 50.0 | ✓ |" in text
     assert "| Likelihood | 30.0 | 40.0 | 50.0 | ✗ |" in text
+    table1 = text.split("## Table 1")[1].split("##")[0]  # six cells of 10 prompts: a warning
+    assert "n per cell: 10 prompts. **6 of 6 cells rest on fewer than 30 prompts:**" in table1
+    big = summarize(group(9, 30) + group(3, 40, contact="positive"))
+    big_table1 = tables_markdown(big).split("## Table 1")[1].split("##")[0]
+    assert "n per cell: 30–40 prompts." in big_table1 and "fewer than" not in big_table1
 
 
 # (6) axis x scenario (Tables 3-8)

@@ -73,10 +73,12 @@ def test_sigkill_then_resume_gives_identical_records(toy_model, toy_prompts, tmp
         json.loads((killed / "summary.json").read_text())["overall"]
         == json.loads((reference / "summary.json").read_text())["overall"]
     )
-    # a finished run is a no-op
+    # a finished run is a no-op; the summary still says what ran ("auto" became float32, cpu)
     before = (killed / "records.jsonl").stat().st_mtime_ns
     subprocess.run(_cmd(toy_model, toy_prompts, killed), check=True, capture_output=True)
     assert (killed / "records.jsonl").stat().st_mtime_ns == before
+    ran = json.loads((killed / "summary.json").read_text())["run"]["ran"]
+    assert ran == {"device": "cpu", "dtype": "float32"}
 
 
 def test_record_log_truncates_to_whole_chunks(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_the_report_says_what_a_reader_needs(quickstart: str, root: Path) -> Non
                    "fine-tuned on mixed examples from all categories", "## Contents",
                    "- [Training](#training)", "| Setting | Steps |", "Mean loss (all steps)",
                    "## Beyond the paper: baselines and answer tendency",
-                   "First option"):  # fmt: skip
+                   "First option", "Adapter of step", "| 75 (last) |",
+                   "| Engine | hf, dtype float32, batch 64, device cpu |"):  # fmt: skip
         assert needle in report, needle
     # each figure has a caption right under it, in the order of their numbers
     names = (("loss", "*Figure 0."), ("figure1", "*Figure 1."), ("figure2", "*Figure 2."),
@@ -174,6 +175,11 @@ def test_killed_run_resumes_to_the_same_tables(
     assert len(segments) == 2, segments
     last = (segments[-1] / f"run-{run_id}.wandb").read_bytes()
     assert b"bias/bias_pct" in last and b"sds/gap" in last and b"bbq/s_dis" in last
+    # before and after on the same items, with the paired test, beside the headline numbers
+    for key in (b"before/bias/bias_pct", b"after/bias/bias_pct", b"after/bias/bias_p",
+                b"before/bbq/bbq_n", b"after/bbq/bbq_p"):  # fmt: skip
+        assert key in last, key
+    assert b"before/bias/bias_p" not in last and b"before/bias/bias_to_" not in last
     # no secret was written anywhere
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html", ".csv"):

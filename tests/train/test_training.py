@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from wandb_records import wandb_records  # tests/wandb_records.py
 
 from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
 from scd.eval.benchmarks import get
@@ -87,7 +88,7 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     assert b"learning_rate" in logged
     info = json.loads((trained / "train_manifest.json").read_text())
     summary, artifacts = {}, []
-    for record in _wandb_records(runs[0]):
+    for record in wandb_records(runs[0]):
         kind = record.WhichOneof("record_type")
         if kind == "summary":
             summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
@@ -187,32 +188,10 @@ def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
     assert mean_loss([]) is None and mean_loss([{"eval_loss": 1.0, "step": 5}]) is None
 
 
-def _wandb_records(run_dir: Path):
-    """The records of an offline W&B run directory (its ``.wandb`` file: a LevelDB-style log of
-    protobuf records after a 7-byte header)."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2
-
-    data, pos, frag = next(run_dir.glob("*.wandb")).read_bytes(), 7, b""
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        _, size, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if left < 7 or (size == 0 and kind == 0):  # the rest of a block is padding
-            pos += left
-            continue
-        frag, pos = frag + data[pos + 7 : pos + 7 + size], pos + 7 + size
-        if kind in (1, 4):  # a whole record, or its last piece
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(frag)
-            yield record
-            frag = b""
-
-
 def _wandb_steps(run_dir: Path, key: str = "train/loss") -> list[int]:
     """The ``train/global_step`` of every history record with ``key`` of an offline W&B run."""
     steps = []
-    for record in _wandb_records(run_dir):
+    for record in wandb_records(run_dir):
         items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
         if record.WhichOneof("record_type") == "history" and key in items:
             steps.append(int(float(items["train/global_step"])))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,9 +99,19 @@ def run_task(
                     path.rmdir() if path.is_dir() else path.unlink()
             raise
     summary = task.summarize(log.read())
-    summary["run"] = {**task.config, **getattr(task, "recorded", {}), "scd_version": __version__}
+    summary["run"] = {**_ran_before(out), **task.config, **getattr(task, "recorded", {}),
+                      "scd_version": __version__}  # fmt: skip
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
+
+
+def _ran_before(out: Path) -> dict[str, Any]:
+    """``ran`` of an earlier summary in ``out``: a finished run summarized again loads no engine."""
+    try:
+        ran = json.loads((out / "summary.json").read_text())["run"]["ran"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {"ran": ran}
 
 
 def _in_turn(jobs: list[tuple[Any, Path]], progress: bool) -> None:
@@ -127,7 +138,9 @@ def _run_shards(
             for _, shard in jobs:
                 sink.write((shard / "records.jsonl").read_bytes())
     summary = task.summarize(read_records(merged))
-    summary["run"] = {**task.config, **getattr(task, "recorded", {}), "shards": shards,
+    first = _ran_before(out / "shards" / f"1-of-{shards}")  # where the first slice ran
+    summary["run"] = {**_ran_before(out), **first, **task.config,
+                      **getattr(task, "recorded", {}), "shards": shards,
                       "scd_version": __version__}  # fmt: skip
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
@@ -149,8 +162,10 @@ class CausalTask:
     @property
     def recorded(self) -> dict[str, Any]:
         """What the summary records besides the pinned config: the whole engine spec (its
-        speed-only options may change between a run and its resumption)."""
-        return {"engine": dataclasses.asdict(self.model.spec)}
+        speed-only options may change between a run and its resumption), and where the engine
+        loaded in this process ran (``ran``: the device and dtype "auto" became)."""
+        ran = getattr(getattr(self, "engine", None), "ran", None)
+        return {"engine": dataclasses.asdict(self.model.spec), **({"ran": ran} if ran else {})}
 
 
 def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:

@@ -117,6 +117,7 @@ class TrackJob:
     arm: str
     adapter: Path
     evals: tuple[tuple[str, str, Path], ...]  # (job name, stage, result directory)
+    before: tuple[tuple[str, Path], ...] = ()  # (job name, the base model's result of it)
     phase: Phase = "engine"
 
 
@@ -223,14 +224,25 @@ def make_plan(run: Any) -> Plan:
             if capability is not None:
                 jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
             if adapter is not None and r.wandb.enabled:
+                before = tuple((j.name, base.evals[k]) for j in evals
+                               if (k := _base_job(j.name, sft)) in base.evals)  # fmt: skip
                 jobs.append(
-                    TrackJob(n, arm, adapter, tuple((j.name, j.stage, j.out) for j in evals))
+                    TrackJob(
+                        n, arm, adapter, tuple((j.name, j.stage, j.out) for j in evals), before
+                    )  # fmt: skip
                 )
             name = f"setting {n}" + ("" if arm == "sft" else f" {arm}")
             tasks.append(Task(name, tuple(jobs), home=run.dir / where))
             evaluated = {j.name: j.out for j in evals}
             results.append(ArmResults(n, arm, sft, adapter, system, evaluated, capability))
     return Plan(tuple(data), tuple(tasks), tuple(results), arena)
+
+
+def _base_job(name: str, sft: Path) -> str:
+    """The base model's job a tuned result of ``name`` is compared with (the benchmark's)."""
+    from scd.eval.benchmarks import REGISTRY
+
+    return REGISTRY[name].base_job(sft) if name in REGISTRY else name
 
 
 def _evals(

@@ -301,7 +301,8 @@ class Run:
         from scd.report.wandb_log import log_tuned_results
 
         recipe = dataclasses.replace(self.recipe, wandb=self.wandb_of(job.setting, job.arm))
-        log_tuned_results(recipe, job.adapter, {name: str(out) for name, _, out in job.evals})
+        log_tuned_results(recipe, job.adapter, {name: str(out) for name, _, out in job.evals},
+                          before={name: str(out) for name, out in job.before})  # fmt: skip
 
     def wandb_of(self, n: int, arm: str = "sft") -> Any:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's

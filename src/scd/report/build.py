@@ -30,18 +30,22 @@ def _fingerprint(path: Path) -> str:
     return sha256_file(path)[:12] if path.is_file() else "–"
 
 
-def _engine(ev: dict[str, Any]) -> str:
-    """The engine options in use, defaults said as what they are."""
+def _engine(ev: dict[str, Any], ran: dict[str, Any] | None = None) -> str:
+    """The engine that ran: its backend and options, the device and dtype it ran on (``ran``,
+    from the base evaluation's summary) rather than what "auto" would pick."""
     if ev["backend"] == "openai":  # the server decides dtype and batching
         text = f"openai: `{ev.get('served_model') or 'the one model'}` served at {ev['base_url']}"
         if ev.get("api") == "chat":
             return text + ", chat API (options: the first reply token's top-20 log-probs)"
         return text + f", option log-probs via {ev.get('score_via') or 'token_ids'}"
-    text = f"{ev['backend']}, dtype {ev['dtype']}"
+    ran = ran or {}
+    text = f"{ev['backend']}, dtype {ran.get('dtype') or ev['dtype']}"
     if ev["backend"] == "hf":
         text += f", batch {ev.get('batch_size') or EVAL_BATCH_SIZE}"
-        text += f", device {ev.get('device') or 'cuda if available, else cpu'}"
-    else:
+    device = ran.get("device") or ev.get("device")
+    if device or ev["backend"] == "hf":
+        text += f", device {device or 'cuda if available, else cpu'}"
+    if ev["backend"] != "hf":
         text += f", tensor parallel {ev.get('tensor_parallel_size') or 1}"
     if ev.get("system_prompt"):
         text += f', system prompt "{ev["system_prompt"]}"'
@@ -102,7 +106,10 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
             text += (f"; the base model answered {s['overall']['n']:,} of them ({subset}) and "
                      f"{s['n_baseline_records']:,} descriptor-free baselines")  # fmt: skip
         rows.append(("Contact prompts", text))
-    rows.append(("Engine", _engine(ev)))
+    ran = None
+    if "bias" in layout["base"]:
+        ran = read_json(Path(layout["base"]["bias"]) / "summary.json")["run"].get("ran")
+    rows.append(("Engine", _engine(ev, ran)))
     return ["| About this run | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
 
 

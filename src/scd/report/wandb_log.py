@@ -21,13 +21,23 @@ from scd.config.schema import Recipe
 from scd.eval.benchmarks import REGISTRY
 from scd.tracking import finish_run, start_run
 
-__all__ = ["log_run", "log_tuned_results"]
+__all__ = ["log_evaluation", "log_run", "log_tuned_results"]
 
 
-def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, str]) -> bool:
+def log_tuned_results(
+    recipe: Recipe,
+    adapter: Path | str,
+    results: dict[str, str],
+    before: dict[str, str] | None = None,
+) -> bool:
     """Add a tuned model's results (each benchmark's headline numbers) to the summary of the W&B
     run that trained it (its id is in ``train_manifest.json``), under ``<job>/<name>``; return
     whether a run took them.
+
+    ``before``: per job, the base model's result of it. Then the benchmark's arena columns
+    (:meth:`~scd.eval.benchmarks.base.Benchmark.arena`) on the tuned result's items go in too:
+    ``before/<job>/<column>`` for the base model, ``after/<job>/<column>`` for the tuned one
+    (with the paired test against the base model, ``*_p``), on the same items.
 
     ``scd run`` trains every setting before evaluating, so the training run has finished by
     then: it is continued by id (offline: a second segment that ``wandb sync`` joins to it).
@@ -39,6 +49,15 @@ def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, st
         if path.is_file() and name in REGISTRY:
             headline = REGISTRY[name].headline(json.loads(path.read_text()))
             summary.update({f"{name}/{k}": v for k, v in headline.items()})
+        base = (before or {}).get(name)
+        if path.is_file() and name in REGISTRY and base and (Path(base) / "summary.json").is_file():
+            bench, items = REGISTRY[name], Path(where)
+            after = bench.arena(items, Path(base), items)
+            was = bench.arena(Path(base), Path(base), items)  # the base model on the same items
+            summary.update({f"after/{name}/{k}": v for k, v in after.items()})
+            paired = [k for k in after if k.endswith("_p") or "_to_" in k]  # against the base
+            summary.update({f"before/{name}/{k}": v for k, v in was.items()
+                            if k in after and k not in paired})  # fmt: skip
     if not manifest.get("wandb_run_id") or not summary:
         return False
     run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,
@@ -48,6 +67,25 @@ def log_tuned_results(recipe: Recipe, adapter: Path | str, results: dict[str, st
     run.summary.update(summary)
     finish_run(run)
     return True
+
+
+def log_evaluation(bench: Any, out: Path | str, summary: dict[str, Any], project: str) -> str:
+    """One ``scd eval`` result as a W&B run (``job_type`` eval, named ``<benchmark>/<out>``,
+    written into ``OUT/wandb``): what it ran (its configuration, secrets redacted) as config,
+    its headline numbers in the summary, and its table as a ``wandb.Table``; returns the run id.
+    """
+    import wandb
+
+    out = Path(out)
+    run = start_run(project=project, name=f"{bench.name}/{out.name}", job_type="eval",
+                    config={"benchmark": bench.name, "run": summary["run"]},
+                    directory=out)  # fmt: skip
+    run.summary.update({f"{bench.name}/{k}": v for k, v in bench.headline(summary).items()})
+    table = bench.table({out.name: out})
+    if table.rows:
+        run.log({f"tables/{table.name}": wandb.Table(dataframe=pd.DataFrame(table.rows))})
+    finish_run(run)
+    return run.id
 
 
 def log_run(run_dir: Path | str, recipe: Recipe) -> dict[str, Any]:

@@ -93,6 +93,8 @@ class HFEngine:
 
     def _attach(self, name: str, model: Any, tokenizer: Any, batch_size: int | None) -> None:
         self.model_name, self.model, self.tokenizer = name, model, tokenizer
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.ran = {"device": self.device, "dtype": dtype}  # what "auto" became
         self.adapters: dict[str, str] = {}  # adapter path -> PEFT adapter name
         self.active: str | None = None
         self._loaded = 0

@@ -19,8 +19,8 @@ from scd.errors import InputError
 from scd.eval.benchmarks.base import markdown_table
 
 __all__ = [
-    "bias_rate", "bias_table", "format_cell", "format_pct", "grid_markdown", "label_of",
-    "records_frame", "summarize", "tables_markdown",
+    "SMALL_N", "bias_rate", "bias_table", "format_cell", "format_pct", "grid_markdown", "label_of",
+    "n_line", "records_frame", "summarize", "tables_markdown",
 ]  # fmt: skip
 
 # Display orders (the paper's): unknown values found in the records follow, sorted.
@@ -39,6 +39,7 @@ _TENDENCY_NOTE = (
     "Share of answers that are the first option (Yes/Likely/Mostly; not in the paper). Half of "
     "the prompts have a negative action, so always answering the first option scores 50% bias."
 )
+SMALL_N = 30  # below it a cell's interval is wide: the tables say so
 _COLUMNS = "principle scenario scale contact axis descriptor baseline options chosen biased"
 
 
@@ -214,11 +215,30 @@ def label_of(key: object) -> str:
 
 
 def grid_markdown(grid: dict[str, dict[str, dict]], first: str) -> list[str]:
-    """Lines of a Markdown table of cells ``grid[row][column]`` (``first`` heads the row names)."""
+    """Lines of a Markdown table of cells ``grid[row][column]`` (``first`` heads the row names),
+    then the prompts per cell (:func:`n_line`)."""
     cols = list(dict.fromkeys(c for row in grid.values() for c in row))
     head = [first] + [CONTACT_LABELS.get(c, label_of(c)) for c in cols]
     rows = ([label_of(r)] + [format_cell(grid[r].get(c)) for c in cols] for r in grid)
-    return markdown_table(head, rows)
+    note = n_line([cell.get("n", 0) for row in grid.values() for cell in row.values() if cell])
+    return [*markdown_table(head, rows), *([note, ""] if note else [])]
+
+
+def n_line(ns: list[int], unit: str = "prompts") -> str:
+    """``n per cell: 24–300 prompts.`` and, where a cell holds fewer than :data:`SMALL_N`, a
+    warning that its interval is wide and its differences are not to be read alone."""
+    ns = [n for n in ns if n]
+    if not ns:
+        return ""
+    low, high = min(ns), max(ns)
+    text = f"n per cell: {low:,}" + ("" if low == high else f"–{high:,}") + f" {unit}."
+    small = sum(n < SMALL_N for n in ns)
+    if small:
+        text += (
+            f" **{small} of {len(ns)} cells rest on fewer than {SMALL_N} {unit}:** their "
+            "intervals are wide; a difference between such cells says little alone."
+        )
+    return text
 
 
 def _list(cells: dict[str, dict], first: str, head: str = "Bias % [95% CI]") -> list[str]:
