@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["InputError", "RunFailed", "first_line"]
+__all__ = ["InputError", "RunFailed", "cut_line", "first_line"]
 
 _UNSET: Any = object()
 
@@ -14,11 +14,13 @@ def first_line(err: BaseException, limit: int = 200) -> str:
     one-line :class:`InputError`. A line longer than ``limit`` is cut at the last space before it
     that stands outside brackets and quotes, and marked `` ...``, so that no value (a shape, a
     path, a quoted name) is cut in half; with no such space it is kept whole."""
-    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    return line if len(line) <= limit else _cut(line, limit)
+    return cut_line((str(err).strip().splitlines() or [type(err).__name__])[0], limit)
 
 
-def _cut(line: str, limit: int) -> str:
+def cut_line(line: str, limit: int = 200) -> str:
+    """``line`` cut to about ``limit`` characters between values (see :func:`first_line`)."""
+    if len(line) <= limit:
+        return line
     depth, quote, cut = 0, "", 0
     for i, char in enumerate(line[:limit]):
         if quote:

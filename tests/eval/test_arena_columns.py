@@ -252,3 +252,19 @@ def test_sds_columns_are_the_summary(tmp_path: Path) -> None:
     other = write(tmp_path / "mlm", [], {**summary, "probe": "mlm"})
     with pytest.raises(InputError, match="not sds"):
         get("sds").arena(other, other, other)
+
+
+def test_bias_flips_are_the_prompts_answered_differently_on_the_tuned_items(tmp_path: Path):
+    """Before (the base model, on more prompts) and after (the held-out ones): the prompts whose
+    chosen answer changed, both answers side by side; baselines and other prompts left out."""
+    base = write(tmp_path / "base", [*flags("q", [True, True, False, True, False]),
+                                     brec("b0", True, baseline=True)])  # fmt: skip
+    tuned = write(tmp_path / "tuned", [*flags("q", [False, True, True, True]),
+                                       brec("b0", False, baseline=True)])  # fmt: skip
+    flips = BIAS.flips(tuned, base, tuned)
+    assert flips["prompt_id"].tolist() == ["q0", "q2"]  # q4: not a tuned item; b0: a baseline
+    q0 = flips.iloc[0]
+    assert (q0["before"], q0["after"], q0["biased_before"], q0["biased_after"]) == (
+        "Yes", "No", True, False)  # fmt: skip
+    assert flips.iloc[1][["biased_before", "biased_after"]].tolist() == [False, True]
+    assert get("bbq").flips(tuned, base, tuned) is None  # a benchmark without flips: none

@@ -177,7 +177,7 @@ def test_killed_run_resumes_to_the_same_tables(
     assert b"bias/bias_pct" in last and b"sds/gap" in last and b"bbq/s_dis" in last
     # before and after on the same items, with the paired test, beside the headline numbers
     for key in (b"before/bias/bias_pct", b"after/bias/bias_pct", b"after/bias/bias_p",
-                b"before/bbq/bbq_n", b"after/bbq/bbq_p"):  # fmt: skip
+                b"before/bbq/bbq_n", b"after/bbq/bbq_p", b"flips/bias"):  # fmt: skip
         assert key in last, key
     assert b"before/bias/bias_p" not in last and b"before/bias/bias_to_" not in last
     # no secret was written anywhere

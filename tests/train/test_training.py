@@ -87,13 +87,16 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     assert b"train/loss" in logged
     assert b"learning_rate" in logged
     info = json.loads((trained / "train_manifest.json").read_text())
-    summary, artifacts = {}, []
+    summary, artifacts, config = {}, [], {}
     for record in wandb_records(runs[0]):
         kind = record.WhichOneof("record_type")
-        if kind == "summary":
+        if kind == "config":
+            config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+        elif kind == "summary":
             summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
         elif kind == "artifact":
             artifacts.append(record.artifact)
+    assert config["protocol"] == "scd"  # the evaluation protocol training wrote its rows in
     # one training loss: the mean over every step, not transformers' and scd's side by side
     assert summary["train_loss"] == pytest.approx(info["train_loss"])
     assert "scd/train_loss" not in summary and summary["scd/global_step"] == info["global_step"]

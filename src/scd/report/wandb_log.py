@@ -37,13 +37,16 @@ def log_tuned_results(
     ``before``: per job, the base model's result of it. Then the benchmark's arena columns
     (:meth:`~scd.eval.benchmarks.base.Benchmark.arena`) on the tuned result's items go in too:
     ``before/<job>/<column>`` for the base model, ``after/<job>/<column>`` for the tuned one
-    (with the paired test against the base model, ``*_p``), on the same items.
+    (with the paired test against the base model, ``*_p``), on the same items; and the items
+    whose answer changed as a ``wandb.Table`` ``flips/<job>``
+    (:meth:`~scd.eval.benchmarks.base.Benchmark.flips`).
 
     ``scd run`` trains every setting before evaluating, so the training run has finished by
     then: it is continued by id (offline: a second segment that ``wandb sync`` joins to it).
     """
     manifest = json.loads((Path(adapter) / "train_manifest.json").read_text())
     summary: dict[str, Any] = {}
+    flips: dict[str, pd.DataFrame] = {}
     for name, where in results.items():
         path = Path(where) / "summary.json"
         if path.is_file() and name in REGISTRY:
@@ -58,6 +61,9 @@ def log_tuned_results(
             paired = [k for k in after if k.endswith("_p") or "_to_" in k]  # against the base
             summary.update({f"before/{name}/{k}": v for k, v in was.items()
                             if k in after and k not in paired})  # fmt: skip
+            changed = bench.flips(items, Path(base), items)
+            if changed is not None:
+                flips[name] = changed
     if not manifest.get("wandb_run_id") or not summary:
         return False
     run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,
@@ -65,6 +71,10 @@ def log_tuned_results(
                     directory=Path(adapter), job_type="train",
                     run_id=manifest["wandb_run_id"])  # fmt: skip
     run.summary.update(summary)
+    if flips:
+        import wandb
+
+        run.log({f"flips/{name}": wandb.Table(dataframe=frame) for name, frame in flips.items()})
     finish_run(run)
     return True
 

@@ -235,7 +235,8 @@ def train(
         known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
                         group=recipe.wandb.group, entity=recipe.wandb.entity,
-                        config={"recipe": resolved, "data_manifest": manifest},
+                        config={"recipe": resolved, "data_manifest": manifest,
+                                "protocol": recipe.bias_protocol},
                         directory=out, job_type="train", run_id=known)  # fmt: skip
         with atomic_file(id_file) as tmp:
             tmp.write_text(run.id + "\n")

@@ -224,6 +224,12 @@ class Benchmark:
         none."""
         return {}
 
+    def flips(self, result: Path, base: Path, items: Path) -> Any:
+        """The items of ``items`` whose answer changed between the base model's result ``base``
+        and ``result``, a ``pandas.DataFrame`` of one row each with both answers (a W&B table of
+        the tuned run). Default: None."""
+        return None
+
     def report(self, layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
         """The run report's section: :meth:`table` over :meth:`runs`."""
         runs = self.runs(layout)

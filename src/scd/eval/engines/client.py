@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scd.errors import InputError, first_line
+from scd.errors import InputError, cut_line, first_line
 from scd.progress import tick
 
 __all__ = ["RETRY_STATUS", "Malformed", "ServerClient", "ServerRefused"]
@@ -61,7 +61,7 @@ def _server_message(response: Any) -> str:
     try:
         body = response.json()
     except ValueError:  # e.g. a proxy's HTML page: its words, on one line
-        return " ".join(response.text.split())[:200] or response.reason_phrase
+        return cut_line(" ".join(response.text.split())) or response.reason_phrase
     error = body.get("error", body.get("detail")) if isinstance(body, dict) else None
     if isinstance(error, dict):
         error = error.get("message")

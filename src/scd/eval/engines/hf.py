@@ -24,7 +24,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
-from scd.errors import InputError
+from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
 from scd.progress import tick
 
@@ -123,7 +123,7 @@ class HFEngine:
                     self.model = PeftModel.from_pretrained(self.model, adapter, adapter_name=name)
             except (RuntimeError, ValueError, KeyError) as err:
                 raise InputError(
-                    f"does not fit the model {self.model_name} ({_first_line(err)[:200]})",
+                    f"does not fit the model {self.model_name} ({cut_line(_first_line(err))})",
                     key="adapter",
                     value=adapter,
                 ) from None

@@ -194,6 +194,13 @@ class Bias(Benchmark):
 
         return bias_arena(result, base, items)
 
+    def flips(self, result: Path, base: Path, items: Path) -> Any:
+        """The descriptor prompts answered differently before and after
+        (:func:`~scd.eval.benchmarks.bias.arena.bias_flips`)."""
+        from scd.eval.benchmarks.bias.arena import bias_flips
+
+        return bias_flips(result, base, items)
+
     def report(self, layout: Any, tables: Path, figures: dict[str, bytes]) -> list[str]:
         from scd.eval.benchmarks.bias.sections import bias_sections
 

@@ -28,7 +28,7 @@ from scd.eval.benchmarks.paired import mcnemar_pair
 from scd.eval.benchmarks.paired import rounded as _round
 from scd.eval.records import read_records
 
-__all__ = ["EFFECT_RESAMPLES", "EFFECT_SEED", "bias_arena", "descriptor_effect"]
+__all__ = ["EFFECT_RESAMPLES", "EFFECT_SEED", "bias_arena", "bias_flips", "descriptor_effect"]
 
 EFFECT_RESAMPLES = 2000
 EFFECT_SEED = 0
@@ -130,3 +130,23 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
         "descriptor_effect_ci_high": _round(effect[2]),
         **_tendency(desc),
     }
+
+
+FLIP_COLUMNS = ("prompt_id", "principle", "scenario", "scale", "contact", "axis", "descriptor")
+
+
+def bias_flips(result: Path | str, base: Path | str, items: Path | str) -> pd.DataFrame:
+    """The descriptor prompts of ``items`` whose chosen answer differs between ``base`` (before)
+    and ``result`` (after): :data:`FLIP_COLUMNS`, ``before`` / ``after`` (the answers) and
+    ``biased_before`` / ``biased_after``, in prompt order."""
+    ids = {r["prompt_id"] for r in read_records(Path(items) / "records.jsonl")}
+    after, before = _frame(result, ids), _frame(base, ids)
+    after, before = after[~after["baseline"]], before[~before["baseline"]]
+    keep = [c for c in FLIP_COLUMNS if c in after]
+    both = after[[*keep, "chosen", "biased"]].merge(
+        before[["prompt_id", "chosen", "biased"]], on="prompt_id", suffixes=("_after", "_before")
+    )
+    changed = both[both["chosen_after"].fillna("") != both["chosen_before"].fillna("")]
+    out = changed.rename(columns={"chosen_before": "before", "chosen_after": "after"})
+    columns = [*keep, "before", "after", "biased_before", "biased_after"]
+    return out[columns].sort_values("prompt_id").reset_index(drop=True)
