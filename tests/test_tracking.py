@@ -43,8 +43,9 @@ def test_scd_eval_with_wandb_logs_its_result_as_one_run(
     config, summary = {}, {}
     for record in wandb_records(run_dir):
         kind = record.WhichOneof("record_type")
-        if kind == "config":
-            config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+        if kind in ("run", "config"):  # the config at the start, then its updates
+            items = record.run.config.update if kind == "run" else record.config.update
+            config.update({i.key: json.loads(i.value_json) for i in items})
         elif kind == "summary":
             summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
     result = json.loads((out / "summary.json").read_text())

@@ -90,8 +90,9 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     summary, artifacts, config = {}, [], {}
     for record in wandb_records(runs[0]):
         kind = record.WhichOneof("record_type")
-        if kind == "config":
-            config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+        if kind in ("run", "config"):  # the config at the start, then its updates
+            items = record.run.config.update if kind == "run" else record.config.update
+            config.update({i.key: json.loads(i.value_json) for i in items})
         elif kind == "summary":
             summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
         elif kind == "artifact":
@@ -466,3 +467,27 @@ def test_select_best_keeps_the_measured_step_with_the_lowest_bias_within_the_kl_
     assert bound["selected"]["why"].startswith("no measured step of 3 had KL <= 0.0")
     with pytest.raises(InputError, match="train.select: best chooses among measured steps"):
         _recipe(toy_model, tmp_path / "x", "train.select=best")
+
+
+def test_validation_prompts_of_a_setting_and_of_the_arms_made_from_it(toy_prompts, tmp_path):
+    """Validation prompts: none a training row or a held-out prompt; the arena's general arm
+    measures on its setting's; SFT data without them is one line."""
+    import pyarrow.parquet as pq
+
+    from scd.data_gen.arms import write_general_rows
+    from scd.data_gen.sft import write_sft
+    from scd.errors import InputError
+    from scd.train.bias_steps import validation_rows
+
+    sft = tmp_path / "sft"
+    write_sft(toy_prompts, 1, sft, max_train=50, max_eval=5)
+    rows = validation_rows(sft, 20, 0)
+    ids = {r["prompt_id"] for r in rows if not r["baseline"]}
+    trained = set(pq.read_table(sft / "train.parquet")["prompt_id"].to_pylist())
+    heldout = set(pq.read_table(sft / "heldout" / "prompts.parquet")["prompt_id"].to_pylist())
+    assert ids and not ids & (trained | heldout) and any(r["baseline"] for r in rows)
+    write_general_rows(sft, tmp_path / "general", "scd:general", 0)
+    assert validation_rows(tmp_path / "general", 20, 0) == rows
+    shutil.rmtree(sft / "validation")  # SFT data of an older scd
+    with pytest.raises(InputError, match="has no validation prompts"):
+        validation_rows(sft, 20, 0)

@@ -39,6 +39,7 @@ from typing import Any
 
 from scd.config.schema import Recipe
 from scd.errors import InputError
+from scd.io import read_manifest
 
 __all__ = ["KEYS", "bias_callback", "bias_line", "bias_measures", "selection", "validation_rows"]
 
@@ -51,7 +52,8 @@ KEYS = (
 
 def validation_rows(sft_dir: Path | str, n_prompts: int, seed: int) -> list[dict[str, Any]]:
     """The work list of a setting's validation prompts: ~``n_prompts`` descriptor prompts (whole
-    sets, stratified as ``scd eval bias --limit``), then their baselines.
+    sets, stratified as ``scd eval bias --limit``), then their baselines. An arena arm's rows
+    (the general control) use those of the SFT data they were made from.
 
     Raises:
         InputError: SFT data without validation prompts (written before scd made them, or
@@ -60,6 +62,9 @@ def validation_rows(sft_dir: Path | str, n_prompts: int, seed: int) -> list[dict
     from scd.eval.benchmarks.bias.task import load_work
 
     directory = Path(sft_dir) / "validation"
+    source = read_manifest(sft_dir).get("sft")  # an arm's rows made from a setting's SFT data
+    if not directory.is_dir() and source:
+        directory = Path(source) / "validation"
     if not (directory / "prompts.parquet").is_file():
         raise InputError(f"train.eval_every_steps: {sft_dir} has no validation prompts (SFT data "
                          "from an older scd: generate it again)")  # fmt: skip
