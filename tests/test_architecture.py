@@ -15,7 +15,7 @@ SRC = REPO / "src"
 # lowest first: a module may import its own layer (without cycles) and those below
 LAYERS = (
     ("scd/__init__.py", "scd/errors.py"),
-    ("scd/io.py", "scd/progress.py", "scd/tracking.py", "scd/config/"),
+    ("scd/io.py", "scd/hub.py", "scd/progress.py", "scd/tracking.py", "scd/config/"),
     ("scd/data_gen/", "scd/models/"),
     ("scd/eval/", "scd/train/", "scd/audit/"),
     ("scd/report/", "scd/export/"),

@@ -174,7 +174,11 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
         trainer: Any = None
 
         def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
-            if state.global_step % every or not state.is_world_process_zero:
+            if state.global_step % every:
+                return
+            if best:  # every measured step saved (by every rank: a save may be collective)
+                control.should_save = True
+            if not state.is_world_process_zero:
                 return
             task.engine = HFEngine.in_memory(model, tokenizer, recipe.eval.batch_size)
             training, started = model.training, time.perf_counter()
@@ -193,8 +197,7 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
             should_log = control.should_log
             Trainer.log(self.trainer, measures)
             control.should_log = should_log
-            if best:  # every measured step saved; transformers keeps the best one's checkpoint
-                control.should_save = True
+            if best:  # transformers keeps the best one's checkpoint (save_total_limit, resume)
                 chosen = _best(state, recipe.train.max_kl)
                 if chosen is not None:
                     step = chosen["step"]

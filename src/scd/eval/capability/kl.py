@@ -1,32 +1,8 @@
-"""What tuning cost a model: capability retention of one arm (base, base + system prompt, LoRA).
-
-**Drift on neutral text** (:func:`kl_from_base`). Each item of a neutral prompt set (instructions
-naming no social group, each with a reference reply; default: the packaged
-``neutral_prompts.yaml``) is formatted by scd's :class:`~scd.models.formatting.Formatter`, so the
-text is what scd scores and trains. The reference reply is teacher-forced after the base prompt
-(no system prompt) and after the arm's prompt (its system prompt, if any). Reply tokens are all
-the chat template renders after the prompt when the reply is the assistant's turn -- the reply
-and the template's end-of-turn (``</s>``, ``<|eot_id|>``, ``<|im_end|>\\n``), the tokens training
-puts its loss on -- taken once from the base rendering, so both sequences end in the same ids.
-At every reply position, D_KL(p_arm || p_base) over the full vocabulary (float32); its mean over
-the reply is one value per prompt, reported as a mean over prompts with a 95% percentile
-bootstrap interval over prompts; also the reply's mean log-likelihood (nats/token) under arm and
-base, and their difference. The base distribution is the same model with its adapter switched
-off (PEFT's ``disable_adapter``, no second copy); the base arm is 0.0 exactly (one pass).
-
-**Benchmarks** (:func:`lm_eval_scores`): lm-evaluation-harness scores the arm with its own HF
-model (the adapter unmerged, the system prompt as its system instruction, the chat template when
-the tokenizer has one).
-
-Both stages are resumable: an output directory holding a finished result of the same
-configuration returns it without loading the model; one of another configuration is refused.
-"""
+"""Drift on neutral text: the KL divergence of an arm from its base model (see
+:mod:`scd.eval.capability`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,11 +14,11 @@ from scd.errors import InputError, first_line
 from scd.io import atomic_file, read_json, read_yaml, sha256_file, write_json
 
 __all__ = [
-    "KIND_KL", "KIND_LM_EVAL", "NEUTRAL_PROMPTS", "kl_from_base", "kl_in_memory",
-    "lm_eval_scores", "load_neutral_prompts",
+    "KIND_KL", "NEUTRAL_PROMPTS", "kl_from_base", "kl_in_memory", "load_neutral_prompts",
+    "same_config",
 ]  # fmt: skip
 
-KIND_KL, KIND_LM_EVAL = "capability_kl", "capability_lm_eval"  # summary.json / scd_config kinds
+KIND_KL = "capability_kl"  # summary.json's kind
 NEUTRAL_PROMPTS = "neutral_prompts.yaml"  # packaged in scd/data_gen/data
 ITEM_KEYS = ("id", "topic", "instruction", "response")
 N_RESAMPLES, SEED = 10_000, 0  # the bootstrap over prompts
@@ -211,7 +187,7 @@ def _interval(values: list[float]) -> tuple[float | None, float | None]:
     return float(ci.low), float(ci.high)
 
 
-def _same_config(old: Any, config: dict[str, Any], out: Path) -> Any:
+def same_config(old: Any, config: dict[str, Any], out: Path) -> Any:
     """``old``, a finished result in ``out``; refused if it has another configuration."""
     if differ := [k for k in config if not isinstance(old, dict) or old.get(k) != config[k]]:
         raise InputError(f"holds a capability result of another configuration "
@@ -283,7 +259,7 @@ def kl_from_base(model: str, out: Path | str, *, adapter: str | None = None,
               "prompts_sha256": sha256_file(prompts),
               "dtype": resolve_dtype(dtype, device)}  # fmt: skip
     if (out / "summary.json").is_file():  # finished before: the same configuration, or refuse
-        return _same_config(read_json(out / "summary.json"), config, out)
+        return same_config(read_json(out / "summary.json"), config, out)
 
     from scd.models import resolve_model
     from scd.models.formatting import load_tokenizer
@@ -317,97 +293,3 @@ def kl_from_base(model: str, out: Path | str, *, adapter: str | None = None,
                "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
     write_json(out / "summary.json", summary)
     return summary
-
-
-# -- lm-evaluation-harness -------------------------------------------------------------------
-def _tree_sha256(path: str | None) -> str | None:
-    """A digest of every file under ``path`` (names and bytes), or None."""
-    if path is None:
-        return None
-    digest, root = hashlib.sha256(), Path(path)
-    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(f"{f.relative_to(root).as_posix()}\n".encode())
-        digest.update(f.read_bytes())
-    return digest.hexdigest()
-
-
-def _flat(results: dict[str, Any]) -> dict[str, float]:
-    """``{"<task>/<metric>": value}`` of lm-eval's numeric, finite metrics; the ``none`` filter
-    is dropped from the name (``acc,none`` -> ``acc``, ``acc_stderr,none`` -> ``acc_stderr``),
-    other filters stay (``exact_match,strict-match``)."""
-    flat = {}
-    for task, metrics in results.get("results", {}).items():
-        for key, value in metrics.items():
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if numeric and math.isfinite(value):  # not lm-eval's "N/A" or NaN stderr
-                metric, _, filt = key.partition(",")
-                flat[f"{task}/{metric if filt in ('', 'none') else key}"] = value
-    return flat
-
-
-def lm_eval_scores(model: str, out: Path | str, *, tasks: list[str], adapter: str | None = None,
-                   system_prompt: str | None = None, include_path: str | None = None,
-                   limit: int | None = None, batch_size: int = 8, device: str = "cpu",
-                   dtype: str = "auto") -> dict[str, float]:  # fmt: skip
-    """Score an arm on lm-evaluation-harness tasks (lm-eval's own HF model and metrics).
-
-    Args:
-        model: the base model (a directory, Hub id, GGUF file or catalog name).
-        out: output directory: ``lm_eval_results.json`` (lm-eval's results dict, JSON-safe, with
-            this configuration as ``scd_config``) and ``lm_eval.json`` (the flat metrics).
-        tasks: lm-eval task (or group) names.
-        adapter: a PEFT adapter directory (lm-eval loads it unmerged), or None.
-        system_prompt: given to lm-eval as its ``system_instruction``.
-        include_path: a directory of extra task YAMLs (``--include_path``).
-        limit: at most this many documents per task.
-        batch_size, device: lm-eval's (``cpu``, ``cuda``, ...).
-        dtype: weights' dtype; ``auto``: bfloat16 on CUDA, float32 elsewhere.
-
-    Returns:
-        ``{"<task>/<metric>": value}`` for lm-eval's numeric metrics (standard errors as
-        ``<task>/<metric>_stderr``). An ``out`` holding this configuration's result returns it.
-
-    Raises:
-        InputError: an unknown task (naming ``capability.lm_eval_tasks``), a bad adapter, or
-            ``out`` holding another configuration.
-    """
-    from scd.config.engine import resolve_dtype
-    from scd.eval.engines import require_adapter
-
-    out, tasks = Path(out), list(tasks)
-    if not tasks:
-        raise InputError("capability.lm_eval_tasks: expected at least one lm-eval task")
-    require_adapter(adapter)
-    config = {"kind": KIND_LM_EVAL, "model": model, "adapter": adapter,
-              "system_prompt": system_prompt, "tasks": tasks, "include_path": include_path,
-              "include_sha256": _tree_sha256(include_path), "limit": limit,
-              "dtype": resolve_dtype(dtype, device)}  # fmt: skip
-    results_path, flat_path = out / "lm_eval_results.json", out / "lm_eval.json"
-    if flat_path.is_file() and results_path.is_file():
-        old = read_json(results_path)
-        _same_config(old.get("scd_config") if isinstance(old, dict) else None, config, out)
-        return read_json(flat_path)
-
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-    from lm_eval.utils import handle_non_serializable
-
-    from scd.models import resolve_model
-
-    manager = TaskManager(include_path=include_path)
-    if unknown := [t for t in tasks if t not in manager.all_tasks]:
-        where = f" or those under {include_path}" if include_path else ""
-        raise InputError(f"capability.lm_eval_tasks: unknown lm-eval task {unknown[0]!r} (not "
-                         f"among lm-eval's tasks{where})")  # fmt: skip
-    lm = HFLM(pretrained=resolve_model(model, say=lambda _: None), peft=adapter,
-              dtype=config["dtype"], device=device, batch_size=batch_size,
-              trust_remote_code=False, enable_thinking=False)  # fmt: skip
-    chat = bool(getattr(lm.tokenizer, "chat_template", None))
-    results = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit,
-                                      system_instruction=system_prompt, apply_chat_template=chat,
-                                      log_samples=False)  # fmt: skip
-    safe = json.loads(json.dumps(results or {}, default=handle_non_serializable))
-    write_json(results_path, {"scd_config": config, **safe})
-    write_json(flat_path, flat := _flat(safe))  # written last: the stage's "finished" mark
-    return flat
