@@ -215,8 +215,7 @@ class VLLMEngine:
             raise InputError(f"vLLM did not start: {_reason(err)} (to change: {change})",
                              key="backend", value="vllm") from None  # fmt: skip
         self.max_model_len = max_model_len
-        self.ran = {"device": device, "dtype": str(self.llm.llm_engine.model_config.dtype
-                                                   ).removeprefix("torch.")}  # fmt: skip
+        self.ran = {"device": device, "dtype": resolve_dtype(spec.dtype, "cpu" if cpu else "cuda")}
         self.lora_ids: dict[str, int] = {}  # adapter path -> LoRARequest id (>= 1)
         self.lora: Any = None
 
