@@ -27,7 +27,7 @@ def test_scd_eval_with_wandb_logs_its_result_as_one_run(
     whose summary holds the benchmark's headline numbers; a planted key never reaches it."""
     import json
 
-    from wandb_records import wandb_records  # tests/wandb_records.py
+    from wandb_records import config_and_summary  # tests/wandb_records.py
 
     from scd.cli import main
     from scd.eval.benchmarks import get
@@ -40,14 +40,7 @@ def test_scd_eval_with_wandb_logs_its_result_as_one_run(
             "60", "--device", "cpu", "--out", str(out), "--quiet", "--wandb"]  # fmt: skip
     assert main(argv) == 0
     (run_dir,) = (out / "wandb").glob("offline-run-*")
-    config, summary = {}, {}
-    for record in wandb_records(run_dir):
-        kind = record.WhichOneof("record_type")
-        if kind in ("run", "config"):  # the config at the start, then its updates
-            items = record.run.config.update if kind == "run" else record.config.update
-            config.update({i.key: json.loads(i.value_json) for i in items})
-        elif kind == "summary":
-            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
+    config, summary = config_and_summary(run_dir)
     result = json.loads((out / "summary.json").read_text())
     assert config["benchmark"] == "bias" and config["run"]["limit"] == 60
     headline = get("bias").headline(result)

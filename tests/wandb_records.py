@@ -27,3 +27,19 @@ def wandb_records(run_dir: Path) -> Iterator[Any]:
             record.ParseFromString(frag)
             yield record
             frag = b""
+
+
+def config_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An offline W&B run's config (at its start, then its updates) and summary, as values."""
+    import json
+
+    config: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    for record in wandb_records(run_dir):
+        kind = record.WhichOneof("record_type")
+        if kind in ("run", "config"):
+            items = record.run.config.update if kind == "run" else record.config.update
+            config.update({i.key: json.loads(i.value_json) for i in items})
+        elif kind == "summary":
+            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
+    return config, summary

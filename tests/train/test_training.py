@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from wandb_records import wandb_records  # tests/wandb_records.py
+from wandb_records import config_and_summary, wandb_records  # tests/wandb_records.py
 
 from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
 from scd.eval.benchmarks import get
@@ -87,16 +87,10 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     assert b"train/loss" in logged
     assert b"learning_rate" in logged
     info = json.loads((trained / "train_manifest.json").read_text())
-    summary, artifacts, config = {}, [], {}
-    for record in wandb_records(runs[0]):
-        kind = record.WhichOneof("record_type")
-        if kind in ("run", "config"):  # the config at the start, then its updates
-            items = record.run.config.update if kind == "run" else record.config.update
-            config.update({i.key: json.loads(i.value_json) for i in items})
-        elif kind == "summary":
-            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update})
-        elif kind == "artifact":
-            artifacts.append(record.artifact)
+    config, summary = config_and_summary(runs[0])
+    artifacts = [
+        r.artifact for r in wandb_records(runs[0]) if r.WhichOneof("record_type") == "artifact"
+    ]
     assert config["protocol"] == "scd"  # the evaluation protocol training wrote its rows in
     # one training loss: the mean over every step, not transformers' and scd's side by side
     assert summary["train_loss"] == pytest.approx(info["train_loss"])
