@@ -11,10 +11,13 @@ import netrc
 import os
 import re
 import socket
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SECRET_ENV", "choose_mode", "finish_run", "redact", "start_run"]
+__all__ = ["SECRET_ENV", "choose_mode", "finish_run", "held_step", "offline_records", "redact",
+           "start_run"]  # fmt: skip
 
 SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN",
               "OPENAI_API_KEY")  # fmt: skip
@@ -82,8 +85,11 @@ def start_run(
     run: ``WANDB_DIR`` would stick to the first run of the process); returns the run.
     ``init``: the rest of ``wandb.init``'s arguments (project, name, group, entity, job_type).
 
-    ``run_id``: continue that run (``resume="allow"``). Offline, this writes a second segment
-    of the same run id, which ``wandb sync`` uploads after the first, as one run."""
+    ``run_id``: continue that run (``resume="allow"``). Offline, each process writes its own
+    folder of the one run id (W&B never appends to another process's folder); ``wandb sync`` of
+    them all uploads them in order of start time into that one run. A process that logs
+    history into a continued run logs at steps after :func:`held_step`, so that the run's
+    history has each step once, in order."""
     mode = choose_mode()
     os.environ["WANDB_MODE"] = mode  # also for the transformers callback
     os.environ.setdefault("WANDB_SILENT", "true")
@@ -112,3 +118,40 @@ def finish_run(run: Any, say: Any = None) -> None:
 
         every = f"{where.parent}/offline-run-*-{run.id}"  # a resumed run's segments, oldest first
         (say or stderr)(f"W&B run {run.id} (offline) in {where}; upload: wandb sync {every}")
+
+
+def offline_records(run_dir: Path) -> Iterator[Any]:
+    """The records of one offline W&B run folder, in order: its ``.wandb`` transaction log, a
+    LevelDB-style log (32 KiB blocks of pieces with a 7-byte header each, after the file's
+    7-byte header) of W&B's protobuf ``Record``; the last, unfinished record of a killed
+    process is not yielded. W&B ships no reader of its own."""
+    from wandb.proto import wandb_internal_pb2
+
+    files = sorted(Path(run_dir).glob("*.wandb"))
+    data, pos, piece = (files[0].read_bytes() if files else b""), 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _, size, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if left < 7 or (size == 0 and kind == 0):  # the rest of a block is padding
+            pos += left
+            continue
+        piece, pos = piece + data[pos + 7 : pos + 7 + size], pos + 7 + size
+        if kind in (1, 4) and pos <= len(data):  # a whole record, or its last piece
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(piece)
+            yield record
+            piece = b""
+
+
+def held_step(run: Any) -> int:
+    """The last history step (``_step``) that earlier processes wrote to this run, -1 if none:
+    offline, read from the other folders of its id beside this one (see :func:`start_run`);
+    online, what W&B's server says the resumed run holds."""
+    if run.settings.mode != "offline":
+        return int(run.step) - 1 if getattr(run, "resumed", False) else -1
+    here = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>
+    steps = [record.history.step.num
+             for folder in here.parent.glob(f"offline-run-*-{run.id}") if folder != here
+             for record in offline_records(folder)
+             if record.WhichOneof("record_type") == "history"]  # fmt: skip
+    return max(steps, default=-1)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from wandb_records import wandb_records  # tests/wandb_records.py
 
 from scd.cli import main
 from scd.io import cache_key
+from scd.tracking import offline_records
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -177,11 +177,14 @@ def test_killed_run_resumes_to_the_same_tables(
     last = (segments[-1] / f"run-{run_id}.wandb").read_bytes()
     assert b"bias/bias_pct" in last and b"sds/gap" in last and b"bbq/s_dis" in last
     # before and after on the same items, with the paired test, beside the headline numbers
-    items = [i for r in wandb_records(segments[-1]) for i in (*r.summary.update, *r.history.item)]
+    items = [i for r in offline_records(segments[-1]) for i in (*r.summary.update, *r.history.item)]
     keys = {i.key or "/".join(i.nested_key) for i in items}
     for key in ("before/bias/bias_pct", "after/bias/bias_pct", "after/bias/bias_p",
-                "before/bbq/bbq_n", "after/bbq/bbq_p", "flips/bias/nrows"):  # fmt: skip
+                "before/bbq/bbq_n", "after/bbq/bbq_p", "flips/bias"):  # fmt: skip
         assert key in keys, key
+    flips = next(json.loads(i.value_json) for i in items if i.key == "flips/bias")
+    assert flips["_type"] == "table-file" and flips["nrows"] >= 0  # a table in the summary
+    assert not any(r.history.item for r in offline_records(segments[-1]))  # history: training's
     assert "before/bias/bias_p" not in keys and "before/bias/bias_to_biased" not in keys
     # no secret was written anywhere
     for path in run_dir.rglob("*"):

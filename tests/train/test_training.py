@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from wandb_records import config_and_summary, wandb_records  # tests/wandb_records.py
+from wandb_records import config_and_summary  # tests/wandb_records.py
 
 from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
 from scd.eval.benchmarks import get
 from scd.pipeline.recipe import load_recipe
+from scd.tracking import offline_records
 from scd.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     info = json.loads((trained / "train_manifest.json").read_text())
     config, summary = config_and_summary(runs[0])
     artifacts = [
-        r.artifact for r in wandb_records(runs[0]) if r.WhichOneof("record_type") == "artifact"
+        r.artifact for r in offline_records(runs[0]) if r.WhichOneof("record_type") == "artifact"
     ]
     assert config["protocol"] == "scd"  # the evaluation protocol training wrote its rows in
     # one training loss: the mean over every step, not transformers' and scd's side by side
@@ -186,14 +187,15 @@ def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
     assert mean_loss([]) is None and mean_loss([{"eval_loss": 1.0, "step": 5}]) is None
 
 
-def _wandb_steps(run_dir: Path, key: str = "train/loss") -> list[int]:
-    """The ``train/global_step`` of every history record with ``key`` of an offline W&B run."""
-    steps = []
-    for record in wandb_records(run_dir):
-        items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
-        if record.WhichOneof("record_type") == "history" and key in items:
-            steps.append(int(float(items["train/global_step"])))
-    return steps
+def _wandb_rows(run_dir: Path) -> list[tuple[int, dict[str, float]]]:
+    """Every history row of an offline W&B run folder: W&B's step and the row's numbers."""
+    rows = []
+    for record in offline_records(run_dir):
+        if record.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
+            numbers = {k: float(v) for k, v in items.items() if v[:1] not in '"{['}
+            rows.append((record.history.step.num, numbers))
+    return rows
 
 
 @pytest.mark.slow
@@ -230,12 +232,20 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     assert info["resumed_from"].startswith("checkpoint-")
     assert f"resuming training from {out / 'checkpoints' / info['resumed_from']}" in resumed.stderr
     assert "step 30/30  loss " in resumed.stderr and "wandb sync" in resumed.stderr  # a log file
+    # one run: every folder has its id, and the folders in order of start time (as `wandb sync`
+    # uploads them) hold each training step once, in order, at W&B step = training step
     segments = sorted((out / "wandb").glob("offline-run-*"))
     assert len(segments) == 2 and {p.name.rsplit("-", 1)[1] for p in segments} == {
         info["wandb_run_id"]}  # fmt: skip
-    first, second = (_wandb_steps(seg) for seg in segments)
+    rows = [row for seg in segments for row in _wandb_rows(seg)]
+    steps = [step for step, _ in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == 30  # each step once, in order
+    assert all(items["train/global_step"] == step for step, items in rows)
+    assert [s for s, items in rows if "train/loss" in items] == list(range(5, 31, 5))
+    assert [s for s, items in rows if "eval/bias_pct" in items] == list(range(5, 31, 5))
+    first = [step for step, _ in _wandb_rows(segments[0])]
     assert all(s <= int(info["resumed_from"].split("-")[1]) + 5 for s in first)  # then killed
-    assert sorted(second) == list(range(5, 31, 5))  # the checkpoint's steps again, then the rest
+    assert f"wandb sync {out / 'wandb'}/offline-run-*-{info['wandb_run_id']}" in resumed.stderr
     history = json.loads((out / "checkpoints" / "checkpoint-30" / "trainer_state.json").read_text())
     resumed_part = [h for h in history["log_history"] if h.get("step", 0) > 10 and "loss" in h]
     at = int(info["resumed_from"].split("-")[1])  # tokens/s: of this process's steps only
@@ -247,7 +257,6 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     bias_steps = [h["step"] for h in history["log_history"] if "eval_bias_pct" in h]
     assert bias_steps == [h["step"] for h in info["bias_history"]] == list(range(5, 31, 5))
     assert "bias 30/30  validation " in resumed.stderr  # each measurement a line of the log
-    assert sorted(_wandb_steps(segments[1], "eval/bias_pct")) == list(range(5, 31, 5))
     assert info["train_loss"] == pytest.approx(_mean_loss(history["log_history"]))
     assert info["train_loss"] != pytest.approx(
         sum(h["loss"] for h in resumed_part) / len(resumed_part)

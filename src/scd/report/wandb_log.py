@@ -42,7 +42,8 @@ def log_tuned_results(
     (:meth:`~scd.eval.benchmarks.base.Benchmark.flips`).
 
     ``scd run`` trains every setting before evaluating, so the training run has finished by
-    then: it is continued by id (offline: a second segment that ``wandb sync`` joins to it).
+    then: it is continued by id (offline: a folder of its own that ``wandb sync`` uploads into
+    the same run); all of it goes into the summary, so the run's history stays the training's.
     """
     manifest = json.loads((Path(adapter) / "train_manifest.json").read_text())
     summary: dict[str, Any] = {}
@@ -70,11 +71,11 @@ def log_tuned_results(
                     group=recipe.wandb.group, entity=recipe.wandb.entity, config={},
                     directory=Path(adapter), job_type="train",
                     run_id=manifest["wandb_run_id"])  # fmt: skip
-    run.summary.update(summary)
-    if flips:
+    if flips:  # in the summary: history of this run is the training's steps alone
         import wandb
 
-        run.log({f"flips/{name}": wandb.Table(dataframe=frame) for name, frame in flips.items()})
+        summary.update({f"flips/{n}": wandb.Table(dataframe=f) for n, f in flips.items()})
+    run.summary.update(summary)
     finish_run(run)
     return True
 

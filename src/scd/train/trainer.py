@@ -30,7 +30,7 @@ from scd import __version__
 from scd.config.schema import TRAIN_METHODS, Recipe
 from scd.errors import InputError
 from scd.io import atomic_file, write_json
-from scd.tracking import finish_run, redact, start_run
+from scd.tracking import finish_run, held_step, redact, start_run
 from scd.train.bias_steps import KEYS as BIAS_KEYS
 from scd.train.bias_steps import selection
 from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
@@ -41,7 +41,7 @@ from scd.train.sft_rows import (
     system_message,
     training_rows,
 )
-from scd.train.training_log import log_history, mean_loss
+from scd.train.training_log import log_history, mean_loss, wandb_at_steps
 
 __all__ = ["METHODS", "build_trainer", "sft_config", "train"]
 
@@ -230,7 +230,7 @@ def train(
     sft_dir = sft_dir or data_dir(recipe, out, method)
     manifest = json.loads((sft_dir / "manifest.json").read_text())
     resolved = redact(recipe.to_dict())
-    run, id_file = None, out / "wandb_run_id"  # one W&B run across kills and resumes
+    run, id_file, held = None, out / "wandb_run_id", -1  # one W&B run across kills and resumes
     if enabled and state.is_main_process:
         known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
         run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
@@ -240,8 +240,9 @@ def train(
                         directory=out, job_type="train", run_id=known)  # fmt: skip
         with atomic_file(id_file) as tmp:
             tmp.write_text(run.id + "\n")
-        if known:  # what the killed process may not have flushed to W&B: its steps again
-            log_history(run, checkpoint)
+        if known:  # what the killed process had not written to W&B: its steps again
+            held = held_step(run)
+            log_history(run, checkpoint, held)
     earlier = 0  # the tokens of the steps a killed process trained (not timed here)
     if checkpoint and state.is_main_process:
         from scd.progress import say
@@ -276,6 +277,11 @@ def train(
             verbose=verbose,
             args=args,
         )
+    if enabled:  # W&B's step = the training step; none the run holds logged again
+        from transformers.integrations import WandbCallback
+
+        trainer.remove_callback(WandbCallback)
+        trainer.add_callback(wandb_at_steps(held))
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint)  # None unless --resume
     seconds = time.perf_counter() - start

@@ -1,6 +1,6 @@
 """What a training says as it goes: one readable line per log entry (under the progress bar on a
-terminal, plain lines in a log file), the log of a resumed run's checkpoint again into its W&B
-run, and the mean loss of the whole training across resumes."""
+terminal, plain lines in a log file), its W&B history (one row per training step, each step
+once across a kill and a resume), and the mean loss of the whole training across resumes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from scd.train.bias_steps import bias_line
 
-__all__ = ["log_history", "log_line", "log_lines", "mean_loss"]
+__all__ = ["log_history", "log_line", "log_lines", "mean_loss", "wandb_at_steps"]
 # not history: the step (logged as train/global_step), and what transformers puts into the
 # summary at the end of a training
 END_OF_TRAINING = {"step", "train_runtime", "train_samples_per_second", "train_steps_per_second",
@@ -53,20 +53,46 @@ def log_lines(bar: bool) -> Any:
     return LogLines
 
 
-def log_history(run: Any, checkpoint: str) -> None:
-    """The training log of ``checkpoint`` into the resumed ``run`` under the names transformers'
-    W&B callback uses (x axis ``train/global_step``): a killed process loses the records W&B had
-    not written yet. Steps the run already holds are skipped where W&B says which (online: its
-    summary); an offline run's second segment repeats them, with the same values."""
+def _wandb_items(entry: dict[str, Any]) -> dict[str, Any]:
+    """A training log entry under the names transformers' W&B callback gives it."""
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    return rewrite_logs({k: v for k, v in entry.items() if k not in END_OF_TRAINING})
+
+
+def log_history(run: Any, checkpoint: str, held: int) -> None:
+    """The training log of ``checkpoint`` after step ``held`` (what the run holds already:
+    :func:`scd.tracking.held_step`) into the resumed ``run``, each entry at its training step:
+    a killed process loses the records W&B had not written yet."""
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
-    held = run.summary.get("train/global_step") or 0
     for entry in state["log_history"]:
         step = entry.get("step", 0)
-        items = {k.replace("eval_", "eval/", 1) if k.startswith("eval_") else f"train/{k}": v
-                 for k, v in entry.items()
-                 if k not in END_OF_TRAINING and isinstance(v, (int, float))}  # fmt: skip
+        items = {k: v for k, v in _wandb_items(entry).items() if isinstance(v, (int, float))}
         if step > held and items:
-            run.log({**items, "train/global_step": step})
+            run.log({**items, "train/global_step": step}, step=step)
+
+
+def wandb_at_steps(held: int) -> Any:
+    """transformers' W&B callback with one change: W&B's step is the training step, so that
+    what is logged at one training step (its loss, its bias measurement) is one history row,
+    and the steps a continued run holds from an earlier process (``held``: up to the step the
+    process was killed at, which may be past its last checkpoint) are not logged again."""
+    from transformers.integrations import WandbCallback
+
+    class WandbAtSteps(WandbCallback):
+        def on_log(self, args, state, control, model=None, logs=None, **kwargs):  # noqa: ANN001
+            if self._wandb is None or state.global_step <= held:
+                return
+            if not self._initialized:
+                self.setup(args, state, model)
+            if state.is_world_process_zero:
+                self._wandb.run.summary.update(
+                    {k: v for k, v in logs.items() if k in END_OF_TRAINING and k != "step"}
+                )
+                step = state.global_step
+                self._wandb.log({**_wandb_items(logs), "train/global_step": step}, step=step)
+
+    return WandbAtSteps()
 
 
 def mean_loss(history: list[dict[str, Any]]) -> float | None:
