@@ -22,9 +22,9 @@ def _pushable(generate: Callable[[argparse.Namespace], None]) -> Callable:
 
     def run(args: argparse.Namespace) -> None:
         if args.push_to_hub:
-            from scd.data_gen.card import hub_token
+            from scd.hub import hub_token
 
-            hub_token()
+            hub_token(key="push_to_hub")
         generate(args)
         if args.push_to_hub:
             from scd.data_gen.card import push_to_hub

@@ -1,14 +1,17 @@
-"""Whether a Hub repository can be had, known in a second, before any work.
+"""The Hugging Face Hub, asked before any work and written to after it.
 
 transformers and datasets find out only after their own retries (a misspelled id with no network
 costs a minute and a screen of warnings); :func:`hub_problem` asks once: the local Hub cache, then
-(online) the Hub's listing, with no download and no retry."""
+(online) the Hub's listing, with no download and no retry. :func:`hub_token` is checked before
+a run that will upload, :func:`upload` uploads a finished directory; the token is never shown."""
 
 from __future__ import annotations
 
-from scd.errors import first_line
+from pathlib import Path
 
-__all__ = ["hub_problem"]
+from scd.errors import InputError, first_line
+
+__all__ = ["hub_problem", "hub_token", "upload"]
 
 
 def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "config.json") -> str:
@@ -36,3 +39,47 @@ def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "con
         return (f"the Hub cannot be reached ({first_line(err)}); offline, set HF_HUB_OFFLINE=1 "
                 "to use a cached copy")  # fmt: skip
     return ""
+
+
+def hub_token(key: str) -> str:
+    """The Hub token of this environment (``HF_TOKEN`` or ``hf auth login``); never shown.
+
+    Raises:
+        InputError: there is none (naming ``key``, the option that asked for an upload).
+    """
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise InputError("no Hub token: set HF_TOKEN or run `hf auth login`", key=key)
+    return token
+
+
+def upload(
+    directory: Path | str,
+    repo: str,
+    *,
+    repo_type: str,
+    key: str,
+    message: str,
+    private: bool | None = None,
+    allow: list[str] | None = None,
+) -> str:
+    """Upload ``directory`` (only the files matching ``allow``, if given) to ``repo``, created
+    if missing, with huggingface_hub; return the repository's URL.
+
+    Raises:
+        InputError: no token, or the Hub refused or could not be reached (one line naming
+            ``key`` and ``repo``; never the token).
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=hub_token(key))
+    try:
+        url = api.create_repo(repo, repo_type=repo_type, private=private, exist_ok=True)
+        api.upload_folder(repo_id=repo, folder_path=str(directory), repo_type=repo_type,
+                          commit_message=message, allow_patterns=allow)  # fmt: skip
+    except Exception as err:  # the Hub's HTTP, auth and validation errors  # noqa: BLE001
+        raise InputError(f"cannot upload to the Hub: {first_line(err)}", key=key,
+                         value=repo) from None  # fmt: skip
+    return str(url)

@@ -15,10 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from scd.errors import InputError, first_line
 from scd.io import read_manifest
 
-__all__ = ["CARD", "card_text", "descriptor_sources", "hub_token", "push_to_hub", "write_card"]
+__all__ = ["CARD", "card_text", "descriptor_sources", "push_to_hub", "write_card"]
 
 CARD = "README.md"
 # kind -> (title, what it is, [(config, {split: file})])
@@ -143,36 +142,10 @@ def write_card(directory: Path, info: dict[str, Any], sources: list[dict[str, An
     (directory / CARD).write_text(card_text(directory, info, sources), encoding="utf-8")
 
 
-def hub_token() -> str:
-    """The Hub token of this environment (``HF_TOKEN`` or ``hf auth login``); never shown.
-
-    Raises:
-        InputError: there is none.
-    """
-    from huggingface_hub import get_token
-
-    token = get_token()
-    if not token:
-        raise InputError("no Hub token: set HF_TOKEN or run `hf auth login`", key="push_to_hub")
-    return token
-
-
 def push_to_hub(directory: Path | str, repo: str, private: bool = False) -> str:
     """Upload an output directory of ``scd generate`` to the dataset repository ``repo``
-    (created if missing). The token comes from the environment (``HF_TOKEN``) or the login
-    of ``hf auth login``; it is never printed.
+    (created if missing; :func:`scd.hub.upload`); returns the repository's URL."""
+    from scd.hub import upload
 
-    Returns:
-        The repository's URL.
-    """
-    from huggingface_hub import HfApi
-
-    api = HfApi(token=hub_token())
-    try:
-        url = api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
-        api.upload_folder(repo_id=repo, folder_path=str(directory), repo_type="dataset",
-                          commit_message="scd generate: dataset and card")  # fmt: skip
-    except Exception as err:  # the Hub's HTTP, auth and validation errors  # noqa: BLE001
-        raise InputError(f"cannot upload to the Hub: {first_line(err)}", key="push_to_hub",
-                         value=repo) from None  # fmt: skip
-    return str(url)
+    return upload(directory, repo, repo_type="dataset", key="push_to_hub", private=private,
+                  message="scd generate: dataset and card")  # fmt: skip
