@@ -270,6 +270,10 @@ def _train(args: argparse.Namespace) -> None:
     from scd.train.trainer import train
 
     recipe = _load_recipe(args)
+    if recipe.train.push_to_hub:  # before any work
+        from scd.hub import hub_token
+
+        hub_token(key="train.push_to_hub")
     changes = {}
     if recipe.output_dir is None:  # as scd run names its runs
         name = recipe.run.name or Path(args.recipe).stem
@@ -293,6 +297,12 @@ def _train(args: argparse.Namespace) -> None:
             f"trained {info['global_step']} steps, loss {info['train_loss']:.4f}, "
             f"{info['tokens_per_second']} tokens/s -> {recipe.output_dir}"
         )
+    if info and recipe.train.push_to_hub:  # the main process, once the adapter is written
+        from scd.report.model_card import push_adapter
+
+        t = recipe.train
+        url = push_adapter(recipe.output_dir, t.hub_model_id, private=t.hub_private_repo)
+        print(f"uploaded {recipe.output_dir} with its model card -> {url}")
 
 
 def _merge(args: argparse.Namespace) -> None:

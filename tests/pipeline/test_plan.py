@@ -12,7 +12,7 @@ import pytest
 from scd.config.schema import DEBIAS_PROMPT
 from scd.io import cache_key
 from scd.pipeline.launch import run_recipe
-from scd.pipeline.plan import CapabilityJob, DataJob, EvalJob, Plan, TrainJob
+from scd.pipeline.plan import CapabilityJob, DataJob, EvalJob, Plan, PushJob, TrainJob
 from scd.pipeline.recipe import recipe_from_dict
 from scd.pipeline.run import Run
 from scd.quickstart import QUICKSTART_RECIPE
@@ -49,6 +49,19 @@ def test_without_arms_the_plan_is_the_papers_before_and_after(tmp_path, toy_mode
     ]  # fmt: skip
     assert not any(isinstance(j, CapabilityJob) for t in plan.tasks for j in t.jobs)
     assert [a.arm for a in plan.arms] == ["base", "sft", "sft"]
+    one = {**SMALL, "train": {**SMALL["train"], "push_to_hub": True, "hub_model_id": "me/a"}}
+    _, single = _plan(one, tmp_path / "one", toy_model)
+    assert single.stages()[-1] == "setting-1/push"  # after the setting's evaluations
+    (push,) = [j for t in single.tasks for j in t.jobs if isinstance(j, PushJob)]
+    assert push.repo == "me/a" and [name for name, _ in push.before] == ["bias"]
+
+
+def test_each_adapter_of_a_sweep_or_arena_has_a_repository_of_its_own(tmp_path, toy_model):
+    train = {**SMALL["train"], "push_to_hub": True, "hub_model_id": "me/a"}
+    recipe = {**SMALL, "train": train, "arms": ["dpo", "prompt"], "run": {"settings": [1, 3]}}
+    _, plan = _plan(recipe, tmp_path, toy_model)
+    repos = [j.repo for t in plan.tasks for j in t.jobs if isinstance(j, PushJob)]
+    assert repos == ["me/a-setting-1-dpo", "me/a-setting-3-dpo"]  # the prompt arm: no adapter
 
 
 def test_an_arena_plan_gives_every_arm_its_jobs_on_the_same_items(tmp_path, toy_model) -> None:

@@ -196,7 +196,7 @@ def test_a_task_with_several_gpus_trains_under_torchrun(toy_model: Path, tmp_pat
     ranks here), one adapter."""
     import dataclasses
 
-    from scd.pipeline.run import torchrun_train as _torchrun_train
+    from scd.pipeline.torchrun import torchrun_train as _torchrun_train
 
     recipe = recipe_from_dict({**RECIPE, "model": str(toy_model)}, "test")
     recipe = dataclasses.replace(recipe, output_dir=str(tmp_path / "adapter"))

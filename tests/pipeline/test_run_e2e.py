@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from scd.cli import main
+from scd.errors import InputError
 from scd.io import cache_key
 from scd.tracking import offline_records
 
@@ -250,3 +251,49 @@ def test_a_run_under_the_paper_chat_protocol(toy_model: Path, tmp_path: Path) ->
         assert json.loads((Path(result) / "run.json").read_text())["protocol"] == "paper-chat"
     adapter = Path(layout["settings"]["1"]["adapter"])
     assert json.loads((adapter / "train_manifest.json").read_text())["token_check_rows"] > 0
+
+
+def test_a_finished_run_pushes_each_adapter_with_its_before_after_card(
+    quickstart: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train.push_to_hub on a finished run (the keys are not pinned): only the push stage runs.
+    The Hub unreachable: one line naming the stage, the planted token nowhere, the card written
+    with the before/after tables, no upload recorded; reachable (a recorder in place of the
+    upload: the Hub itself cannot be reached here): the stage finishes, then nothing to do."""
+    import scd.hub
+    from scd.pipeline.launch import run_recipe
+    from scd.pipeline.recipe import recipe_from_dict
+    from scd.quickstart import QUICKSTART_RECIPE
+
+    run_dir = root.parent / "pushed"
+    shutil.copytree(root, run_dir)
+    secret = "hf_plantedTOKENnotForAnyLog456"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    keys = ["train.push_to_hub=true", "train.hub_model_id=someone/scd-quickstart"]
+    recipe = recipe_from_dict(QUICKSTART_RECIPE, "quickstart", overrides=keys)
+    said: list[str] = []
+    with pytest.raises(InputError) as err:
+        run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
+    assert "stage setting-1/push" in str(err.value) and "cannot upload to the Hub" in str(err.value)
+    assert secret not in str(err.value) + "".join(said)
+    adapter = run_dir / "setting-1" / "adapter"
+    card = (adapter / "README.md").read_text()
+    assert card.startswith("---\n") and "library_name: peft" in card
+    assert "# someone/scd-quickstart" in card and "| bias_pct |" in card  # before | after
+    assert "Not measured yet" not in card and "```yaml" in card and secret not in card
+    assert not (adapter / "hub.json").exists()
+    uploads = []
+    monkeypatch.setattr(scd.hub, "upload", lambda *a, **kw: uploads.append((a, kw)) or "url")
+    said.clear()
+    run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
+    [((folder, repo), kw)] = uploads
+    assert (Path(folder), repo, kw["repo_type"]) == (adapter, "someone/scd-quickstart", "model")
+    assert "adapter_*" in kw["allow"] and "README.md" in kw["allow"]
+    assert not any("checkpoint" in a or "wandb" in a for a in kw["allow"])
+    pushed = json.loads((adapter / "hub.json").read_text())
+    assert pushed["repo"] == "someone/scd-quickstart" and "bias" in pushed["evaluated"]
+    assert any("setting-1/push" in line for line in said)
+    said.clear()
+    run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
+    assert len(uploads) == 1  # finished: not uploaded again

@@ -53,6 +53,12 @@ def _value_problems(recipe: Recipe) -> Iterator[Problem]:
                                "train.eval_every_steps")  # fmt: skip
     if t.max_kl is not None and t.select != "best":
         yield "train.max_kl", "train.max_kl: bounds train.select best (it is last)"
+    if t.push_to_hub and not t.hub_model_id:
+        yield "train.hub_model_id", ("train.hub_model_id: train.push_to_hub needs the Hub "
+                                     "repository to upload to (owner/name)")  # fmt: skip
+    if t.hub_model_id and t.hub_model_id.count("/") != 1:
+        yield "train.hub_model_id", (f"train.hub_model_id: {t.hub_model_id!r} is not a Hub "
+                                     "repository id (owner/name)")  # fmt: skip
 
 
 def _run_problems(recipe: Recipe) -> Iterator[Problem]:

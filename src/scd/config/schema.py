@@ -96,7 +96,9 @@ class LoraSpec:
 class TrainSpec:
     """TRL ``SFTConfig`` keys, by its own names; scd's own: ``device`` (where training runs),
     ``eval_every_steps``, ``eval_prompts``, ``select`` and ``max_kl``
-    (:mod:`scd.train.bias_steps`)."""
+    (:mod:`scd.train.bias_steps`). ``push_to_hub``, ``hub_model_id`` and ``hub_private_repo``
+    keep TRL's names, but scd uploads the adapter it kept, with a model card
+    (:mod:`scd.report.model_card`), instead of the trainer's checkpoint folder."""
 
     num_train_epochs: float = option(1.0, check=above_zero)
     max_steps: int = -1  # > 0: overrides the epochs
@@ -139,6 +141,21 @@ class TrainSpec:
         "scd's: with select best, the largest KL from the base model on neutral prompts "
         "(nats/token) a kept step may have (none: no bound)",
         check=non_negative,
+    )
+    push_to_hub: bool = option(
+        False,
+        "upload the adapter with its model card to hub_model_id (scd train: once trained; "
+        "scd run: once evaluated, the card with its before/after tables); needs a Hub token",
+        speed=True,
+    )
+    hub_model_id: str | None = option(
+        None,
+        "the Hub repository (owner/name) of push_to_hub; scd run with more than one adapter "
+        "adds -setting-<n> (and -<arm>) to it",
+        speed=True,
+    )
+    hub_private_repo: bool | None = option(
+        None, "create the repository private (none: the Hub's default)", speed=True
     )
 
 

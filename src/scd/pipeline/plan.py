@@ -9,8 +9,9 @@ runs and in which order within a task; a launcher decides only *where* and when:
   every task of a setting reads them);
 - ``plan.tasks``: the base model's task (its evaluations, cached across runs) and one task per
   setting and arm -- its training, its evaluations on every enabled benchmark, its capability
-  cost, its W&B summary. A job's ``phase`` is ``own_model`` (work that loads a model of its own:
-  training, the capability measures) or ``engine`` (evaluations by the run's evaluation engine);
+  cost, its W&B summary, its upload to the Hub. A job's ``phase`` is ``own_model`` (work that
+  loads a model of its own: training, the capability measures) or ``engine`` (evaluations by
+  the run's evaluation engine, and what follows them);
   every launcher runs a task's ``own_model`` jobs before its ``engine`` jobs
   (:meth:`scd.pipeline.run.Run.execute_task`; the local launcher: those of every task before
   its one engine loads), so that the engine never shares a GPU with a training run;
@@ -39,6 +40,7 @@ __all__ = [
     "EvalJob",
     "Job",
     "Plan",
+    "PushJob",
     "Task",
     "TrackJob",
     "TrainJob",
@@ -121,7 +123,20 @@ class TrackJob:
     phase: Phase = "engine"
 
 
-Job = DataJob | TrainJob | EvalJob | CapabilityJob | TrackJob
+@dataclass(frozen=True)
+class PushJob:
+    """A tuned arm's adapter to its Hub repository (``train.push_to_hub``), with a model card
+    holding its evaluations against the base model's on the same items."""
+
+    stage: str
+    repo: str
+    adapter: Path
+    evals: tuple[tuple[str, Path], ...]  # (job name, result directory)
+    before: tuple[tuple[str, Path], ...] = ()  # (job name, the base model's result of it)
+    phase: Phase = "engine"  # after its task's evaluations
+
+
+Job = DataJob | TrainJob | EvalJob | CapabilityJob | TrackJob | PushJob
 
 
 @dataclass(frozen=True)
@@ -203,6 +218,7 @@ def make_plan(run: Any) -> Plan:
         base = dataclasses.replace(base, capability=run.dir / "base" / "capability")
         base_jobs.append(CapabilityJob("base/capability", base.capability))
     data, tasks, results = [], [Task("base", tuple(base_jobs), shards=True)], [base]
+    trained = len(r.settings) * sum(arm in ARM_METHOD for arm in arms[1:])  # adapters
     for n in r.settings:
         sft = run.dir / f"setting-{n}" / "sft"
         data.append(DataJob(f"setting-{n}/sft", n, "sft", sft))
@@ -223,19 +239,31 @@ def make_plan(run: Any) -> Plan:
             capability = run.dir / where / "capability" if arena else None
             if capability is not None:
                 jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
+            before = tuple((j.name, base.evals[k]) for j in evals
+                           if (k := _base_job(j.name, sft)) in base.evals)  # fmt: skip
             if adapter is not None and r.wandb.enabled:
-                before = tuple((j.name, base.evals[k]) for j in evals
-                               if (k := _base_job(j.name, sft)) in base.evals)  # fmt: skip
                 jobs.append(
                     TrackJob(
                         n, arm, adapter, tuple((j.name, j.stage, j.out) for j in evals), before
                     )  # fmt: skip
                 )
+            if adapter is not None and r.train.push_to_hub:
+                repo = _hub_repo(r.train.hub_model_id, n, arm, trained)
+                results_of = tuple((j.name, j.out) for j in evals)
+                jobs.append(PushJob(f"{where}/push", repo, adapter, results_of, before))
             name = f"setting {n}" + ("" if arm == "sft" else f" {arm}")
             tasks.append(Task(name, tuple(jobs), home=run.dir / where))
             evaluated = {j.name: j.out for j in evals}
             results.append(ArmResults(n, arm, sft, adapter, system, evaluated, capability))
     return Plan(tuple(data), tuple(tasks), tuple(results), arena)
+
+
+def _hub_repo(repo: str, setting: int, arm: str, adapters: int) -> str:
+    """An adapter's Hub repository: ``train.hub_model_id`` itself when the run trains one
+    adapter, else ``<it>-setting-<n>`` (and ``-<arm>`` for arms other than SCD's)."""
+    if adapters == 1:
+        return repo
+    return f"{repo}-setting-{setting}" + ("" if arm == "sft" else f"-{arm}")
 
 
 def _base_job(name: str, sft: Path) -> str:

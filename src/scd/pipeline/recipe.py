@@ -72,6 +72,10 @@ def validate_inputs(recipe: Recipe) -> None:
     for key, value in {"data.prompts": d.prompts, "data.eval_prompts": d.eval_prompts}.items():
         if value and not (Path(value) / "prompts.parquet").is_file():
             raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
+    if recipe.train.push_to_hub:  # the adapters go to the Hub once evaluated
+        from scd.hub import hub_token
+
+        hub_token(key="train.push_to_hub")
     if recipe.model != "toy":
         from scd.models import check_model_available
 

@@ -43,6 +43,7 @@ from scd.pipeline.plan import (
     EvalJob,
     Job,
     Plan,
+    PushJob,
     Task,
     TrackJob,
     TrainJob,
@@ -180,8 +181,10 @@ class Run:
             self._evaluate(job, engine, launch)
         elif isinstance(job, CapabilityJob):
             self._capability(job)
-        else:
+        elif isinstance(job, TrackJob):
             self._track(job)
+        else:
+            self._push(job)
 
     def execute_task(self, task: Task, *, launch: Any = None, processes: int = 1) -> None:
         """One task of the plan in a process of its own (a Ray task; a Slurm job would do the
@@ -224,6 +227,7 @@ class Run:
             self.stage(job.stage, [job.out / "manifest.json"], work)
 
     def _train(self, job: TrainJob, processes: int) -> None:
+        from scd.pipeline.torchrun import torchrun_train
         from scd.train.trainer import train
 
         r, d = self.recipe, self.recipe.data
@@ -232,6 +236,7 @@ class Run:
             data=dataclasses.replace(d, sft=str(job.data), prompts=None, descriptors=None,
                                      setting=job.setting),
             wandb=self.wandb_of(job.setting, job.arm),
+            train=dataclasses.replace(r.train, push_to_hub=False),  # a push job, once evaluated
         )  # fmt: skip
         resume = (job.adapter / "checkpoints").is_dir()
         if processes > 1:  # one process per GPU of the task
@@ -304,6 +309,16 @@ class Run:
         log_tuned_results(recipe, job.adapter, {name: str(out) for name, _, out in job.evals},
                           before={name: str(out) for name, out in job.before})  # fmt: skip
 
+    def _push(self, job: PushJob) -> None:
+        from scd.report.model_card import PUSHED, push_adapter
+        from scd.report.tuned import tuned_results
+
+        evaluated = tuned_results({name: str(out) for name, out in job.evals},
+                                  {name: str(out) for name, out in job.before})  # fmt: skip
+        private = self.recipe.train.hub_private_repo
+        work = partial(push_adapter, job.adapter, job.repo, private=private, results=evaluated)
+        self.stage(job.stage, [job.adapter / PUSHED], work)
+
     def wandb_of(self, n: int, arm: str = "sft") -> Any:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
         ``sft`` arm) or ``<group>/setting-<n>/<arm>``."""
@@ -368,32 +383,3 @@ class Run:
             took = duration(time.perf_counter() - started)
             self.say(f"done in {took}: {self.dir / 'report.md'}, {report}")
         return report
-
-
-def torchrun_train(
-    recipe: Any, processes: int, resume: bool, where: Path, method: str = "sft"
-) -> None:
-    """``scd train`` under ``torchrun``, one process per GPU, on the arm's recipe."""
-    import subprocess
-    import sys
-
-    import yaml
-
-    path = where / "train_recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={processes}",
-        "-m",
-        "scd",
-        "train",
-        str(path),
-        "--method",
-        method,
-    ]
-    done = subprocess.run([*cmd, *(["--resume"] if resume else [])], check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"training under torchrun failed (exit {done.returncode}): {path}")

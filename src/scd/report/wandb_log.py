@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from scd.config.schema import Recipe
-from scd.eval.benchmarks import REGISTRY
+from scd.report.tuned import tuned_results
 from scd.tracking import finish_run, start_run
 
 __all__ = ["log_evaluation", "log_run", "log_tuned_results"]
@@ -46,35 +46,21 @@ def log_tuned_results(
     the same run); all of it goes into the summary, so the run's history stays the training's.
     """
     manifest = json.loads((Path(adapter) / "train_manifest.json").read_text())
-    summary: dict[str, Any] = {}
-    flips: dict[str, pd.DataFrame] = {}
-    for name, where in results.items():
-        path = Path(where) / "summary.json"
-        if path.is_file() and name in REGISTRY:
-            headline = REGISTRY[name].headline(json.loads(path.read_text()))
-            summary.update({f"{name}/{k}": v for k, v in headline.items()})
-        base = (before or {}).get(name)
-        if path.is_file() and name in REGISTRY and base and (Path(base) / "summary.json").is_file():
-            bench, items = REGISTRY[name], Path(where)
-            after = bench.arena(items, Path(base), items)
-            was = bench.arena(Path(base), Path(base), items)  # the base model on the same items
-            summary.update({f"after/{name}/{k}": v for k, v in after.items()})
-            paired = [k for k in after if k.endswith("_p") or "_to_" in k]  # against the base
-            summary.update({f"before/{name}/{k}": v for k, v in was.items()
-                            if k in after and k not in paired})  # fmt: skip
-            changed = bench.flips(items, Path(base), items)
-            if changed is not None:
-                flips[name] = changed
+    tuned = tuned_results(results, before)
+    summary: dict[str, Any] = {**tuned.headline}
+    for name, after in tuned.after.items():
+        summary.update({f"after/{name}/{k}": v for k, v in after.items()})
+        summary.update({f"before/{name}/{k}": v for k, v in tuned.before[name].items()})
     if not manifest.get("wandb_run_id") or not summary:
         return False
     run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,
                     group=recipe.wandb.group, entity=recipe.wandb.entity, config={},
                     directory=Path(adapter), job_type="train",
                     run_id=manifest["wandb_run_id"])  # fmt: skip
-    if flips:  # in the summary: history of this run is the training's steps alone
+    if tuned.flips:  # in the summary: history of this run is the training's steps alone
         import wandb
 
-        summary.update({f"flips/{n}": wandb.Table(dataframe=f) for n, f in flips.items()})
+        summary.update({f"flips/{n}": wandb.Table(dataframe=f) for n, f in tuned.flips.items()})
     run.summary.update(summary)
     finish_run(run)
     return True

@@ -43,10 +43,12 @@ from scd.train.sft_rows import (
 )
 from scd.train.training_log import log_history, mean_loss, wandb_at_steps
 
-__all__ = ["METHODS", "build_trainer", "sft_config", "train"]
+__all__ = ["METHODS", "SERVING_FILES", "build_trainer", "sft_config", "train"]
 
 
 METHODS = TRAIN_METHODS  # how an adapter is trained: TRL's SFT, DPO or KTO trainer
+# what serving the adapter alone needs, by file name prefix: weights, config, tokenizer, template
+SERVING_FILES = ("adapter_", "tokenizer", "special_tokens_map", "chat_template")
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -357,9 +359,8 @@ def _log_adapter(run: Any, out: Path, meta: dict[str, Any]) -> None:
 
     name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
     artifact = wandb.Artifact(name, type="model", metadata=meta)
-    serving = ("adapter_", "tokenizer", "special_tokens_map", "chat_template")
     for f in sorted(out.iterdir()):
-        if f.is_file() and f.name.startswith(serving):
+        if f.is_file() and f.name.startswith(SERVING_FILES):
             artifact.add_file(str(f))
     run.log_artifact(artifact)
 
