@@ -472,6 +472,27 @@ def test_select_best_keeps_the_measured_step_with_the_lowest_bias_within_the_kl_
         _recipe(toy_model, tmp_path / "x", "train.select=best")
 
 
+@pytest.mark.slow
+def test_dpo_and_kto_measure_bias_as_they_train_and_can_keep_the_best_step(
+    toy_model: Path, tmp_path
+) -> None:
+    """The preference arms measure on the validation prompts of the setting their rows were
+    made from, as SFT does, and select best among their measured steps."""
+    extra = ["train.max_steps=6", "train.save_steps=100", "train.eval_every_steps=3",
+             "train.eval_prompts=20", "train.select=best", "train.per_device_train_batch_size=2",
+             "wandb.enabled=false"]  # fmt: skip
+    for method in ("dpo", "kto"):
+        out = tmp_path / method
+        info = train(_recipe(toy_model, out, *extra), method=method)
+        history = info["bias_history"]
+        assert [h["step"] for h in history] == [3, 6] and all(h["eval_kl"] > 0 for h in history)
+        best = min(history, key=lambda h: (h["eval_bias_pct"], h["eval_kl"], h["step"]))
+        assert info["selected"]["rule"] == "best" and info["selected"]["step"] == best["step"]
+        state = json.loads((out / "checkpoints" / "checkpoint-6" / "trainer_state.json")
+                           .read_text())  # fmt: skip
+        assert [e["step"] for e in state["log_history"] if "eval_bias_pct" in e] == [3, 6]
+
+
 def test_validation_prompts_of_a_setting_and_of_the_arms_made_from_it(toy_prompts, tmp_path):
     """Validation prompts: none a training row or a held-out prompt; the arena's general arm
     measures on its setting's; SFT data without them is one line."""

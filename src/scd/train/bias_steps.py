@@ -1,11 +1,12 @@
 """Bias while a model trains (``train.eval_every_steps: N``).
 
-Every N optimizer steps the model being trained -- no reload: its PEFT layers on, dropout off --
-answers a fixed stratified subset of about ``train.eval_prompts`` validation prompts (whole sets,
-seeded by ``train.seed``) and their descriptor-free baselines, chosen as ``scd eval bias`` chooses
-(the recipe's protocol and rule, choice mode). The validation prompts are the training side's
-prompts that no training row uses (``SFT_DIR/validation``, :func:`scd.data_gen.sft.write_sft`):
-never a held-out prompt, so a step can be picked on them without looking at the test.
+Every N optimizer steps the model being trained (by TRL's SFT, DPO or KTO trainer) -- no reload:
+its PEFT layers on, dropout off -- answers a fixed stratified subset of about
+``train.eval_prompts`` validation prompts (whole sets, seeded by ``train.seed``) and their
+descriptor-free baselines, chosen as ``scd eval bias`` chooses (the recipe's protocol and rule,
+choice mode). The validation prompts are the training side's prompts that no training row uses
+(``SFT_DIR/validation``, :func:`scd.data_gen.sft.write_sft`): never a held-out prompt, so a
+step can be picked on them without looking at the test.
 
 Each measurement is one entry of the trainer's log history (kept in every checkpoint: a resumed
 training has each step once), one line of the training log and, with W&B, ``eval/bias_pct`` ...
@@ -53,7 +54,7 @@ KEYS = (
 def validation_rows(sft_dir: Path | str, n_prompts: int, seed: int) -> list[dict[str, Any]]:
     """The work list of a setting's validation prompts: ~``n_prompts`` descriptor prompts (whole
     sets, stratified as ``scd eval bias --limit``), then their baselines. An arena arm's rows
-    (the general control) use those of the SFT data they were made from.
+    (the general control, DPO and KTO rows) use those of the SFT data they were made from.
 
     Raises:
         InputError: SFT data without validation prompts (written before scd made them, or

@@ -151,6 +151,11 @@ def build_preference_trainer(
     data = data.select_columns(keep).map(
         lambda r: _rendered(r, formatter), desc=f"Formatting {method} rows"
     )
+    bias = None
+    if recipe.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
+        from scd.train.bias_steps import bias_callback
+
+        bias = bias_callback(recipe, data_dir, tokenizer)
     cls = DPOTrainer if method == "dpo" else KTOTrainer
     trainer = cls(
         model=load_model(recipe, model_path, cuda),
@@ -162,4 +167,7 @@ def build_preference_trainer(
     )
     checked = check_preference_tokens(trainer.train_dataset, check_rows, formatter)
     quiet_callbacks(trainer, progress, verbose)
+    if bias is not None:
+        bias.trainer = trainer
+        trainer.add_callback(bias)
     return trainer, checked

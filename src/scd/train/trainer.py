@@ -290,9 +290,7 @@ def train(
     _save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
-        selected = selection(recipe, trainer.state) if method == "sft" else {
-            "rule": "last", "step": trainer.state.global_step,
-            "why": f"the last step ({method} training measures no bias as it goes)"}  # fmt: skip
+        selected = selection(recipe, trainer.state)
         if selected["step"] != trainer.state.global_step:  # train.select best: an earlier step
             _keep_checkpoint(Path(args.output_dir) / f"checkpoint-{selected['step']}", out)
         trainer.processing_class.save_pretrained(str(out))
