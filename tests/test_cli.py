@@ -265,3 +265,24 @@ def test_a_long_error_line_is_cut_between_values_never_inside_one():
         assert text.startswith(kept) and kept.count("(") == kept.count(")")  # no value half-cut
     assert first_line(RuntimeError(text), limit=len(text)) == text
     assert first_line(RuntimeError("x" * 300)) == "x" * 300  # no place to cut: kept whole
+
+
+def test_the_command_line_imports_no_heavy_library_until_a_command_needs_it():
+    """`scd --help` and every parser build stay fast (BENCHMARKS.md: bench_startup.py): the
+    CLI, with every benchmark's options, loads none of scipy, pyarrow, pandas, torch or the
+    Hugging Face libraries (each benchmark imports them where it uses them)."""
+    import subprocess
+    import sys
+
+    heavy = (
+        "scipy", "pyarrow", "pandas", "torch", "transformers", "datasets", "statsmodels",
+        "huggingface_hub", "matplotlib",
+    )  # fmt: skip
+    probe = (
+        "import sys, scd.cli; scd.cli.build_parser(); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]"

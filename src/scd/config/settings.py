@@ -12,15 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from scd.config.schema import SEED
 from scd.config.vocabulary import PRINCIPLES, SCALES, SCENARIOS
 from scd.errors import InputError
 from scd.io import read_yaml
+
+if TYPE_CHECKING:  # pyarrow is imported where a table is split, not by every `scd` command
+    import pyarrow as pa
 
 __all__ = ["FILTER_KEYS", "Setting", "load_settings", "settings_path", "split_masks"]
 
@@ -114,6 +116,9 @@ def load_settings(path: Path | str | None = None) -> dict[int, Setting]:
 
 
 def _match(table: pa.Table, spec: dict[str, tuple[str, ...]]) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     mask = np.ones(table.num_rows, dtype=bool)
     for key, values in spec.items():
         column = table[key].combine_chunks().cast(pa.string())
@@ -129,6 +134,9 @@ def split_masks(
     Raises:
         InputError: a filter names an axis the prompts don't have, or a side selects nothing.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if setting.split == "source":
         raise InputError(f"setting {setting.number} splits by prompt source, not within one table")
     if setting.split == "random":

@@ -37,7 +37,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
+
+# scipy.stats is imported by the functions that use it: importing it takes about a second,
+# which every `scd` command would pay (the CLI imports each benchmark for its options)
 
 __all__ = [
     "ATTITUDES", "cronbach_alpha", "gap", "mean_ci", "mental_vs_physical", "p_negative",
@@ -60,6 +62,8 @@ def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def _bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Any, seed: int) -> tuple:
     """A 95% BCa bootstrap interval (percentile where BCa degenerates)."""
+    from scipy import stats
+
     for method in ("BCa", "percentile"):
         rng = np.random.default_rng(seed)
         res = stats.bootstrap(samples, statistic, n_resamples=N_RESAMPLES, method=method, rng=rng)
@@ -93,6 +97,8 @@ def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]
         ``{mean_x, mean_y, gap, ci_low, ci_high, p_welch, n_x, n_y}``; None where undefined
         (fewer than 2 values in a group).
     """
+    from scipy import stats
+
     a = np.asarray([v for v in x if v is not None], dtype=float)
     b = np.asarray([v for v in y if v is not None], dtype=float)
     out: dict[str, Any] = {
@@ -129,6 +135,8 @@ def cronbach_alpha(scores: np.ndarray) -> float | None:
 
 
 def _wilcoxon(mental: np.ndarray, physical: np.ndarray) -> dict[str, Any]:
+    from scipy import stats
+
     diff = mental - physical
     out = {
         "n": int(diff.size),
@@ -196,6 +204,8 @@ def _alpha(frames: Sequence[dict[str, Any]]) -> float | None:
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Pearson r with its two-sided p-value and 95% CI (Fisher z); None where undefined."""
+    from scipy import stats
+
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return {"r": None, "p": None, "ci_low": None, "ci_high": None, "n": int(a.size)}
@@ -213,6 +223,8 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Spearman's rho with its two-sided p-value and 95% CI (Fisher z, Bonett-Wright standard
     error); None where undefined."""
+    from scipy import stats
+
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if a.size < 4 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return {"rho": None, "p": None, "ci_low": None, "ci_high": None, "n": int(a.size)}
