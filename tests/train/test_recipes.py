@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,29 @@ def test_unknown_keys_and_wrong_types_name_key_and_file(tmp_path: Path) -> None:
     assert load_recipe(_recipe(tmp_path, "lora: {r: 640}\n")).lora.r == 640  # hf serves any
     with pytest.raises(InputError, match="max_seq_length"):
         load_recipe(_recipe(tmp_path, "train: {max_seq_length: 512}\n"))
+
+
+def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path) -> None:
+    """train: takes TRL's own fields beyond scd's list (SFTConfig's; DPOConfig's for the arms),
+    typed as TRL types them, pinned, and on to TRL's config; scd's own settings are refused."""
+    from scd.config.loader import pinned
+    from scd.train.trainer import sft_config
+
+    text = "train: {adam_beta2: 0.95, neftune_noise_alpha: 5, lr_scheduler_type: cosine}\n"
+    recipe = load_recipe(_recipe(tmp_path, text), ["train.weight_decay=0.01", "train.beta=0.2"])
+    assert recipe.train.trl == {"adam_beta2": 0.95, "neftune_noise_alpha": 5.0, "beta": 0.2}
+    assert pinned(recipe.to_dict())["train"]["adam_beta2"] == 0.95  # it identifies the results
+    args = sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
+    assert (args.adam_beta2, args.neftune_noise_alpha, args.weight_decay) == (0.95, 5.0, 0.01)
+    assert not hasattr(args, "beta")  # a DPOConfig field: for the dpo arm only
+    bad = {"train: {adam_beta2: high}": "train.adam_beta2: expected a number, got 'high'",
+           "train: {adam_beta22: 0.9}": "unknown key 'train.adam_beta22' (did you mean "
+                                        "'train.adam_beta2'?)",
+           "train: {report_to: none}": "train.report_to: scd sets this key of TRL's config",
+           "train: {eval_strategy: steps}": "train.eval_strategy: scd sets this key"}  # fmt: skip
+    for body, message in bad.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            load_recipe(_recipe(tmp_path, body + "\n"))
 
 
 def test_overrides_are_typed(tmp_path: Path) -> None:

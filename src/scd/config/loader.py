@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
+import functools
 import json
 import types
 import typing
@@ -22,10 +24,10 @@ import yaml
 
 from scd.config.checks import recipe_problems
 from scd.config.options import TYPE_NAMES, one_of, speed_keys
-from scd.config.schema import EvalSpec, Recipe, eval_spec_class
+from scd.config.schema import TRL_DECIDED, EvalSpec, Recipe, eval_spec_class
 from scd.errors import InputError
 
-__all__ = ["RENAMED", "load_recipe", "pinned", "recipe_from_dict"]
+__all__ = ["RENAMED", "library_fields", "load_recipe", "pinned", "recipe_from_dict"]
 
 Say = Callable[[str], None]
 RENAMED = {  # old key -> the keys that replaced it (SFTConfig's own names; sections per benchmark)
@@ -61,6 +63,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise InputError(f"{where}: expected a list, got {value!r}")
         return [_coerce(v, typing.get_args(tp)[0], where) for v in value]
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # TRL's and transformers' choices
+        if value not in [e.value for e in tp]:
+            raise InputError(f"{where}: expected {one_of([e.value for e in tp])}, got {value!r}")
+        return value
+    if tp is Any:
+        return value
     if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
         try:
             return float(value)
@@ -73,6 +81,38 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return float(value) if tp is float else value
 
 
+@functools.cache
+def library_fields() -> dict[str, Any]:
+    """The fields of TRL's configs (SFTConfig, DPOConfig, KTOConfig) and their types: the keys a
+    recipe's ``train:`` section takes beyond scd's own (TRL imported only when one is given)."""
+    from trl import DPOConfig, KTOConfig, SFTConfig
+
+    found: dict[str, Any] = {}
+    for cls in (SFTConfig, DPOConfig, KTOConfig):
+        hints = typing.get_type_hints(cls)
+        found.update({f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init})
+    return found
+
+
+def _extra(name: str, value: Any, key: str, problems: list[tuple[str, str]]) -> Any:
+    """A ``train:`` key that is not scd's own: a TRL config field, checked by its type."""
+    if name in TRL_DECIDED:
+        problems.append(
+            (
+                key,
+                f"{key}: scd sets this key of TRL's config itself (from "
+                "output_dir, wandb, train.device and the evaluator)",
+            )
+        )
+        return None
+    tp = library_fields()[name]
+    try:
+        return _coerce(value, tp, key)
+    except InputError as err:
+        problems.append((key, str(err)))
+        return None
+
+
 def _build(cls: type, data: Any, where: str, problems: list[tuple[str, str]],
            sections: Mapping[str, type]) -> Any:  # fmt: skip
     """``cls`` from ``data``; each unknown key, wrong type or missing key is added to
@@ -81,15 +121,20 @@ def _build(cls: type, data: Any, where: str, problems: list[tuple[str, str]],
         problems.append((where, f"{where or 'the recipe'} must be a mapping"))
         return cls() if cls is not Recipe else None
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("key", True)}
-    kwargs = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)
+              if f.metadata.get("key", True) and not f.metadata.get("spread")}  # fmt: skip
+    spread = next((f.name for f in dataclasses.fields(cls) if f.metadata.get("spread")), None)
+    kwargs: dict[str, Any] = {spread: {}} if spread else {}
     for name, value in data.items():
         key = f"{where}.{name}" if where else name
         tp = hints.get(name)
         if isinstance(tp, type) and issubclass(tp, EvalSpec):
             tp = eval_spec_class(sections)
-        if name not in fields:
-            near = difflib.get_close_matches(str(name), list(fields), n=1)
+        if name not in fields and spread and name in library_fields():
+            kwargs[spread][name] = _extra(name, value, key, problems)
+        elif name not in fields:
+            known = [*fields, *(library_fields() if spread else ())]
+            near = difflib.get_close_matches(str(name), known, n=1)
             hint = f"did you mean '{where + '.' if where else ''}{near[0]}'?" if near else (
                 f"expected one of {', '.join(fields)}")  # fmt: skip
             problems.append((key, f"unknown key '{key}' ({hint})"))

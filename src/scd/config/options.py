@@ -99,11 +99,14 @@ def option(
     key: bool = True,
     required: bool = False,
     factory: Callable[[], Any] | None = None,
+    spread: bool = False,
 ) -> Any:
     """A dataclass field that is an option (see the module docstring); ``required``: the flag
-    must be given (``scd run`` fills the value itself); ``factory`` for a mutable default."""
+    must be given (``scd run`` fills the value itself); ``factory`` for a mutable default;
+    ``spread``: a mapping whose keys are the section's own (a recipe's extra keys, checked by
+    the loader against a library's config: ``TrainSpec.trl``)."""
     meta = {"help": help, "check": check, "backend": backend, "speed": speed, "flag": flag,
-            "key": key, "required": required}  # fmt: skip
+            "key": key, "required": required, "spread": spread}  # fmt: skip
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)

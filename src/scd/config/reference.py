@@ -65,6 +65,11 @@ def recipe_keys(
             continue
         tp = eval_spec_class(sections) if cls is Recipe and f.name == "eval" else hints[f.name]
         key = prefix + f.name
+        if f.metadata.get("spread"):  # open: any field of a library's config
+            help_ = f.metadata.get("help", "")
+            yield {"key": f"{prefix}*", "type": "TRL's", "default": None, "shown": "TRL's",
+                   "help": help_, "pinned": True}  # fmt: skip
+            continue
         if dataclasses.is_dataclass(tp):
             if f.metadata.get("speed"):  # a whole section that is never pinned
                 yield {"key": key, "section": True, "pinned": False}
@@ -111,7 +116,8 @@ def recipe_reference(sections: Mapping[str, type] | None = None) -> str:
             out += ["", title, "", "| key | type | default | pinned | what it is |", TABLE_RULE]
         pinned = row["pinned"] and not any(row["key"].startswith(p) for p in unpinned)
         out.append(
-            f"| `{row['key']}` | {_cell(row['type'])} | `{_cell(repr(row['default']))}` | "
+            f"| `{row['key']}` | {_cell(row['type'])} | "
+            f"{row.get('shown') or '`' + _cell(repr(row['default'])) + '`'} | "
             f"{'yes' if pinned else 'no'} | {_cell(row['help'])} |"
         )
     return "\n".join(out) + "\n"

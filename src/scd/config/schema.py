@@ -92,11 +92,21 @@ class LoraSpec:
     target_modules: str | list[str] = "all-linear"
 
 
+# TRL config fields scd sets itself (train.setup.trl_config); a recipe may not set them
+TRL_DECIDED = (
+    "output_dir", "report_to", "run_name", "project", "use_cpu", "fp16", "data_seed",
+    "save_strategy", "eval_strategy", "include_num_input_tokens_seen", "dataloader_num_workers",
+    "disable_tqdm", "completion_only_loss",
+)  # fmt: skip
+
+
 @dataclass
 class TrainSpec:
     """TRL ``SFTConfig`` keys, by its own names; scd's own: ``device`` (where training runs),
     ``eval_every_steps``, ``eval_prompts``, ``select`` and ``max_kl``
-    (:mod:`scd.train.bias_steps`). ``push_to_hub``, ``hub_model_id`` and ``hub_private_repo``
+    (:mod:`scd.train.bias_steps`); ``trl``: every other key of the section, a field of TRL's
+    config (:func:`scd.config.loader.library_fields`). ``push_to_hub``, ``hub_model_id`` and
+    ``hub_private_repo``
     keep TRL's names, but scd uploads the adapter it kept, with a model card
     (:mod:`scd.report.model_card`), instead of the trainer's checkpoint folder."""
 
@@ -156,6 +166,14 @@ class TrainSpec:
     )
     hub_private_repo: bool | None = option(
         None, "create the repository private (none: the Hub's default)", speed=True
+    )
+    trl: dict[str, Any] = option(
+        None,
+        "any other field of TRL's SFTConfig (DPOConfig, KTOConfig for those trainers) by its "
+        "own name, checked against TRL's own types; scd sets " + ", ".join(TRL_DECIDED),
+        factory=dict,
+        spread=True,
+        flag=False,
     )
 
 
@@ -288,6 +306,11 @@ class Recipe:
 
 
 def _keys(section: Any) -> dict[str, Any]:
-    return {f.name: _keys(v) if dataclasses.is_dataclass(v := getattr(section, f.name))
-            else copy.deepcopy(v) for f in dataclasses.fields(section)
-            if f.metadata.get("key", True)}  # fmt: skip
+    out = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if f.metadata.get("spread"):  # its keys are the section's own (TrainSpec.trl)
+            out.update(copy.deepcopy(value))
+        elif f.metadata.get("key", True):
+            out[f.name] = _keys(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out

@@ -45,6 +45,7 @@ def trl_config(
     import dataclasses
 
     keys = dataclasses.asdict(recipe.train)
+    keys.update(keys.pop("trl"))  # the recipe's other keys of TRL's configs, by their names
     del keys["device"]  # scd's own: where training runs
     for key in ("push_to_hub", "hub_model_id", "hub_private_repo"):
         del keys[key]  # scd uploads the adapter it kept (the trainer: its checkpoint folder)
