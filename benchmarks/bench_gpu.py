@@ -38,12 +38,21 @@ def build_model(tokenizer: Path, out: Path, tiny: bool) -> Path:
     if (out / "config.json").is_file():
         return out
     tok = AutoTokenizer.from_pretrained(tokenizer)
-    shape = (dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4)
-             if tiny else dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                               num_attention_heads=32))  # fmt: skip
-    config = LlamaConfig(vocab_size=len(tok), max_position_embeddings=4096,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.eos_token_id, **shape)  # fmt: skip
+    shape = (
+        dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4)
+        if tiny
+        else dict(
+            hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32
+        )
+    )
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        max_position_embeddings=4096,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.eos_token_id,
+        **shape,
+    )
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     with torch.device(device):
@@ -73,8 +82,11 @@ def bench_matmul(size: int = 8192, repeats: int = 10) -> dict:
     if cuda:
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / repeats
-    return {"size": size, "dtype": str(dtype).removeprefix("torch."),
-            "tflops": round(2 * size**3 / seconds / 1e12, 3)}  # fmt: skip
+    return {
+        "size": size,
+        "dtype": str(dtype).removeprefix("torch."),
+        "tflops": round(2 * size**3 / seconds / 1e12, 3),
+    }
 
 
 def bench_scoring(
@@ -114,12 +126,19 @@ def bench_scoring(
     tflops = 2 * params * tokens / seconds / 1e12
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    return {"device": name, "model": model.name, "params": params, "prompts": len(reqs),
-            "batch_size": batch,
-            "batch_size_at_end": engine.batch_size, "seconds": round(seconds, 1),
-            "prompts_per_s": round(len(reqs) / seconds, 1), "tokens": tokens,
-            "achieved_tflops": round(tflops, 3),
-            "share_of_bf16_peak": round(tflops / peak, 3) if peak else None}  # fmt: skip
+    return {
+        "device": name,
+        "model": model.name,
+        "params": params,
+        "prompts": len(reqs),
+        "batch_size": batch,
+        "batch_size_at_end": engine.batch_size,
+        "seconds": round(seconds, 1),
+        "prompts_per_s": round(len(reqs) / seconds, 1),
+        "tokens": tokens,
+        "achieved_tflops": round(tflops, 3),
+        "share_of_bf16_peak": round(tflops / peak, 3) if peak else None,
+    }
 
 
 def bench_training(model: Path, descriptors: Path, out: Path, steps: int, only: list[str]) -> dict:
@@ -130,23 +149,36 @@ def bench_training(model: Path, descriptors: Path, out: Path, steps: int, only: 
     results = {}
     # TRL's BFD packing collates padding-free (position ids, no pad tokens); padding_free
     # without packing needs max_length=None, which recipes do not offer
-    variants = {"padded": {}, "packed": {"packing": True},
-                "qlora": {"packing": True, "quantization": "4bit"}}  # fmt: skip
+    variants = {
+        "padded": {},
+        "packed": {"packing": True},
+        "qlora": {"packing": True, "quantization": "4bit"},
+    }
     for name, extra in variants.items():
         if name not in only:
             continue
         quantization = extra.pop("quantization", "none")
-        recipe = recipe_from_dict({
-            "model": str(model), "output_dir": str(out / "train" / f"{name}-{steps}"),
-            "data": {"descriptors": str(out / "descriptors.json"), "setting": 1,
-                     "max_train": 2000, "max_eval": 50},
-            "train": {"max_steps": steps, "save_steps": 100000, "logging_steps": 10, **extra},
-            "wandb": {"enabled": False}, "quantization": quantization,
-        }, "bench_gpu")  # fmt: skip
+        recipe = recipe_from_dict(
+            {
+                "model": str(model),
+                "output_dir": str(out / "train" / f"{name}-{steps}"),
+                "data": {
+                    "descriptors": str(out / "descriptors.json"),
+                    "setting": 1,
+                    "max_train": 2000,
+                    "max_eval": 50,
+                },
+                "train": {"max_steps": steps, "save_steps": 100000, "logging_steps": 10, **extra},
+                "wandb": {"enabled": False},
+                "quantization": quantization,
+            },
+            "bench_gpu",
+        )
         try:
             info = train(recipe, use_wandb=False, progress=False)
-            results[name] = {k: info[k] for k in ("tokens_per_second", "train_seconds",
-                                                  "tokens_seen")}  # fmt: skip
+            results[name] = {
+                k: info[k] for k in ("tokens_per_second", "train_seconds", "tokens_seen")
+            }
         except Exception as err:  # noqa: BLE001 -- report what could not run
             results[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
     return results
@@ -176,14 +208,23 @@ def main() -> None:
     if args.model:
         model, dtype = Path(args.model), "auto"  # float32 on a CPU
     else:
-        model, dtype = build_model(Path(args.tokenizer), out / ("tiny" if args.tiny else
-                                   "llama-2-7b-random"), args.tiny), "bfloat16"  # fmt: skip
+        model, dtype = (
+            build_model(
+                Path(args.tokenizer),
+                out / ("tiny" if args.tiny else "llama-2-7b-random"),
+                args.tiny,
+            ),
+            "bfloat16",
+        )
     report = {"matmul": bench_matmul()}
-    report["scoring"] = [bench_scoring(model, Path(args.descriptors), out, int(batch), args.limit,
-                                       dtype) for batch in args.batch_size.split(",")]  # fmt: skip
+    report["scoring"] = [
+        bench_scoring(model, Path(args.descriptors), out, int(batch), args.limit, dtype)
+        for batch in args.batch_size.split(",")
+    ]
     for row in report["scoring"]:
-        row["share_of_measured_matmul"] = round(row["achieved_tflops"] /
-                                                report["matmul"]["tflops"], 3)  # fmt: skip
+        row["share_of_measured_matmul"] = round(
+            row["achieved_tflops"] / report["matmul"]["tflops"], 3
+        )
     print(json.dumps(report, indent=1), flush=True)
     if not args.skip_training:
         report["training"] = {

@@ -46,13 +46,14 @@ def request_sets(data: Path, bbq: Path, prompts: int, bbq_items: int) -> dict[st
     return {
         "contact prompts (likelihood, frequency)": [
             (f"{w['prompt']} {w['instruction']}", w["options"])
-            for w in work if w["scale"] != "certainty"
+            for w in work
+            if w["scale"] != "certainty"
         ][:prompts],
         "BBQ items (3 answers)": [
             (prompt_text(r), [r["ans0"], r["ans1"], r["ans2"]])
             for r in stratified_subset(load_bbq(bbq), bbq_items, 0)
         ],
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -76,8 +77,10 @@ def main() -> None:
     spec = EngineSpec(batch_size=args.batch_size)
     engine = HFEngine(model, spec, tokenizer=tok, padding_side="left")
     sets = request_sets(REPO.parent / "shared/data", args.bbq, args.prompts, args.bbq_items)
-    print(f"model {args.model} ({model}), torch threads {torch.get_num_threads()}, "
-          f"batch {args.batch_size}")  # fmt: skip
+    print(
+        f"model {args.model} ({model}), torch threads {torch.get_num_threads()}, "
+        f"batch {args.batch_size}"
+    )
     for name, items in sets.items():
         reqs = [ChoiceRequest(tuple(fmt.encode([u])[0]), fmt.option_ids(o)) for u, o in items]
         reqs.sort(key=lambda r: -len(r.prompt_ids))
@@ -86,16 +89,22 @@ def main() -> None:
         for label, fn in (("scd", engine._score_shared_prefix), ("baseline", engine._score_full)):
             runs = [_timed(fn, reqs, args.batch_size) for _ in range(2)]
             best[label] = min(runs, key=lambda r: r[1])
-        diff = max(abs(a - b) for x, y in zip(best["scd"][0], best["baseline"][0])
-                   for a, b in zip(x, y))  # fmt: skip
+        diff = max(
+            abs(a - b) for x, y in zip(best["scd"][0], best["baseline"][0]) for a, b in zip(x, y)
+        )
         rate = {k: len(reqs) / v[1] for k, v in best.items()}
         print(f"{name}: {len(reqs)} requests, mean prompt {tokens:.0f} tokens")
-        print(f"  baseline (one sequence per option): {best['baseline'][1]:.2f} s = "
-              f"{rate['baseline']:.1f} requests/s")  # fmt: skip
-        print(f"  scd (shared prefix):                {best['scd'][1]:.2f} s = "
-              f"{rate['scd']:.1f} requests/s")  # fmt: skip
-        print(f"  speed-up {rate['scd'] / rate['baseline']:.2f}x; max |score difference| "
-              f"{diff:.1e}")  # fmt: skip
+        print(
+            f"  baseline (one sequence per option): {best['baseline'][1]:.2f} s = "
+            f"{rate['baseline']:.1f} requests/s"
+        )
+        print(
+            f"  scd (shared prefix):                {best['scd'][1]:.2f} s = "
+            f"{rate['scd']:.1f} requests/s"
+        )
+        print(
+            f"  speed-up {rate['scd'] / rate['baseline']:.2f}x; max |score difference| {diff:.1e}"
+        )
 
 
 if __name__ == "__main__":

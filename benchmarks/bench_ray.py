@@ -31,8 +31,11 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
-    data = {**QUICKSTART_RECIPE, "wandb": {"enabled": False},
-            "run": {"name": "sweep", "settings": list(range(1, 9))}}  # fmt: skip
+    data = {
+        **QUICKSTART_RECIPE,
+        "wandb": {"enabled": False},
+        "run": {"name": "sweep", "settings": list(range(1, 9))},
+    }
     recipe = recipe_from_dict(data, "bench")
     toy = ensure_toy_model(recipe.toy_model, args.out / "toy-cache", say=lambda _: None)
     import ray
@@ -43,18 +46,26 @@ def main() -> None:
         root = args.out / launcher
         shutil.copytree(toy.parent, root / "cache" / "toy-model")
         started = time.perf_counter()
-        run_recipe(recipe, root / "sweep", root / "cache", progress=False, say=lambda _: None,
-                   launcher=launcher)  # fmt: skip
+        run_recipe(
+            recipe,
+            root / "sweep",
+            root / "cache",
+            progress=False,
+            say=lambda _: None,
+            launcher=launcher,
+        )
         wall[launcher] = time.perf_counter() - started
         stages = json.loads((root / "sweep" / "state.json").read_text())["stages"]
-        busy[launcher] = sum(v["seconds"] for k, v in stages.items()
-                             if k.startswith(("setting-", "base/")))  # fmt: skip
+        busy[launcher] = sum(
+            v["seconds"] for k, v in stages.items() if k.startswith(("setting-", "base/"))
+        )
     same = _tables(args.out / "local" / "sweep") == _tables(args.out / "ray" / "sweep")
     print("| launcher | wall s | ratio to local | stage time s (sum over tasks) |")
     print("|---|---|---|---|")
     for launcher, seconds in wall.items():
-        print(f"| {launcher} | {seconds:.1f} | {seconds / wall['local']:.2f} | "
-              f"{busy[launcher]:.1f} |")  # fmt: skip
+        print(
+            f"| {launcher} | {seconds:.1f} | {seconds / wall['local']:.2f} | {busy[launcher]:.1f} |"
+        )
     print(f"\nsame tables: {same}; Ray cluster: {args.cpus} CPUs, one task per CPU")
 
 

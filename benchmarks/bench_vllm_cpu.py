@@ -67,14 +67,27 @@ def _lmeval(variant: str, model: str, tok: object, sets: dict[str, list]) -> dic
     if variant == "lmeval-local":
         from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-        lm = LocalCompletionsAPI(base_url=os.environ["BENCH_SERVER"] + "/completions",
-                                 model="bench", tokenizer=model, tokenizer_backend="huggingface",
-                                 num_concurrent=8, batch_size=16, max_length=1024)  # fmt: skip
+        lm = LocalCompletionsAPI(
+            base_url=os.environ["BENCH_SERVER"] + "/completions",
+            model="bench",
+            tokenizer=model,
+            tokenizer_backend="huggingface",
+            num_concurrent=8,
+            batch_size=16,
+            max_length=1024,
+        )
     elif variant == "lmeval-vllm":
         from lm_eval.models.vllm_causallms import VLLM
 
-        lm = VLLM(pretrained=model, dtype="float32", max_model_len=1024, batch_size=32,
-                  enforce_eager=True, kv_cache_memory_bytes=2**30, block_size=32)  # fmt: skip
+        lm = VLLM(
+            pretrained=model,
+            dtype="float32",
+            max_model_len=1024,
+            batch_size=32,
+            enforce_eager=True,
+            kv_cache_memory_bytes=2**30,
+            block_size=32,
+        )
     else:
         from lm_eval.models.huggingface import HFLM
 
@@ -82,12 +95,15 @@ def _lmeval(variant: str, model: str, tok: object, sets: dict[str, list]) -> dic
     out = {"start_s": time.perf_counter() - start}
     for name, reqs in sets.items():
         pairs = [(tok.decode(r.prompt_ids), tok.decode(o)) for r in reqs for o in r.option_ids]
-        instances = [Instance(request_type="loglikelihood", doc={}, arguments=p, idx=0)
-                     for p in pairs]  # fmt: skip
+        instances = [
+            Instance(request_type="loglikelihood", doc={}, arguments=p, idx=0) for p in pairs
+        ]
         start = time.perf_counter()
         flat = iter(ll for ll, _ in lm.loglikelihood(instances, disable_tqdm=True))
-        out[name] = {"seconds": time.perf_counter() - start,
-                     "scores": [[next(flat) for _ in r.option_ids] for r in reqs]}  # fmt: skip
+        out[name] = {
+            "seconds": time.perf_counter() - start,
+            "scores": [[next(flat) for _ in r.option_ids] for r in reqs],
+        }
     return out
 
 
@@ -104,9 +120,10 @@ def _child(variant: str, args: argparse.Namespace) -> None:
         spec = {
             "scd-vllm": EngineSpec("vllm", dtype="float32", kv_cache_space=1.0),
             "scd-served": EngineSpec("openai", base_url=os.environ.get("BENCH_SERVER")),
-            "scd-served-echo": EngineSpec("openai", base_url=os.environ.get("BENCH_SERVER"),
-                                          score_via="echo"),
-        }.get(variant, EngineSpec(dtype="float32", device="cpu", batch_size=32))  # fmt: skip
+            "scd-served-echo": EngineSpec(
+                "openai", base_url=os.environ.get("BENCH_SERVER"), score_via="echo"
+            ),
+        }.get(variant, EngineSpec(dtype="float32", device="cpu", batch_size=32))
         start = time.perf_counter()
         engine = make_engine(spec, model, tokenizer=tok)
         out = {"start_s": time.perf_counter() - start}
@@ -114,8 +131,9 @@ def _child(variant: str, args: argparse.Namespace) -> None:
             start = time.perf_counter()
             scores = engine.score(reqs)
             out[name] = {"seconds": time.perf_counter() - start, "scores": scores}
-    out["tokens"] = {name: sum(len(r.prompt_ids) for r in reqs) / len(reqs)
-                     for name, reqs in sets.items()}  # fmt: skip
+    out["tokens"] = {
+        name: sum(len(r.prompt_ids) for r in reqs) / len(reqs) for name, reqs in sets.items()
+    }
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -125,14 +143,38 @@ def _serve(model: str, env: dict[str, str]) -> tuple[subprocess.Popen, str, floa
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-               "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(port),
-               "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
-               "--block-size", "32", "--seed", "0", "--generation-config", "vllm"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--served-model-name",
+        "bench",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+        "--block-size",
+        "32",
+        "--seed",
+        "0",
+        "--generation-config",
+        "vllm",
+    ]
     start = time.perf_counter()
-    server = subprocess.Popen(command, env={**env, "VLLM_CPU_KVCACHE_SPACE": "1"},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)  # fmt: skip
+    server = subprocess.Popen(
+        command,
+        env={**env, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     while server.poll() is None and time.perf_counter() - start < 600:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
@@ -163,8 +205,12 @@ def main() -> None:
         print(f"vllm serve started in {seconds:.1f} s")
     for variant in args.variants:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", variant],
-                              env=env, capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, __file__, *sys.argv[1:], "--child", variant],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if done.returncode or not line:
             print(f"{variant}: failed\n{done.stderr[-2000:]}")
@@ -178,17 +224,31 @@ def main() -> None:
     base = results.get("scd-hf")
     for name in next(iter(results.values()))["tokens"]:
         some = next(iter(results.values()))
-        print(f"\n{name}: {len(some[name]['scores'])} requests, "
-              f"mean prompt {some['tokens'][name]:.0f} tokens")  # fmt: skip
-        print(f"  {'variant':<16} {'start':>8} {'score':>8} {'req/s':>8} {'process':>8}  "
-              f"max |Δ| vs scd-hf")  # fmt: skip
+        print(
+            f"\n{name}: {len(some[name]['scores'])} requests, "
+            f"mean prompt {some['tokens'][name]:.0f} tokens"
+        )
+        print(
+            f"  {'variant':<16} {'start':>8} {'score':>8} {'req/s':>8} {'process':>8}  "
+            f"max |Δ| vs scd-hf"
+        )
         for variant, r in results.items():
-            delta = "" if base is None else "{:.1e}".format(max(
-                abs(a - b) for x, y in zip(r[name]["scores"], base[name]["scores"])
-                for a, b in zip(x, y)))  # fmt: skip
+            delta = (
+                ""
+                if base is None
+                else "{:.1e}".format(
+                    max(
+                        abs(a - b)
+                        for x, y in zip(r[name]["scores"], base[name]["scores"])
+                        for a, b in zip(x, y)
+                    )
+                )
+            )
             rate = len(r[name]["scores"]) / r[name]["seconds"]
-            print(f"  {variant:<16} {r['start_s']:>7.1f}s {r[name]['seconds']:>7.1f}s "
-                  f"{rate:>8.1f} {r['process_s']:>7.1f}s  {delta}")  # fmt: skip
+            print(
+                f"  {variant:<16} {r['start_s']:>7.1f}s {r[name]['seconds']:>7.1f}s "
+                f"{rate:>8.1f} {r['process_s']:>7.1f}s  {delta}"
+            )
 
 
 if __name__ == "__main__":

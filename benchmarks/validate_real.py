@@ -51,13 +51,19 @@ class Study:
 
 
 STUDIES = {
-    "smollm2": Study("SmolLM2", "smollm2-135m-instruct",
-                     REPO / "recipes/smollm2-135m-instruct/validate.yaml",
-                     "smollm2-135m-instruct-validate"),
-    "qwen": Study("Qwen2.5-Coder-1.5B", "qwen2.5-coder-1.5b-instruct",
-                  REPO / "recipes/qwen2.5-coder-1.5b-instruct/study.yaml",
-                  "qwen2.5-coder-1.5b-instruct-study"),
-}  # fmt: skip
+    "smollm2": Study(
+        "SmolLM2",
+        "smollm2-135m-instruct",
+        REPO / "recipes/smollm2-135m-instruct/validate.yaml",
+        "smollm2-135m-instruct-validate",
+    ),
+    "qwen": Study(
+        "Qwen2.5-Coder-1.5B",
+        "qwen2.5-coder-1.5b-instruct",
+        REPO / "recipes/qwen2.5-coder-1.5b-instruct/study.yaml",
+        "qwen2.5-coder-1.5b-instruct-study",
+    ),
+}
 
 
 def _scd(*args: str) -> float:
@@ -89,13 +95,37 @@ def run_gemma(model: str, out: Path, bbq: Path | None) -> dict:
     where = out / "gemma-3-270m"
     batch = ["--batch-size", str(ev["batch_size"])]
     times = {
-        "bias": _scd("eval", "bias", "--model", model, "--prompts", str(prompts), "--limit",
-                     str(ev["bias"]["limit"]), "--seed", str(ev["bias"]["seed"]), *batch,
-                     "--out", str(where / "bias")),
-        "bbq": _scd("eval", "bbq", "--model", model, "--data", str(bbq or ev["bbq"]["data"]),
-                    "--limit", str(ev["bbq"]["limit"]), "--seed", str(ev["bbq"]["seed"]), *batch,
-                    "--out", str(where / "bbq")),
-    }  # fmt: skip
+        "bias": _scd(
+            "eval",
+            "bias",
+            "--model",
+            model,
+            "--prompts",
+            str(prompts),
+            "--limit",
+            str(ev["bias"]["limit"]),
+            "--seed",
+            str(ev["bias"]["seed"]),
+            *batch,
+            "--out",
+            str(where / "bias"),
+        ),
+        "bbq": _scd(
+            "eval",
+            "bbq",
+            "--model",
+            model,
+            "--data",
+            str(bbq or ev["bbq"]["data"]),
+            "--limit",
+            str(ev["bbq"]["limit"]),
+            "--seed",
+            str(ev["bbq"]["seed"]),
+            *batch,
+            "--out",
+            str(where / "bbq"),
+        ),
+    }
     return {"wall_seconds": {k: round(v, 1) for k, v in times.items()}}
 
 
@@ -112,18 +142,24 @@ def table1(summary: dict, title: str) -> list[str]:
     t, n = summary["table1"], summary["overall"]["n"]
     # a setting's held-out prompts may lack a scale (setting 3: no certainty prompts)
     scales = [s for s in SCALES if any(c.get("n") for c in t.get(s, {}).values())]
-    lines = [f"**{title}** — bias % [95% Wilson CI], {n:,} descriptor prompts, "
-             f"{summary['n_baseline_records']:,} descriptor-free baselines", "",
-             "| scale | no contact | positive contact | negative contact | contact hypothesis |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"**{title}** — bias % [95% Wilson CI], {n:,} descriptor prompts, "
+        f"{summary['n_baseline_records']:,} descriptor-free baselines",
+        "",
+        "| scale | no contact | positive contact | negative contact | contact hypothesis |",
+        "|---|---|---|---|---|",
+    ]
     for s in scales:
         holds = summary["contact_hypothesis"].get(s, {}).get("holds")
         cells = " | ".join(_cell(t[s].get(c)) for c in CONTACTS)
         lines.append(f"| {s} | {cells} | {'holds' if holds else 'does not hold'} |")
-    lines += ["", f"Overall: {_cell(summary['overall'])}; unparsed: "
-              f"{summary['overall'].get('unparsed', 0)}.", "",
-              "| scale | baseline (no descriptor) | excess over baseline, pts | answer tendency |",
-              "|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        f"Overall: {_cell(summary['overall'])}; unparsed: {summary['overall'].get('unparsed', 0)}.",
+        "",
+        "| scale | baseline (no descriptor) | excess over baseline, pts | answer tendency |",
+        "|---|---|---|---|",
+    ]
     for s in scales:
         base = summary.get("baseline", {}).get(s, {})
         pooled = [base[c] for c in CONTACTS if c in base]
@@ -131,8 +167,10 @@ def table1(summary: dict, title: str) -> list[str]:
         excess = summary.get("excess", {}).get(s, {})
         tend = summary["answer_tendency"][s]
         ex = ", ".join(f"{c} {excess[c]:+.1f}" for c in CONTACTS if c in excess)
-        lines.append(f"| {s} | {100 * biased / max(total, 1):.1f} (n={total}) | {ex} | "
-                     f"{tend['pct']:.1f}% '{tend['option']}' |")  # fmt: skip
+        lines.append(
+            f"| {s} | {100 * biased / max(total, 1):.1f} (n={total}) | {ex} | "
+            f"{tend['pct']:.1f}% '{tend['option']}' |"
+        )
     return lines + [""]
 
 
@@ -142,15 +180,16 @@ def bbq_rows(summaries: dict[str, dict]) -> list[str]:
     right: its accuracy on the disambiguated items on which it named someone."""
     from statsmodels.stats.proportion import proportion_confint
 
-    lines = ["| model | n | accuracy | ambiguous | disambiguated | s_DIS | s_AMB | "
-             '"unknown" chosen (amb / dis) | named right (dis) |',
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| model | n | accuracy | ambiguous | disambiguated | s_DIS | s_AMB | "
+        '"unknown" chosen (amb / dis) | named right (dis) |',
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, s in summaries.items():
         o = s["overall"]
         acc = lambda a: f"{a['accuracy']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}]"  # noqa: E731
         amb, dis = o["accuracy_ambiguous"]["n"], o["accuracy_disambiguated"]["n"]
-        unknown = (f"{1 - o['n_non_unknown_amb'] / amb:.3f} / "
-                   f"{1 - o['n_non_unknown_dis'] / dis:.3f}")  # fmt: skip
+        unknown = f"{1 - o['n_non_unknown_amb'] / amb:.3f} / {1 - o['n_non_unknown_dis'] / dis:.3f}"
         right, named = o["accuracy_disambiguated"]["correct"], o["n_non_unknown_dis"]
         low, high = proportion_confint(right, named, alpha=0.05, method="wilson")
         lines.append(
@@ -228,8 +267,9 @@ def _tables_so_far(run: Path, base: dict, tuned: dict) -> dict[int, str]:
         if "bias" not in evals or _json(sft / "manifest.json").get("split") == "source":
             continue  # (a source-split setting's "before" is an evaluation of its own)
         ids = pq.read_table(sft / "heldout" / "prompts.parquet", columns=["prompt_id"])
-        pairs[int(n)] = before_after(before, bias_frame(evals["bias"]),
-                                     ids["prompt_id"].to_pylist())  # fmt: skip
+        pairs[int(n)] = before_after(
+            before, bias_frame(evals["bias"]), ids["prompt_id"].to_pylist()
+        )
     if not pairs:
         return {}
     tables = {10: table_markdown(table10_frame(pairs), "Table 10", ci=True)}
@@ -252,8 +292,7 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
     lines = []
     if not (run / "layout.json").is_file():
         recipe = study.recipe.relative_to(REPO)
-        lines += [f"*(unfinished: the evaluations done so far; `scd run {recipe}` resumes it)*",
-                  ""]  # fmt: skip
+        lines += [f"*(unfinished: the evaluations done so far; `scd run {recipe}` resumes it)*", ""]
     if "bias" in base:
         title = f"{name}, before tuning (Table 1)"
         lines += table1(_json(Path(base["bias"]) / "summary.json"), title)
@@ -262,8 +301,11 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
     if (run / "tables" / "table10.md").is_file():  # the report stage's tables, else so far
         which = ("settings " if len(settings) > 1 else "setting ") + ", ".join(settings)
         which, when = f"{which}, held-out part of the subset", ""
-        found = {number: _table_md(path.read_text()) for number in (10, 11, 12, 13, 14)
-                 if (path := run / "tables" / f"table{number}.md").is_file()}  # fmt: skip
+        found = {
+            number: _table_md(path.read_text())
+            for number in (10, 11, 12, 13, 14)
+            if (path := run / "tables" / f"table{number}.md").is_file()
+        }
     else:
         which, when = "the settings evaluated, held-out part of the subset", " so far"
         found = _tables_so_far(run, base, tuned)
@@ -282,13 +324,17 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
     bbq = {k: _json(Path(v) / "summary.json") for k, v in bbq.items() if v}
     if bbq:
         lines += ["**BBQ** (6 of 11 categories, stratified subset)", "", *bbq_rows(bbq)]
-    sds = {"before": base.get("sds")} | {f"after (setting {n})": tuned[n].get("sds")
-                                          for n in settings}  # fmt: skip
+    sds = {"before": base.get("sds")} | {
+        f"after (setting {n})": tuned[n].get("sds") for n in settings
+    }
     sds = {k: _json(Path(v) / "summary.json") for k, v in sds.items() if v}
     if sds:
-        lines += ["**SDS stigma gap** (P(Unlikely), stigmatized − non-stigmatized, 95% BCa CI)",
-                  "", f"| {name} | stigmatized | non-stigmatized | gap |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "**SDS stigma gap** (P(Unlikely), stigmatized − non-stigmatized, 95% BCa CI)",
+            "",
+            f"| {name} | stigmatized | non-stigmatized | gap |",
+            "|---|---|---|---|",
+        ]
     for label, s in sds.items():
         g = s["gap"]
         ci = f"[{_p(g['ci_low'], '+')}, {_p(g['ci_high'], '+')}]"
@@ -318,8 +364,11 @@ def report(out: Path, info: dict) -> str:
             continue
         gemma = out / "gemma-3-270m"
         peer = {"name": "Gemma 3 270M base"}
-        peer |= {job: gemma / job for job in ("bias", "bbq")
-                 if key == "smollm2" and (gemma / job / "summary.json").is_file()}  # fmt: skip
+        peer |= {
+            job: gemma / job
+            for job in ("bias", "bbq")
+            if key == "smollm2" and (gemma / job / "summary.json").is_file()
+        }
         lines += [f"### {study.label}", "", *study_report(out, study, peer)]
         if key == "smollm2":
             for k, v in info.get("gemma", {}).get("wall_seconds", {}).items():
@@ -348,8 +397,10 @@ def main() -> None:
         )
     smollm2_run = args.outputs / STUDIES["smollm2"].run_id / "recipe.json"
     if "gemma" in wanted and "smollm2" not in wanted and not smollm2_run.is_file():
-        parser.error(f"--models gemma answers the SmolLM2 study's prompts: {smollm2_run} is "
-                     "missing; add smollm2")  # fmt: skip
+        parser.error(
+            f"--models gemma answers the SmolLM2 study's prompts: {smollm2_run} is "
+            "missing; add smollm2"
+        )
     from scd.models.catalog import fetch_model
 
     hb = args.hb or (SHARED / "holistic_bias/v1.0/descriptors.json")

@@ -135,8 +135,10 @@ def fraser_folds(where: Path, encoder, n_folds: int = 5) -> dict[str, str]:
             return list(csv.DictReader(handle))
 
     train = rows("training_one_adjective") + rows("training_two_adjectives")
-    tests = {t: rows(f"testing_{t}") for t in
-             ("basic_functionality", "negation", "semantic_composition", "syntax")}  # fmt: skip
+    tests = {
+        t: rows(f"testing_{t}")
+        for t in ("basic_functionality", "negation", "semantic_composition", "syntax")
+    }
     texts = sorted(
         {r["Sentence"] for r in train} | {r["Sentence"] for t in tests.values() for r in t}
     )
@@ -171,8 +173,10 @@ def placed(sentences: Path, labels: Path) -> str:
             if sign:
                 hits.append((row[axis] >= 0) == (sign > 0))
     both = right["warmth"] + right["competence"]
-    return (", ".join(f"{axis} {sum(h)}/{len(h)}" for axis, h in right.items())
-            + f"; {sum(both)}/{len(both)} = {sum(both) / len(both):.0%}")  # fmt: skip
+    return (
+        ", ".join(f"{axis} {sum(h)}/{len(h)}" for axis, h in right.items())
+        + f"; {sum(both)}/{len(both)} = {sum(both) / len(both):.0%}"
+    )
 
 
 def main() -> None:
@@ -203,16 +207,22 @@ def main() -> None:
         return basic_of(vectors)
 
     def basic_of(vectors) -> tuple[list[float], list[float]]:
-        runs = [cross_validate(seeds, lambda t: vectors[[at[x] for x in t]], seed=k)
-                for k in range(args.repeats)]  # fmt: skip
+        runs = [
+            cross_validate(seeds, lambda t: vectors[[at[x] for x in t]], seed=k)
+            for k in range(args.repeats)
+        ]
         return [r["basic"]["mean"] for r in runs], [r["composition"]["mean"] for r in runs]
 
     def cell(means: list[float]) -> str:
-        return (f"{sum(means) / len(means):.1%} (seed 0: {means[0]:.1%}; range "
-                f"{min(means):.1%}–{max(means):.1%})")  # fmt: skip
+        return (
+            f"{sum(means) / len(means):.1%} (seed 0: {means[0]:.1%}; range "
+            f"{min(means):.1%}–{max(means):.1%})"
+        )
 
-    print(f"{args.repeats} fold assignments (seeds 0..{args.repeats - 1}); per assignment the "
-          "mean over 5 folds\n")  # fmt: skip
+    print(
+        f"{args.repeats} fold assignments (seeds 0..{args.repeats - 1}); per assignment the "
+        "mean over 5 folds\n"
+    )
     print("| Encoder | layers | Basic functionality (held-out adjectives) | Composition | s |")
     print("|---|---|---|---|---|")
     sweeps, fraser, nested = {}, {}, {}
@@ -224,14 +234,18 @@ def main() -> None:
         encoder = load_encoder(path, "cpu", layers)
         basic_means, pair_means = basic(encoder)
         shown = f"{layers} of {depth}" if layers else (str(depth) if depth else "all")
-        print(f"| {name} | {shown} | {cell(basic_means)} | {cell(pair_means)} | "
-              f"{time.perf_counter() - started:.0f} |")  # fmt: skip
+        print(
+            f"| {name} | {shown} | {cell(basic_means)} | {cell(pair_means)} | "
+            f"{time.perf_counter() - started:.0f} |"
+        )
         if args.fraser_cv:
             fraser[f"{name} ({shown} layers)"] = fraser_folds(args.fraser_cv, encoder)
         if depth:
             step = max(1, depth // 10)
-            by_layers = {n: load_encoder(path, "cpu", n).encode(texts, normalize_embeddings=True)
-                         for n in range(step, depth + 1, step)}  # fmt: skip
+            by_layers = {
+                n: load_encoder(path, "cpu", n).encode(texts, normalize_embeddings=True)
+                for n in range(step, depth + 1, step)
+            }
             sweeps[name] = [(n, basic_of(v)[0]) for n, v in by_layers.items()]
             nested[name] = nested_layers(seeds, by_layers, args.repeats)
     for name, sweep in sweeps.items():
@@ -241,8 +255,10 @@ def main() -> None:
         )
         score, picks = nested[name]
         chosen = ", ".join(f"{n} ×{picks.count(n)}" for n in sorted(set(picks)))
-        print(f"  layers chosen inside each training fold (nested, 4 inner folds): {score:.1%};"
-              f" chosen: {chosen}")  # fmt: skip
+        print(
+            f"  layers chosen inside each training fold (nested, 4 inner folds): {score:.1%};"
+            f" chosen: {chosen}"
+        )
     if fraser:
         print("\nOn Fraser et al.'s own fold files (mean (sd) over their 5 folds):\n")
         print("| Encoder | Basic functionality | Negation | Semantic composition | Syntax |")
@@ -252,15 +268,26 @@ def main() -> None:
     for spec in encoders:
         path, layers = split_spec(spec)
         out, started = args.out / f"audit-{Path(path).name}", time.perf_counter()
-        summary = audit_scm(args.corpus, out, seeds=[args.seeds], encoder=path,
-                            encoder_layers=layers, cache=args.out / "cache", device="cpu",
-                            progress=False)  # fmt: skip
-        print(f"\naudit of {Path(args.corpus).name} with {Path(path).name} "
-              f"({time.perf_counter() - started:.0f} s): {summary['n_matched']} of "
-              f"{summary['n_sentences']} sentences matched\n")  # fmt: skip
+        summary = audit_scm(
+            args.corpus,
+            out,
+            seeds=[args.seeds],
+            encoder=path,
+            encoder_layers=layers,
+            cache=args.out / "cache",
+            device="cpu",
+            progress=False,
+        )
+        print(
+            f"\naudit of {Path(args.corpus).name} with {Path(path).name} "
+            f"({time.perf_counter() - started:.0f} s): {summary['n_matched']} of "
+            f"{summary['n_sentences']} sentences matched\n"
+        )
         print((out / "tables.md").read_text())
-        print(f"Demo sentences on the side their labels say ({args.labels.name}): "
-              f"{placed(out / 'sentences.parquet', args.labels)}")  # fmt: skip
+        print(
+            f"Demo sentences on the side their labels say ({args.labels.name}): "
+            f"{placed(out / 'sentences.parquet', args.labels)}"
+        )
 
 
 if __name__ == "__main__":

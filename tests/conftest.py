@@ -159,9 +159,17 @@ def build_tiny_model(tokenizer_dir: Path, out: Path, chat_template: bool = True)
         "eos_token_id": tok.eos_token_id,
         "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
     }
-    size = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                vocab_size=len(tok), tie_word_embeddings=False, **special)  # fmt: skip
+    size = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        vocab_size=len(tok),
+        tie_word_embeddings=False,
+        **special,
+    )
     torch.manual_seed(0)
     if "qwen" in tokenizer_dir.name:
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=8, **size))
@@ -264,9 +272,19 @@ def screenshot(tmp_path: Path):
 
     def take(html: Path, height: int):
         shot = tmp_path / f"screenshot-{html.parent.name}.png"
-        cmd = [browser, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
-               "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'p'}",
-               f"--screenshot={shot}", f"--window-size=1200,{height}", html.as_uri()]  # fmt: skip
+        cmd = [
+            browser,
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'p'}",
+            f"--screenshot={shot}",
+            f"--window-size=1200,{height}",
+            html.as_uri(),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         assert shot.exists(), f"no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
         image = matplotlib.image.imread(io.BytesIO(shot.read_bytes()), format="png")[..., :3]

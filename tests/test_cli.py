@@ -46,19 +46,25 @@ def _run(argv: list[str]) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["eval", "bias", "--model", "m", "--prompts", "p", "--ouput", "o"],
-         "unrecognized arguments: --ouput (did you mean --out?)"),
+        (
+            ["eval", "bias", "--model", "m", "--prompts", "p", "--ouput", "o"],
+            "unrecognized arguments: --ouput (did you mean --out?)",
+        ),
         (["eval", "bias", "--ouput", "o"], "--ouput (did you mean --out?)"),
-        (["eval", "bias", "--model", "m", "--prompts", "p", "--out", "o", "--limt", "3"],
-         "--limt (did you mean --limit?)"),
+        (
+            ["eval", "bias", "--model", "m", "--prompts", "p", "--out", "o", "--limt", "3"],
+            "--limt (did you mean --limit?)",
+        ),
         (["train", "r.yaml", "--sett", "a=b"], "--sett (did you mean --set?)"),
         (["eval", "bias", "--model", "m"], "the following arguments are required: --prompts"),
-        (["eval", "bias", "--model", "m", "--prompt", "p", "--out", "o"],
-         "--prompt (did you mean --prompts?)"),  # no abbreviations: it would have run
+        (
+            ["eval", "bias", "--model", "m", "--prompt", "p", "--out", "o"],
+            "--prompt (did you mean --prompts?)",
+        ),  # no abbreviations: it would have run
         (["run", "r.yaml", "--setting", "3"], "--setting (did you mean --set run.settings=[N]"),
         (["run", "r.yaml", "--out", "o"], "--out (did you mean --outputs?)"),  # others' flag
     ],
-)  # fmt: skip
+)
 def test_a_mistyped_flag_is_named_before_a_missing_one(argv, expected):
     code, err = _run(argv)
     assert code == 2 and expected in err and err.count("\n") == 1
@@ -93,16 +99,32 @@ def prompts(tmp_path):
 
 @pytest.mark.parametrize(
     ("flag", "value", "needle"),
-    [("--batch-size", "0", "expected a positive number, got 0"),
-     ("--chunk-size", "-3", "expected a positive number"),
-     ("--limit", "0", "expected a positive number"),
-     ("--max-new-tokens", "x", "expected an integer, got 'x'"),
-     ("--device", "tpu7", "expected cpu, cuda, cuda:N or mps, got 'tpu7'")],
-)  # fmt: skip
+    [
+        ("--batch-size", "0", "expected a positive number, got 0"),
+        ("--chunk-size", "-3", "expected a positive number"),
+        ("--limit", "0", "expected a positive number"),
+        ("--max-new-tokens", "x", "expected an integer, got 'x'"),
+        ("--device", "tpu7", "expected cpu, cuda, cuda:N or mps, got 'tpu7'"),
+    ],
+)
 def test_bad_numbers_and_devices_are_refused_where_parsed(tmp_path, prompts, flag, value, needle):
     out = tmp_path / "out"
-    _fails(["eval", "bias", "--model", str(tmp_path), "--prompts", str(prompts), "--out",
-            str(out), flag, value], flag, needle)  # fmt: skip
+    _fails(
+        [
+            "eval",
+            "bias",
+            "--model",
+            str(tmp_path),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            flag,
+            value,
+        ],
+        flag,
+        needle,
+    )
     assert not out.exists()
 
 
@@ -112,27 +134,47 @@ def test_cuda_without_a_gpu_is_one_line(toy_model, prompts, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     out = tmp_path / "out"
-    _fails(["eval", "bias", "--model", str(toy_model), "--prompts", str(prompts), "--out",
-            str(out), "--device", "cuda"], "--device cuda: no CUDA GPU")  # fmt: skip
+    _fails(
+        [
+            "eval",
+            "bias",
+            "--model",
+            str(toy_model),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            "--device",
+            "cuda",
+        ],
+        "--device cuda: no CUDA GPU",
+    )
     assert not out.exists()
 
 
 @pytest.mark.parametrize(
     ("override", "needle"),
-    [("train.per_device_train_batch_size=-1",
-      "train.per_device_train_batch_size: expected a positive number, got -1"),
-     ("train.learning_rate=-1e-4", "train.learning_rate: expected a number > 0"),
-     ("train.num_train_epochs=0", "train.num_train_epochs: expected a number > 0"),
-     ("train.max_steps=0", "train.max_steps"),
-     ("lora.dropout=1.5", "lora.dropout"),
-     ("data.max_train=0", "data.max_train"),
-     ("eval.shards=0", "eval.shards: expected a positive number, got 0")],
-)  # fmt: skip
+    [
+        (
+            "train.per_device_train_batch_size=-1",
+            "train.per_device_train_batch_size: expected a positive number, got -1",
+        ),
+        ("train.learning_rate=-1e-4", "train.learning_rate: expected a number > 0"),
+        ("train.num_train_epochs=0", "train.num_train_epochs: expected a number > 0"),
+        ("train.max_steps=0", "train.max_steps"),
+        ("lora.dropout=1.5", "lora.dropout"),
+        ("data.max_train=0", "data.max_train"),
+        ("eval.shards=0", "eval.shards: expected a positive number, got 0"),
+    ],
+)
 def test_recipe_numbers_that_would_hang_training_are_refused(tmp_path, override, needle):
     recipe = REPO / "recipes" / "quickstart.yaml"
     for command in ("train", "run"):
-        _fails([command, str(recipe), "--set", override, "--outputs", str(tmp_path)],
-               f"--set {override}: ", needle)  # fmt: skip
+        _fails(
+            [command, str(recipe), "--set", override, "--outputs", str(tmp_path)],
+            f"--set {override}: ",
+            needle,
+        )
     assert not any(tmp_path.iterdir())
 
 
@@ -156,8 +198,21 @@ def test_an_eval_out_dir_with_unrelated_files_is_refused(toy_model, prompts, tmp
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("my notes")
-    _fails(["eval", "bias", "--model", str(toy_model), "--prompts", str(prompts), "--out",
-            str(out), "--limit", "3"], "holds no scd evaluation")  # fmt: skip
+    _fails(
+        [
+            "eval",
+            "bias",
+            "--model",
+            str(toy_model),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            "--limit",
+            "3",
+        ],
+        "holds no scd evaluation",
+    )
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
@@ -167,8 +222,10 @@ def test_an_out_dir_holding_another_kind_of_output_is_refused(toy_model, tmp_pat
     model = tmp_path / "model"
     shutil.copytree(toy_model, model)
     before = sorted(p.name for p in model.iterdir())
-    _fails(["generate", "contact", "--descriptors", "toy", "--out", str(model)],
-           "holds a toy_model output, not contact_prompts")  # fmt: skip
+    _fails(
+        ["generate", "contact", "--descriptors", "toy", "--out", str(model)],
+        "holds a toy_model output, not contact_prompts",
+    )
     assert sorted(p.name for p in model.iterdir()) == before
 
 
@@ -180,21 +237,48 @@ def test_a_bbq_row_of_an_unknown_category_names_file_and_line(shared_data, tmp_p
     bad["category"] = "Hair_colour"
     path = tmp_path / "Age.jsonl"
     path.write_text("\n".join([rows[0], json.dumps(bad), rows[2]]) + "\n")
-    _fails(["eval", "bbq", "--model", str(tmp_path), "--data", str(path), "--out",
-            str(tmp_path / "o")], f"{path}:2: category 'Hair_colour'")  # fmt: skip
+    _fails(
+        [
+            "eval",
+            "bbq",
+            "--model",
+            str(tmp_path),
+            "--data",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        f"{path}:2: category 'Hair_colour'",
+    )
 
 
 def test_setting_8_over_a_list_without_some_axes_says_what_it_used(prompts, tmp_path, capsys):
     import json
 
-    assert main(["generate", "sft", "--prompts", str(prompts), "--setting", "8", "--out",
-                 str(tmp_path / "s8")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "generate",
+                "sft",
+                "--prompts",
+                str(prompts),
+                "--setting",
+                "8",
+                "--out",
+                str(tmp_path / "s8"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "warning: setting 8: trains on 4 of the 6 axis values" in err
     manifest = json.loads((tmp_path / "s8" / "manifest.json").read_text())
     assert manifest["used"]["eval"]["axis"] == [
-        "nationality", "political_ideologies", "religion", "socioeconomic_class"
-    ]  # fmt: skip
+        "nationality",
+        "political_ideologies",
+        "religion",
+        "socioeconomic_class",
+    ]
     assert (
         "these prompts have no nonce, race_ethnicity, sexual_orientation"
         in (manifest["description"])
@@ -209,8 +293,19 @@ def test_scd_train_takes_the_quickstart_recipe_as_scd_run_does(toy_model, tmp_pa
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)  # as scd run caches it
     recipe = REPO / "recipes" / "quickstart.yaml"
-    code, err = _run(["train", str(recipe), "--outputs", str(tmp_path), "--set",
-                      "train.max_steps=2", "--set", "data.max_train=8", "--no-wandb"])  # fmt: skip
+    code, err = _run(
+        [
+            "train",
+            str(recipe),
+            "--outputs",
+            str(tmp_path),
+            "--set",
+            "train.max_steps=2",
+            "--set",
+            "data.max_train=8",
+            "--no-wandb",
+        ]
+    )
     assert code == 0, err
     adapter = tmp_path / "train" / "quickstart"
     assert (adapter / "adapter_model.safetensors").is_file()
@@ -218,8 +313,10 @@ def test_scd_train_takes_the_quickstart_recipe_as_scd_run_does(toy_model, tmp_pa
 
 def test_set_and_yaml_problems_say_where_they_come_from(tmp_path):
     recipe = REPO / "recipes" / "quickstart.yaml"
-    _fails(["train", str(recipe), "--set", "lora.alpah=4"],
-           "--set lora.alpah=4: unknown key 'lora.alpah' (did you mean 'lora.alpha'?)")  # fmt: skip
+    _fails(
+        ["train", str(recipe), "--set", "lora.alpah=4"],
+        "--set lora.alpah=4: unknown key 'lora.alpah' (did you mean 'lora.alpha'?)",
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: toy\ndata: {descriptors: toy\n")
     _fails(["run", str(bad)], "bad.yaml: not valid YAML (line 3: expected ',' or '}'")
@@ -233,8 +330,10 @@ def test_a_model_is_a_path_an_owner_name_id_or_toy(toy_model, tmp_path, monkeypa
     prompts = tmp_path / "p"
     assert main(["generate", "contact", "--descriptors", "toy", "--out", str(prompts)]) == 0
     args = ["eval", "bias", "--prompts", str(prompts), "--limit", "6", "--device", "cpu"]
-    _fails([*args, "--model", "smollm", "--out", str(tmp_path / "o")],
-           "--model smollm: neither an existing path nor a Hub id (owner/name)")  # fmt: skip
+    _fails(
+        [*args, "--model", "smollm", "--out", str(tmp_path / "o")],
+        "--model smollm: neither an existing path nor a Hub id (owner/name)",
+    )
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     shutil.copytree(toy_model, tmp_path / "outputs" / "cache" / "toy-model" / key)
     monkeypatch.chdir(tmp_path)  # `toy` is scd run's default toy model, cached in outputs/cache
@@ -275,9 +374,16 @@ def test_the_command_line_imports_no_heavy_library_until_a_command_needs_it():
     import sys
 
     heavy = (
-        "scipy", "pyarrow", "pandas", "torch", "transformers", "datasets", "statsmodels",
-        "huggingface_hub", "matplotlib",
-    )  # fmt: skip
+        "scipy",
+        "pyarrow",
+        "pandas",
+        "torch",
+        "transformers",
+        "datasets",
+        "statsmodels",
+        "huggingface_hub",
+        "matplotlib",
+    )
     probe = (
         "import sys, scd.cli; scd.cli.build_parser(); "
         f"print([m for m in {heavy!r} if m in sys.modules])"

@@ -77,10 +77,21 @@ def test_the_shipped_smollm2_recipe_offline_fails_in_one_line_before_anything_is
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
     out = tmp_path / "outputs"
     done = subprocess.run(
-        [sys.executable, "-m", "scd", "run", "recipes/smollm2-135m-instruct/validate.yaml",
-         "--outputs", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "scd",
+            "run",
+            "recipes/smollm2-135m-instruct/validate.yaml",
+            "--outputs",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "scd: error: model HuggingFaceTB/SmolLM2-135M-Instruct: not in the local Hub cache, and "

@@ -13,9 +13,13 @@ NAMED = re.compile(
     r"(?<![\w./-])((?:src|recipes|benchmarks|tests|configs|validation|docs|\.ci)/[\w.*/{}-]*[\w*])"
 )
 FILES = sorted(
-    [*REPO.glob("*.md"), *(REPO / "docs").rglob("*.md"), *(REPO / "recipes").rglob("*.yaml"),
-     *(REPO / "recipes").rglob("*.md")]
-)  # fmt: skip
+    [
+        *REPO.glob("*.md"),
+        *(REPO / "docs").rglob("*.md"),
+        *(REPO / "recipes").rglob("*.yaml"),
+        *(REPO / "recipes").rglob("*.md"),
+    ]
+)
 
 
 def named_paths(text: str) -> set[str]:
@@ -29,6 +33,9 @@ def test_the_pattern_finds_paths_and_leaves_urls() -> None:
 
 @pytest.mark.parametrize("doc", FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_path_a_user_file_names_exists(doc: Path) -> None:
-    missing = [p for p in sorted(named_paths(doc.read_text()))
-               if not any(REPO.glob(p)) and not (REPO / p).exists()]  # fmt: skip
+    missing = [
+        p
+        for p in sorted(named_paths(doc.read_text()))
+        if not any(REPO.glob(p)) and not (REPO / p).exists()
+    ]
     assert missing == [], f"{doc.relative_to(REPO)} names paths that do not exist"

@@ -51,8 +51,22 @@ def test_one_check_refuses_a_value_on_the_command_line_and_in_a_recipe(tmp_path,
     from scd.pipeline.recipe import recipe_from_dict
 
     with pytest.raises(SystemExit) as exit_:  # argparse's one-line error
-        main(["eval", "bias", "--model", "m", "--prompts", "p", "--out", str(tmp_path / "o"),
-              "--backend", "vllm", "--gpu-memory-utilization", "1.5"])  # fmt: skip
+        main(
+            [
+                "eval",
+                "bias",
+                "--model",
+                "m",
+                "--prompts",
+                "p",
+                "--out",
+                str(tmp_path / "o"),
+                "--backend",
+                "vllm",
+                "--gpu-memory-utilization",
+                "1.5",
+            ]
+        )
     assert exit_.value.code == 2 and "expected 0 < f <= 1, got 1.5" in capsys.readouterr().err
     recipe = {"model": "toy", "data": {"descriptors": "toy"}}
     with pytest.raises(InputError, match="eval.gpu_memory_utilization: expected 0 < f <= 1, got"):
@@ -60,8 +74,20 @@ def test_one_check_refuses_a_value_on_the_command_line_and_in_a_recipe(tmp_path,
     with pytest.raises(InputError, match="data.general_fraction: expected 0 <= f < 1, got 1"):
         recipe_from_dict({**recipe, "data": {"descriptors": "toy", "general_fraction": 1}})
     with pytest.raises(SystemExit):
-        main(["generate", "sft", "--prompts", "p", "--setting", "1", "--out", "o",
-              "--general-fraction", "1"])  # fmt: skip
+        main(
+            [
+                "generate",
+                "sft",
+                "--prompts",
+                "p",
+                "--setting",
+                "1",
+                "--out",
+                "o",
+                "--general-fraction",
+                "1",
+            ]
+        )
     assert "expected 0 <= f < 1, got 1.0" in capsys.readouterr().err
 
 
@@ -76,8 +102,9 @@ def test_engines_take_a_spec_and_no_loose_options() -> None:
     with pytest.raises(TypeError):
         EngineSpec(batch_sise=8)  # type: ignore[call-arg]  # a typo cannot pass unnoticed
     assert EngineSpec("vllm", tensor_parallel_size=2).engine_options() == {
-        "dtype": "auto", "tensor_parallel_size": 2,
-    }  # fmt: skip
+        "dtype": "auto",
+        "tensor_parallel_size": 2,
+    }
 
 
 def test_cache_keys_resolve_the_auto_dtype() -> None:
@@ -163,8 +190,16 @@ def test_scd_run_reports_the_stage_and_recipe_key(toy_model: Path, tmp_path: Pat
 
 def test_scd_debug_shows_the_library_error(tmp_path: Path, capsys, monkeypatch) -> None:
     (tmp_path / "model").mkdir()  # a directory without a model
-    argv = ["eval", "bias", "--model", str(tmp_path / "model"), "--prompts", str(tmp_path),
-            "--out", str(tmp_path / "o")]  # fmt: skip
+    argv = [
+        "eval",
+        "bias",
+        "--model",
+        str(tmp_path / "model"),
+        "--prompts",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     (tmp_path / "prompts.parquet").write_bytes(b"")
     assert main(argv) == 2
     quiet = capsys.readouterr().err

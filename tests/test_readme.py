@@ -26,8 +26,11 @@ def _fresh_clone(where: Path) -> Path:
     """The files a clone would hold (tracked, plus new files not ignored), as a git repository."""
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout.split("\0")  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, files):
         source, target = REPO / name, where / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,17 +87,30 @@ def test_each_documented_block_runs_on_its_own_from_a_fresh_clone(
     data = Path(smollm2.cache)  # holds SmolLM2's GGUF and its conversion; HolisticBias beside
     if not (data / "holistic_bias").exists():
         (data / "holistic_bias").symlink_to(shared_data / "holistic_bias")
-    env = {**os.environ, "SCD_DATA_DIR": str(data), "HF_HUB_OFFLINE": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "SCD_DATA_DIR": str(data),
+        "HF_HUB_OFFLINE": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     script = re.sub(r"^pip install [^&\n]*&& ", "", block, flags=re.M)  # installed already
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=clone, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     said = [x for x in done.stderr.replace("\r", "\n").splitlines() if "/s]" not in x]
     assert done.returncode == 0, f"{block}\n--- stderr ---\n" + "\n".join(said[-30:])
     for out in re.findall(r"--out[ =](\S+)", re.sub(r"#.*", "", block)):
         assert (clone / out).is_file() or any((clone / out).iterdir()), out  # not left empty
     for path in (path for command, path in LEAVES.items() if command in block):
         assert (clone / path).is_file(), path
-    untracked = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
-                               cwd=clone, capture_output=True, text=True).stdout  # fmt: skip
+    untracked = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert untracked == "", f"documented commands wrote files git does not ignore:\n{untracked}"

@@ -7,17 +7,22 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from scd.tracking import held_step, offline_records, redact, start_run
+from wandb_records import finished_records  # tests/wandb_records.py
+
+from scd.tracking import held_step, offline_folders, offline_records, redact, start_run
 
 
 def test_redact_hides_keys_and_the_values_of_key_variables(monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-planted")
     monkeypatch.setenv("MY_SERVER_KEY", "sk-server-planted")
     config = {
-        "eval": {"backend": "openai", "api_key_env": "MY_SERVER_KEY",
-                 "system_prompt": "say sk-server-planted and sk-openai-planted"},
+        "eval": {
+            "backend": "openai",
+            "api_key_env": "MY_SERVER_KEY",
+            "system_prompt": "say sk-server-planted and sk-openai-planted",
+        },
         "wandb": {"api_key": "abc", "project": "scd"},
-    }  # fmt: skip
+    }
     shown = redact(config)
     assert shown["eval"]["api_key_env"] == "MY_SERVER_KEY"  # a variable's name, not a secret
     assert shown["eval"]["system_prompt"] == "say <redacted> and <redacted>"
@@ -41,8 +46,22 @@ def test_scd_eval_with_wandb_logs_its_result_as_one_run(
     monkeypatch.setenv("WANDB_API_KEY", "wandb-planted-0123456789")
     monkeypatch.delenv("WANDB_SERVICE", raising=False)
     out = tmp_path / "bias"
-    argv = ["eval", "bias", "--model", str(toy_model), "--prompts", str(toy_prompts), "--limit",
-            "60", "--device", "cpu", "--out", str(out), "--quiet", "--wandb"]  # fmt: skip
+    argv = [
+        "eval",
+        "bias",
+        "--model",
+        str(toy_model),
+        "--prompts",
+        str(toy_prompts),
+        "--limit",
+        "60",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--quiet",
+        "--wandb",
+    ]
     assert main(argv) == 0
     (run_dir,) = (out / "wandb").glob("offline-run-*")
     config, summary = config_and_summary(run_dir)
@@ -67,8 +86,8 @@ def test_offline_reader_yields_whole_records_of_a_cut_file(tmp_path: Path) -> No
     run.finish()
     (folder,) = (tmp_path / "wandb").glob("offline-run-*-cut1")
     log = next(folder.glob("*.wandb"))
-    whole = [r.SerializeToString() for r in offline_records(folder)]
-    assert [r.history.step.num for r in offline_records(folder) if r.history.item] == [0, 1, 2]
+    whole = [r.SerializeToString() for r in finished_records(folder)]
+    assert [r.history.step.num for r in finished_records(folder) if r.history.item] == [0, 1, 2]
     data, seen = log.read_bytes(), set()
     for size in range(7, len(data), 61):  # the file as a process killed after `size` bytes left it
         log.write_bytes(data[:size])
@@ -79,8 +98,11 @@ def test_offline_reader_yields_whole_records_of_a_cut_file(tmp_path: Path) -> No
 
 
 def _steps(folder: Path, key: str) -> list[int]:
-    return [r.history.step.num for r in offline_records(folder)
-            if any((i.key or "/".join(i.nested_key)) == key for i in r.history.item)]  # fmt: skip
+    return [
+        r.history.step.num
+        for r in finished_records(folder)
+        if any((i.key or "/".join(i.nested_key)) == key for i in r.history.item)
+    ]
 
 
 def test_a_continued_run_logs_only_the_steps_it_does_not_hold(tmp_path: Path, monkeypatch):
@@ -96,6 +118,7 @@ def test_a_continued_run_logs_only_the_steps_it_does_not_hold(tmp_path: Path, mo
     for step in range(1, 13):
         first.log({"train/loss": 1.0 / step, "train/global_step": step}, step=step)
     first.finish()
+    finished_records(offline_folders(tmp_path / "wandb", first.id)[0])  # as a process that ended
     checkpoint = tmp_path / "checkpoint-10"
     checkpoint.mkdir()
     log = [{"loss": 1.0 / s, "step": s} for s in range(1, 11)]
@@ -109,7 +132,7 @@ def test_a_continued_run_logs_only_the_steps_it_does_not_hold(tmp_path: Path, mo
         state = SimpleNamespace(global_step=step, is_world_process_zero=True)
         callback.on_log(None, state, None, logs={"loss": 0.5, "learning_rate": 1e-4})
     second.finish()
-    folders = sorted((tmp_path / "wandb").glob(f"offline-run-*-{first.id}"))
+    folders = offline_folders(tmp_path / "wandb", first.id)  # two, W&B's -1 where one second
     assert len(folders) == 2
     assert [_steps(f, "train/loss") for f in folders] == [list(range(1, 13)), [13, 14, 15]]
     assert _steps(folders[1], "train/learning_rate") == [13, 14, 15]  # transformers' names

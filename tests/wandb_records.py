@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from scd.tracking import offline_records
+
+
+def finished_records(run_dir: Path, timeout: float = 60.0) -> list[Any]:
+    """The records of a finished offline W&B run folder. W&B's service process writes them: the
+    last ones (up to ``exit``) may land a moment after ``finish()`` returns, so this waits for
+    ``exit`` (up to ``timeout`` seconds, then returns what is there)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = list(offline_records(run_dir))
+        done = records and records[-1].WhichOneof("record_type") == "exit"
+        if done or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
 
 
 def config_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -14,7 +28,7 @@ def config_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     config: dict[str, Any] = {}
     summary: dict[str, Any] = {}
-    for record in offline_records(run_dir):
+    for record in finished_records(run_dir):
         kind = record.WhichOneof("record_type")
         if kind in ("run", "config"):
             items = record.run.config.update if kind == "run" else record.config.update

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scd import commands
+from scd.cli_parser import Parser
 from scd.config.engine import EngineSpec
 from scd.config.options import add_options, argument_type, positive
 from scd.config.schema import TRAIN_METHODS, SFTOptions
@@ -37,62 +38,10 @@ MODEL_HELP = "model directory, Hub id, or .gguf file (converted once and cached)
 _positive = argument_type(int, positive)
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except the uninformative None and False."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or isinstance(action.default, list):
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, exit code 2; an unknown option is named
-    (with the nearest known one) before a missing required one."""
-
-    argv: list[str] = []  # the command line being parsed (set by main)
-    parsers: list[_Parser] = []  # every (sub)parser built, for the known option names
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", _HelpFormatter)
-        kwargs.setdefault("allow_abbrev", False)  # --prompt is not --prompts
-        super().__init__(*args, **kwargs)
-        _Parser.parsers.append(self)
-
-    def _suggest(self, flags: list[str]) -> str:
-        import difflib
-
-        # the options of the command being run: the deepest parser whose words start argv
-        commands = {tuple(p.prog.split()[1:]): p for p in self.parsers}
-        words = max((w for w in commands if list(w) == self.argv[: len(w)]), key=len)
-        mine = [o for o in commands[words]._option_string_actions if o.startswith("--")]
-        everywhere = sorted({o for p in self.parsers for o in p._option_string_actions})
-        parts = []
-        for flag in flags:
-            near = difflib.get_close_matches(flag, mine, n=1) or difflib.get_close_matches(
-                flag, [o for o in everywhere if o != flag], n=1
-            )
-            if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
-                near = ["--set run.settings=[N] (or --set data.setting=N)"]
-            parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
-        return ", ".join(parts)
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        known = {o for p in self.parsers for o in p._option_string_actions}
-        flags = [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
-        unknown = [f for f in flags if f not in known]
-        if message.startswith("unrecognized arguments:"):  # a flag another command knows, too
-            unknown = [a.split("=", 1)[0] for a in message.split(":", 1)[1].split() if
-                       a.startswith("--")] or unknown  # fmt: skip
-        if unknown and (message.startswith("unrecognized") or "required" in message):
-            message = f"unrecognized arguments: {self._suggest(unknown)}"
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _command_group(sub: argparse._SubParsersAction, name: str, help: str) -> Any:
     """``scd NAME <what>``: a command whose subcommands are added to the returned object."""
     group = sub.add_parser(name, help=help)
-    return group.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    return group.add_subparsers(dest="what", required=True, parser_class=Parser)
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -151,9 +100,13 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     sft.add_argument("--out", required=True, help="output directory")
     for parser in (contact, stigma, sft):
-        parser.add_argument("--push-to-hub", metavar="REPO", help="then upload the directory "
-                            "(with its dataset card) to this Hub dataset repository; the token "
-                            "from HF_TOKEN or `hf auth login`")  # fmt: skip
+        parser.add_argument(
+            "--push-to-hub",
+            metavar="REPO",
+            help="then upload the directory "
+            "(with its dataset card) to this Hub dataset repository; the token "
+            "from HF_TOKEN or `hf auth login`",
+        )
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
@@ -180,10 +133,17 @@ def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None
         add_options(parser, cls, names)
         added.update(names)
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
-    parser.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal; "
-                        "in a log file a line every SCD_PROGRESS_SECONDS, default 30)")  # fmt: skip
-    parser.add_argument("--wandb", action="store_true", help="log the result as a W&B run "
-                        "(offline without a key or network)")  # fmt: skip
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress (a bar on a terminal; "
+        "in a log file a line every SCD_PROGRESS_SECONDS, default 30)",
+    )
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="log the result as a W&B run (offline without a key or network)",
+    )
     parser.add_argument("--wandb-project", default="scd", help="its W&B project")
 
 
@@ -194,28 +154,48 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
         help="warmth and competence of a corpus's illness mentions, mental vs physical, beside "
         "the BIAS map (Mina et al. 2024)",
     )
-    scm.add_argument("--corpus", required=True, help="a text file (one document per line), "
-                     "JSONL or Parquet with a text column, or a Hub dataset id")  # fmt: skip
-    scm.add_argument("--seeds", required=True, nargs="+", help="SCM seed sentences: "
-                     "Sentence,Target CSV files or a directory of them (data/ of "
-                     "github.com/katiefraser/computational-SCM)")  # fmt: skip
-    scm.add_argument("--encoder", default="sentence-transformers/all-mpnet-base-v2",
-                     help="sentence encoder: a sentence-transformers model, or a language model "
-                     "(mean-pooled hidden states): a directory, .gguf file or Hub id")  # fmt: skip
+    scm.add_argument(
+        "--corpus",
+        required=True,
+        help="a text file (one document per line), "
+        "JSONL or Parquet with a text column, or a Hub dataset id",
+    )
+    scm.add_argument(
+        "--seeds",
+        required=True,
+        nargs="+",
+        help="SCM seed sentences: "
+        "Sentence,Target CSV files or a directory of them (data/ of "
+        "github.com/katiefraser/computational-SCM)",
+    )
+    scm.add_argument(
+        "--encoder",
+        default="sentence-transformers/all-mpnet-base-v2",
+        help="sentence encoder: a sentence-transformers model, or a language model "
+        "(mean-pooled hidden states): a directory, .gguf file or Hub id",
+    )
     scm.add_argument(
         "--encoder-layers",
         type=_positive,
         metavar="N",
         help="keep only the encoder's first N layers (e.g. 15 of SmolLM2-135M's 30: VALIDATION.md)",
     )
-    scm.add_argument("--terms", help="illness terms YAML {type: [terms]} (default: the AQ-27 "
-                     "lists of --language)")  # fmt: skip
+    scm.add_argument(
+        "--terms",
+        help="illness terms YAML {type: [terms]} (default: the AQ-27 lists of --language)",
+    )
     scm.add_argument("--language", choices=("en", "es"), default="en", help="default terms")
     scm.add_argument("--text-column", default="text", help="JSONL/Parquet/dataset column")
-    scm.add_argument("--aq27-run", help="a finished `scd eval stigma --probe aq27` dir: its "
-                     "mental - physical results beside the BIAS map")  # fmt: skip
-    scm.add_argument("--cross-validate", action="store_true", help="5-fold cross-validation of "
-                     "the SCM model on the seed sentences (into summary.json)")  # fmt: skip
+    scm.add_argument(
+        "--aq27-run",
+        help="a finished `scd eval stigma --probe aq27` dir: its "
+        "mental - physical results beside the BIAS map",
+    )
+    scm.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="5-fold cross-validation of the SCM model on the seed sentences (into summary.json)",
+    )
     scm.add_argument("--cache", default="outputs/cache", help="SCM models and embeddings")
     add_options(scm, EngineSpec, ["device"])
     scm.add_argument("--batch-size", type=_positive, default=64, help="sentences per batch")
@@ -232,29 +212,43 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     )
     lm.add_argument("--prompts", help="directory from `scd generate contact`")
     lm.add_argument("--stigma-prompts", help="directory from `scd generate stigma` (the SDS task)")
-    lm.add_argument("--limit", type=_positive, help="the stratified subset of ~N descriptor "
-                    "prompts that `scd eval bias --limit N` takes (baselines on top)")  # fmt: skip
+    lm.add_argument(
+        "--limit",
+        type=_positive,
+        help="the stratified subset of ~N descriptor "
+        "prompts that `scd eval bias --limit N` takes (baselines on top)",
+    )
     lm.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
-    lm.add_argument("--format", choices=("chat", "plain"), default="chat", help="chat: for "
-                    "lm_eval --apply_chat_template; plain: scd's format for models without a "
-                    "chat template")  # fmt: skip
+    lm.add_argument(
+        "--format",
+        choices=("chat", "plain"),
+        default="chat",
+        help="chat: for "
+        "lm_eval --apply_chat_template; plain: scd's format for models without a "
+        "chat template",
+    )
     lm.add_argument("--out", required=True, help="output directory")
 
 
 def _add_recipe_args(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("recipe", help="recipe YAML (see recipes/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"override a recipe key, e.g. --set {example}")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a recipe key, e.g. --set {example}",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``scd`` argument parser."""
     from scd import __version__
 
-    _Parser.parsers = []
-    parser = _Parser(prog="scd", description="Social Contact Debiasing toolkit")
+    Parser.parsers = []
+    parser = Parser(prog="scd", description="Social Contact Debiasing toolkit")
     parser.add_argument("--version", action="version", version=f"scd {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     _add_generate(sub)
     _add_eval(sub)
     _add_audit(sub)
@@ -285,8 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recipe_args(run, "eval.bbq.enabled=true")
     run.add_argument("--outputs", default="outputs", help="root of run dirs and the shared cache")
     run.add_argument("--run-id", help="run directory name (default: run.name or the recipe's name)")
-    run.add_argument("--quiet", "--no-progress", action="store_true", dest="no_progress",
-                     help="no progress bars or progress lines")  # fmt: skip
+    run.add_argument(
+        "--quiet",
+        "--no-progress",
+        action="store_true",
+        dest="no_progress",
+        help="no progress bars or progress lines",
+    )
     run.add_argument(
         "--launcher",
         choices=("local", "ray"),
@@ -294,18 +293,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="local: the run's jobs in turn in this process; ray: the base evaluation and each "
         "setting (and arm) as Ray tasks (pip install 'scd[ray]'; outputs on a path all nodes see)",
     )
-    run.add_argument("--address", help="ray: the cluster (default: a local one; 'auto': the "
-                     "cluster this node belongs to)")  # fmt: skip
+    run.add_argument(
+        "--address",
+        help="ray: the cluster (default: a local one; 'auto': the cluster this node belongs to)",
+    )
     report = sub.add_parser("report", help="the report of a run dir (or a table of eval dirs)")
-    report.add_argument("target", help="a run directory of `scd run`; or a benchmark ("
-                        f"{', '.join(REGISTRY)}, stigma) with --runs: its runs side by "
-                        "side")  # fmt: skip
-    report.add_argument("--runs", nargs="+", metavar="NAME=DIR", help="with a benchmark: result "
-                        'dirs of `scd eval <benchmark>`, e.g. "Without FT=out/base" (a bare DIR '
-                        "is named by its last part)")  # fmt: skip
-    report.add_argument("--out", help="with a benchmark: FILE.md writes the Markdown (and .json "
-                        "beside it); a directory gets report.md, report.html with the figures, "
-                        "and tables/")  # fmt: skip
+    report.add_argument(
+        "target",
+        help="a run directory of `scd run`; or a benchmark ("
+        f"{', '.join(REGISTRY)}, stigma) with --runs: its runs side by "
+        "side",
+    )
+    report.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="NAME=DIR",
+        help="with a benchmark: result "
+        'dirs of `scd eval <benchmark>`, e.g. "Without FT=out/base" (a bare DIR '
+        "is named by its last part)",
+    )
+    report.add_argument(
+        "--out",
+        help="with a benchmark: FILE.md writes the Markdown (and .json "
+        "beside it); a directory gets report.md, report.html with the figures, "
+        "and tables/",
+    )
     merge = sub.add_parser("merge", help="merge a LoRA adapter into its base model")
     merge.add_argument("--adapter", required=True, help="adapter directory")
     merge.add_argument("--base", help="base model (default: the adapter's base_model_name_or_path)")
@@ -353,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     if not sys.stderr.isatty():  # transformers' and the Hub's bars are noise in a log file
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     # the handler is commands._<command>[_<what>]; every benchmark's is commands._eval
     what = getattr(args, "what", None)

@@ -126,11 +126,20 @@ def _eval(args: argparse.Namespace) -> None:
             for f in dataclasses.fields(REGISTRY[probe].Options):
                 value = getattr(args, f.name, f.default)
                 if f.name not in options and f.metadata.get("flag") and value != f.default:
-                    raise InputError(f"an option of the {probe} probe, not of {bench.name}",
-                                     key=f.name, value=value)  # fmt: skip
+                    raise InputError(
+                        f"an option of the {probe} probe, not of {bench.name}",
+                        key=f.name,
+                        value=value,
+                    )
     engine = EngineSpec(**flag_values(args, EngineSpec))
-    summary = bench.evaluate(args.model, args.out, adapter=args.adapter, engine=engine,
-                             progress=not args.quiet, **options)  # fmt: skip
+    summary = bench.evaluate(
+        args.model,
+        args.out,
+        adapter=args.adapter,
+        engine=engine,
+        progress=not args.quiet,
+        **options,
+    )
     print(f"{bench.describe(summary)} -> {args.out}/tables.md")
     if args.wandb:
         from scd.report.wandb_log import log_evaluation
@@ -142,27 +151,47 @@ def _audit_scm(args: argparse.Namespace) -> None:
     from scd.audit.audit import audit_scm
 
     summary = audit_scm(
-        args.corpus, args.out, seeds=args.seeds, encoder=args.encoder,
-        encoder_layers=args.encoder_layers, terms=args.terms,
-        language=args.language, text_column=args.text_column, aq27_run=args.aq27_run,
-        cache=args.cache, device=args.device, batch_size=args.batch_size,
-        validate=args.cross_validate, progress=not args.no_progress,
-    )  # fmt: skip
-    means = ", ".join(f"{kind} {t['warmth']['mean']:+.3f}" for kind, t in summary["types"].items()
-                      if t["n"])  # fmt: skip
-    print(f"{summary['n_matched']:,} of {summary['n_sentences']:,} sentences mention an illness; "
-          f"mean warmth {means} -> {args.out}/tables.md")  # fmt: skip
+        args.corpus,
+        args.out,
+        seeds=args.seeds,
+        encoder=args.encoder,
+        encoder_layers=args.encoder_layers,
+        terms=args.terms,
+        language=args.language,
+        text_column=args.text_column,
+        aq27_run=args.aq27_run,
+        cache=args.cache,
+        device=args.device,
+        batch_size=args.batch_size,
+        validate=args.cross_validate,
+        progress=not args.no_progress,
+    )
+    means = ", ".join(
+        f"{kind} {t['warmth']['mean']:+.3f}" for kind, t in summary["types"].items() if t["n"]
+    )
+    print(
+        f"{summary['n_matched']:,} of {summary['n_sentences']:,} sentences mention an illness; "
+        f"mean warmth {means} -> {args.out}/tables.md"
+    )
 
 
 def _export_lm_eval(args: argparse.Namespace) -> None:
     from scd.export.lm_eval import export_lm_eval
 
-    info = export_lm_eval(args.out, prompts=args.prompts, stigma=args.stigma_prompts,
-                          limit=args.limit, seed=args.seed, fmt=args.format)  # fmt: skip
+    info = export_lm_eval(
+        args.out,
+        prompts=args.prompts,
+        stigma=args.stigma_prompts,
+        limit=args.limit,
+        seed=args.seed,
+        fmt=args.format,
+    )
     docs = ", ".join(f"{name} {n:,}" for name, n in info["tasks"].items())
     chat = " --apply_chat_template" if args.format == "chat" else ""
-    print(f"lm-eval tasks ({docs} documents) -> {args.out}; run: lm_eval --include_path "
-          f"{args.out} --tasks scd{chat} ...")  # fmt: skip
+    print(
+        f"lm-eval tasks ({docs} documents) -> {args.out}; run: lm_eval --include_path "
+        f"{args.out} --tasks scd{chat} ..."
+    )
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -214,8 +243,9 @@ def _report(args: argparse.Namespace) -> None:
         from scd.eval.benchmarks.base import save_table
         from scd.report.html import write_report
 
-        md, html = write_report(args.out, f"scd report {args.target}", table.markdown,
-                                table.figures)  # fmt: skip
+        md, html = write_report(
+            args.out, f"scd report {args.target}", table.markdown, table.figures
+        )
         save_table(Path(args.out) / "tables", table)
         print(f"{args.target} report -> {md}, {html}")
 
@@ -248,8 +278,14 @@ def _run(args: argparse.Namespace) -> None:
     if args.address and args.launcher != "ray":
         raise InputError("--address goes with --launcher ray")
     outputs = Path(args.outputs)
-    run_recipe(recipe, outputs / run_id, outputs / "cache", progress=not args.no_progress,
-               launcher=args.launcher, address=args.address)  # fmt: skip
+    run_recipe(
+        recipe,
+        outputs / run_id,
+        outputs / "cache",
+        progress=not args.no_progress,
+        launcher=args.launcher,
+        address=args.address,
+    )
 
 
 def _toy_model(args: argparse.Namespace) -> None:

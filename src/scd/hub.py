@@ -27,8 +27,14 @@ def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "con
     if filename and isinstance(try_to_load_from_cache(repo, filename, repo_type=repo_type), str):
         return ""
     if constants.HF_HUB_OFFLINE:
-        return ("not in the local Hub cache, and HF_HUB_OFFLINE is set (download it once "
-                "online, or give a local path)") if filename else ""  # fmt: skip
+        return (
+            (
+                "not in the local Hub cache, and HF_HUB_OFFLINE is set (download it once "
+                "online, or give a local path)"
+            )
+            if filename
+            else ""
+        )
     try:
         HfApi().repo_info(repo, repo_type=repo_type, timeout=10)
     except GatedRepoError:
@@ -36,8 +42,10 @@ def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "con
     except RepositoryNotFoundError:
         return f"no such {repo_type} on the Hub (a private one needs HF_TOKEN)"
     except Exception as err:  # noqa: BLE001 -- network errors of every kind
-        return (f"the Hub cannot be reached ({first_line(err)}); offline, set HF_HUB_OFFLINE=1 "
-                "to use a cached copy")  # fmt: skip
+        return (
+            f"the Hub cannot be reached ({first_line(err)}); offline, set HF_HUB_OFFLINE=1 "
+            "to use a cached copy"
+        )
     return ""
 
 
@@ -77,9 +85,15 @@ def upload(
     api = HfApi(token=hub_token(key))
     try:
         url = api.create_repo(repo, repo_type=repo_type, private=private, exist_ok=True)
-        api.upload_folder(repo_id=repo, folder_path=str(directory), repo_type=repo_type,
-                          commit_message=message, allow_patterns=allow)  # fmt: skip
+        api.upload_folder(
+            repo_id=repo,
+            folder_path=str(directory),
+            repo_type=repo_type,
+            commit_message=message,
+            allow_patterns=allow,
+        )
     except Exception as err:  # the Hub's HTTP, auth and validation errors  # noqa: BLE001
-        raise InputError(f"cannot upload to the Hub: {first_line(err)}", key=key,
-                         value=repo) from None  # fmt: skip
+        raise InputError(
+            f"cannot upload to the Hub: {first_line(err)}", key=key, value=repo
+        ) from None
     return str(url)

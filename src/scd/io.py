@@ -16,10 +16,21 @@ from typing import Any
 from scd.errors import InputError, first_line
 
 __all__ = [
-    "atomic_file", "atomic_output_dir", "cache_key", "check_output_dir", "data_dir", "json_text",
-    "looks_local", "model_cache", "read_json", "read_manifest", "read_parquet", "read_yaml",
-    "sha256_file", "write_json",
-]  # fmt: skip
+    "atomic_file",
+    "atomic_output_dir",
+    "cache_key",
+    "check_output_dir",
+    "data_dir",
+    "json_text",
+    "looks_local",
+    "model_cache",
+    "read_json",
+    "read_manifest",
+    "read_parquet",
+    "read_yaml",
+    "sha256_file",
+    "write_json",
+]
 
 _UMASK = os.umask(0o022)  # read the process umask (set it back at once)
 os.umask(_UMASK)

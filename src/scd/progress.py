@@ -32,21 +32,28 @@ def _seconds(value: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise InputError("expected seconds between progress lines, e.g. 30",
-                         key="SCD_PROGRESS_SECONDS", value=value) from None  # fmt: skip
+        raise InputError(
+            "expected seconds between progress lines, e.g. 30",
+            key="SCD_PROGRESS_SECONDS",
+            value=value,
+        ) from None
 
 
 def _eta(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s")  # fmt: skip
+    return (
+        f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
 
 
 class Progress:
     """``total`` items, ``done`` of them before (a resumed run says so)."""
 
-    def __init__(self, name: str, total: int, *, done: int = 0, unit: str = "item",
-                 enabled: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, name: str, total: int, *, done: int = 0, unit: str = "item", enabled: bool = True
+    ) -> None:
         self.name, self.total, self.done, self.unit = name, total, done, unit
         self.enabled, self.first = enabled, done
         self.every = _seconds(os.environ.get("SCD_PROGRESS_SECONDS", "30"))
@@ -67,8 +74,10 @@ class Progress:
         pct = 100 * self.done / max(self.total, 1)
         status = f", {self.status}" if self.status else ""
         end = "done" if final else f"ETA {eta}"
-        return (f"{self.name}: {self.done:,}/{self.total:,} {self.unit}s ({pct:.0f}%), "
-                f"{rate:,.1f} {self.unit}s/s{status}, {end}")  # fmt: skip
+        return (
+            f"{self.name}: {self.done:,}/{self.total:,} {self.unit}s ({pct:.0f}%), "
+            f"{rate:,.1f} {self.unit}s/s{status}, {end}"
+        )
 
     def note(self, status: str) -> None:
         """A short status shown after the counts from now on (a loss, an accuracy)."""
@@ -80,8 +89,11 @@ class Progress:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        elif (self.enabled and self.done < self.total  # the last line is close()'s
-              and time.perf_counter() - self.last >= self.every):  # fmt: skip
+        elif (
+            self.enabled
+            and self.done < self.total  # the last line is close()'s
+            and time.perf_counter() - self.last >= self.every
+        ):
             self.last = time.perf_counter()
             say(self.line())
 

@@ -16,11 +16,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SECRET_ENV", "choose_mode", "finish_run", "held_step", "offline_records", "redact",
-           "start_run"]  # fmt: skip
+__all__ = [
+    "SECRET_ENV",
+    "choose_mode",
+    "finish_run",
+    "held_step",
+    "offline_folders",
+    "offline_records",
+    "redact",
+    "start_run",
+]
 
-SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN",
-              "OPENAI_API_KEY")  # fmt: skip
+SECRET_ENV = (
+    "WANDB_API_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_API_TOKEN",
+    "OPENAI_API_KEY",
+)
 _SECRET_KEY = re.compile(r"(token|api_key|apikey|secret|password)", re.IGNORECASE)
 
 
@@ -64,8 +77,9 @@ def redact(data: Any, secrets: list[str] | None = None) -> Any:
         # a placeholder such as OPENAI_API_KEY=EMPTY (local servers) is no secret to hunt for
         secrets = [os.environ[k] for k in names if len(os.environ.get(k) or "") >= 8]
     if isinstance(data, dict):
-        return {k: "<redacted>" if _secret_key(k) and v else redact(v, secrets)
-                for k, v in data.items()}  # fmt: skip
+        return {
+            k: "<redacted>" if _secret_key(k) and v else redact(v, secrets) for k, v in data.items()
+        }
     if isinstance(data, list):
         return [redact(v, secrets) for v in data]
     if isinstance(data, str):
@@ -116,7 +130,7 @@ def finish_run(run: Any, say: Any = None) -> None:
     if offline:
         from scd.progress import say as stderr
 
-        every = f"{where.parent}/offline-run-*-{run.id}"  # a resumed run's segments, oldest first
+        every = f"{where.parent}/offline-run-*-{run.id}*"  # every process's folder of the run
         (say or stderr)(f"W&B run {run.id} (offline) in {where}; upload: wandb sync {every}")
 
 
@@ -143,6 +157,15 @@ def offline_records(run_dir: Path) -> Iterator[Any]:
             piece = b""
 
 
+def offline_folders(directory: Path, run_id: str) -> list[Path]:
+    """The offline folders of run ``run_id`` in a W&B directory, oldest first: one per process
+    that wrote to it (``offline-run-<time>-<id>``, with ``-<n>`` added by W&B when two start in
+    the same second)."""
+    name = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?")
+    found = Path(directory).glob(f"offline-run-*-{run_id}*")
+    return sorted(p for p in found if name.fullmatch(p.name))
+
+
 def held_step(run: Any) -> int:
     """The last history step (``_step``) that earlier processes wrote to this run, -1 if none:
     offline, read from the other folders of its id beside this one (see :func:`start_run`);
@@ -150,8 +173,11 @@ def held_step(run: Any) -> int:
     if run.settings.mode != "offline":
         return int(run.step) - 1 if getattr(run, "resumed", False) else -1
     here = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>
-    steps = [record.history.step.num
-             for folder in here.parent.glob(f"offline-run-*-{run.id}") if folder != here
-             for record in offline_records(folder)
-             if record.WhichOneof("record_type") == "history"]  # fmt: skip
+    steps = [
+        record.history.step.num
+        for folder in offline_folders(here.parent, run.id)
+        if folder != here
+        for record in offline_records(folder)
+        if record.WhichOneof("record_type") == "history"
+    ]
     return max(steps, default=-1)

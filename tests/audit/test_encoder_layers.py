@@ -36,8 +36,15 @@ def tiny_gpt2(real_tokenizers, tmp_path_factory) -> str:
 
     tokenizer = AutoTokenizer.from_pretrained(real_tokenizers / "llama-2-chat")
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4,
-                        n_positions=64, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     out = tmp_path_factory.mktemp("gpt2") / "tiny-gpt2"
     GPT2LMHeadModel(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -71,9 +78,19 @@ def test_the_layer_count_is_part_of_the_cache_key(
     tiny_chat_models, scm_seeds, corpus_file, tmp_path, capsys, monkeypatch
 ) -> None:
     cache = tmp_path / "cache"
-    argv = ["audit", "scm", "--corpus", str(corpus_file), "--seeds", str(scm_seeds),
-            "--encoder", str(tiny_chat_models["llama-3.1-instruct"]), "--cache", str(cache),
-            "--no-progress"]  # fmt: skip
+    argv = [
+        "audit",
+        "scm",
+        "--corpus",
+        str(corpus_file),
+        "--seeds",
+        str(scm_seeds),
+        "--encoder",
+        str(tiny_chat_models["llama-3.1-instruct"]),
+        "--cache",
+        str(cache),
+        "--no-progress",
+    ]
     warmth = {}
     for layers in ("1", "2"):
         out = tmp_path / f"out{layers}"

@@ -31,8 +31,12 @@ def test_the_model_recovers_planted_warmth_and_competence(scm_seeds, planted_enc
     assert sum(f["n_basic"] for f in result["folds"]) == sum(len(s.words) == 1 for s in seeds)
     vectors = _encode(planted_encoder, [s.text for s in seeds])
     model = SCMModel.fit(vectors, [s.label for s in seeds])
-    tests = ["these people are always friendly", "these people are always hostile",
-             "these people are always skilled", "these people are always clumsy"]  # fmt: skip
+    tests = [
+        "these people are always friendly",
+        "these people are always hostile",
+        "these people are always skilled",
+        "these people are always clumsy",
+    ]
     warmth, competence = model.score(_encode(planted_encoder, tests)).T
     assert warmth[0] > 0 > warmth[1] and competence[2] > 0 > competence[3]
     assert accuracy(model.score(vectors), [s.label for s in seeds]) > 0.95
@@ -50,16 +54,18 @@ def test_a_saved_model_scores_the_same(scm_seeds, planted_encoder, tmp_path) -> 
 
 @pytest.mark.parametrize(
     ("sentence", "found"),
-    [("She has cancerous cells.", {}),  # "cancer" is a whole word only
-     ("She has cancer.", {"physical": ["cancer"]}),
-     ("my adhd is bad", {"mental": ["ADHD"]}),
-     ("ADHD-like symptoms", {"mental": ["ADHD"]}),
-     ("a  Panic\\tdisorder", {"mental": ["panic disorder"]}),
-     ("Alzheimer disease and Alzheimer's", {"mental": ["Alzheimer's"]}),
-     ("cold people", {}),  # the illness is "a cold"
-     ("I caught a cold", {"physical": ["a cold"]}),
-     ("depression and asthma", {"mental": ["depression"], "physical": ["asthma"]})],
-)  # fmt: skip
+    [
+        ("She has cancerous cells.", {}),  # "cancer" is a whole word only
+        ("She has cancer.", {"physical": ["cancer"]}),
+        ("my adhd is bad", {"mental": ["ADHD"]}),
+        ("ADHD-like symptoms", {"mental": ["ADHD"]}),
+        ("a  Panic\\tdisorder", {"mental": ["panic disorder"]}),
+        ("Alzheimer disease and Alzheimer's", {"mental": ["Alzheimer's"]}),
+        ("cold people", {}),  # the illness is "a cold"
+        ("I caught a cold", {"physical": ["a cold"]}),
+        ("depression and asthma", {"mental": ["depression"], "physical": ["asthma"]}),
+    ],
+)
 def test_terms_match_whole_words_case_insensitively(sentence, found) -> None:
     terms = load_terms()
     terms["physical"].append("cancer")
@@ -68,7 +74,11 @@ def test_terms_match_whole_words_case_insensitively(sentence, found) -> None:
 
 def test_sentences_are_split_after_end_punctuation() -> None:
     assert split_sentences('He said "no." Then left!  Why? Fine') == [
-        'He said "no."', "Then left!", "Why?", "Fine"]  # fmt: skip
+        'He said "no."',
+        "Then left!",
+        "Why?",
+        "Fine",
+    ]
 
 
 def test_statistics_agree_with_scipy() -> None:
@@ -80,15 +90,26 @@ def test_statistics_agree_with_scipy() -> None:
     w = summary["types"]["mental"]["warmth"]
     low, high = stats.t.interval(0.95, 39, loc=mental[:, 0].mean(), scale=stats.sem(mental[:, 0]))
     assert w["mean"] == pytest.approx(mental[:, 0].mean()) and (w["ci_low"], w["ci_high"]) == (
-        pytest.approx(low), pytest.approx(high))  # fmt: skip
+        pytest.approx(low),
+        pytest.approx(high),
+    )
     test = stats.mannwhitneyu(mental[:, 1], physical[:, 1], alternative="two-sided")
     got = summary["mental_vs_physical"]["competence"]
     assert got["p"] == pytest.approx(test.pvalue) and got["u"] == pytest.approx(test.statistic)
     q = summary["types"]["physical"]["quadrants"]
     assert q["LW/LC"] == pytest.approx(np.mean((physical[:, 0] < 0) & (physical[:, 1] < 0)))
     assert sum(q.values()) == pytest.approx(1)
-    assert set(bias_map()) == {"anger", "avoidance", "blame", "coercion", "dangerousness",
-                               "fear", "help", "pity", "segregation"}  # fmt: skip
+    assert set(bias_map()) == {
+        "anger",
+        "avoidance",
+        "blame",
+        "coercion",
+        "dangerousness",
+        "fear",
+        "help",
+        "pity",
+        "segregation",
+    }
 
 
 def test_scd_audit_scm_places_the_corpus(scm_seeds, planted_encoder, corpus_file, tmp_path):
@@ -100,9 +121,24 @@ def test_scd_audit_scm_places_the_corpus(scm_seeds, planted_encoder, corpus_file
         )
     )
     out, cache = tmp_path / "audit", tmp_path / "cache"
-    argv = ["audit", "scm", "--corpus", str(corpus_file), "--seeds", str(scm_seeds),
-            "--encoder", str(planted_encoder), "--out", str(out), "--cache", str(cache),
-            "--aq27-run", str(aq27), "--cross-validate", "--no-progress"]  # fmt: skip
+    argv = [
+        "audit",
+        "scm",
+        "--corpus",
+        str(corpus_file),
+        "--seeds",
+        str(scm_seeds),
+        "--encoder",
+        str(planted_encoder),
+        "--out",
+        str(out),
+        "--cache",
+        str(cache),
+        "--aq27-run",
+        str(aq27),
+        "--cross-validate",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     rows = {r["sentence"]: r for r in pq.read_table(out / "sentences.parquet").to_pylist()}
     assert "The weather was cold today." not in rows and len(rows) == 6
@@ -126,15 +162,21 @@ def test_scd_audit_scm_places_the_corpus(scm_seeds, planted_encoder, corpus_file
     assert len(list((cache / "scm-model").iterdir())) == 1
 
 
-@pytest.mark.parametrize("case", ["no_text_column", "empty", "unknown_encoder", "no_target",
-                                  "no_illness"])  # fmt: skip
-def test_bad_input_is_one_line_and_writes_nothing(case, scm_seeds, planted_encoder, tmp_path,
-                                                  capsys) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "case", ["no_text_column", "empty", "unknown_encoder", "no_target", "no_illness"]
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    case, scm_seeds, planted_encoder, tmp_path, capsys
+) -> None:
     corpus, seeds, encoder = tmp_path / "c.jsonl", str(scm_seeds), str(planted_encoder)
     corpus.write_text(json.dumps({"text": "People with depression are always hostile."}) + "\n")
-    needle = {"no_text_column": "no column 'body'", "empty": "no text in the corpus",
-              "unknown_encoder": "--encoder", "no_target": "no <target>",
-              "no_illness": "mentions an illness term"}[case]  # fmt: skip
+    needle = {
+        "no_text_column": "no column 'body'",
+        "empty": "no text in the corpus",
+        "unknown_encoder": "--encoder",
+        "no_target": "no <target>",
+        "no_illness": "mentions an illness term",
+    }[case]
     column = "body" if case == "no_text_column" else "text"
     if case == "empty":
         corpus.write_text("\n")
@@ -147,9 +189,25 @@ def test_bad_input_is_one_line_and_writes_nothing(case, scm_seeds, planted_encod
     elif case == "no_illness":
         corpus.write_text(json.dumps({"text": "A sunny day."}) + "\n")
     out = tmp_path / "out"
-    code = main(["audit", "scm", "--corpus", str(corpus), "--seeds", seeds, "--encoder", encoder,
-                 "--text-column", column, "--out", str(out), "--cache", str(tmp_path / "cache"),
-                 "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "audit",
+            "scm",
+            "--corpus",
+            str(corpus),
+            "--seeds",
+            seeds,
+            "--encoder",
+            encoder,
+            "--text-column",
+            column,
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and needle in err, err
     assert not out.exists()
@@ -158,8 +216,18 @@ def test_bad_input_is_one_line_and_writes_nothing(case, scm_seeds, planted_encod
 def test_without_the_audit_extra_is_one_line(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     (tmp_path / "c.txt").write_text("depression\n")
-    code = main(["audit", "scm", "--corpus", str(tmp_path / "c.txt"), "--seeds", str(tmp_path),
-                 "--out", str(tmp_path / "o")])  # fmt: skip
+    code = main(
+        [
+            "audit",
+            "scm",
+            "--corpus",
+            str(tmp_path / "c.txt"),
+            "--seeds",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "pip install 'scd[audit]'" in err and err.count("\n") == 1, err
 

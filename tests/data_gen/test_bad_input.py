@@ -236,10 +236,19 @@ def test_holistic_bias_is_downloaded_once_and_validated(
 
 def test_missing_paths_are_named_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = str(tmp_path / "o")
-    _fails(capsys, ["generate", "contact", "--descriptors", "data/my.json", "--out", out],
-           "--descriptors data/my.json: no such file")  # fmt: skip
-    _fails(capsys, ["generate", "contact", "--descriptors", str(tmp_path), "--out", out],
-           "a directory, not a file")  # fmt: skip
-    _fails(capsys, ["generate", "sft", "--prompts", str(tmp_path / "nope"), "--setting", "1",
-                    "--out", out], "no such directory")  # fmt: skip
+    _fails(
+        capsys,
+        ["generate", "contact", "--descriptors", "data/my.json", "--out", out],
+        "--descriptors data/my.json: no such file",
+    )
+    _fails(
+        capsys,
+        ["generate", "contact", "--descriptors", str(tmp_path), "--out", out],
+        "a directory, not a file",
+    )
+    _fails(
+        capsys,
+        ["generate", "sft", "--prompts", str(tmp_path / "nope"), "--setting", "1", "--out", out],
+        "no such directory",
+    )
     assert not (tmp_path / "o").exists()

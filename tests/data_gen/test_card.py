@@ -34,17 +34,23 @@ def test_the_cards_name_every_file_and_load_with_datasets(tmp_path):
     generate_stigma(tmp_path / "stigma", limit_conditions=2)
     write_sft(toy_prompts, 1, tmp_path / "sft", max_train=50, max_eval=20)
     expect = {
-        toy_prompts: {"prompts": {"test": "prompts.parquet"},
-                      "baseline": {"test": "baseline.parquet"}},
+        toy_prompts: {
+            "prompts": {"test": "prompts.parquet"},
+            "baseline": {"test": "baseline.parquet"},
+        },
         tmp_path / "stigma": {n: {"test": f"{n}.parquet"} for n in ("sds", "sentiment", "aq27")},
-        tmp_path / "sft": {"sft": {"train": "train.parquet", "validation": "eval.parquet"},
-                           "heldout": {"test": "heldout/prompts.parquet"},
-                           "heldout_baseline": {"test": "heldout/baseline.parquet"}},
-    }  # fmt: skip
+        tmp_path / "sft": {
+            "sft": {"train": "train.parquet", "validation": "eval.parquet"},
+            "heldout": {"test": "heldout/prompts.parquet"},
+            "heldout_baseline": {"test": "heldout/baseline.parquet"},
+        },
+    }
     for directory, configs in expect.items():
         front = _front(directory)
-        got = {c["config_name"]: {f["split"]: f["path"] for f in c["data_files"]}
-               for c in front["configs"]}  # fmt: skip
+        got = {
+            c["config_name"]: {f["split"]: f["path"] for f in c["data_files"]}
+            for c in front["configs"]
+        }
         assert got == configs and front["configs"][0]["default"] is True
         assert front["license"] == ("other" if directory.name == "stigma" else "mit")
         card = (directory / "README.md").read_text()
@@ -53,11 +59,16 @@ def test_the_cards_name_every_file_and_load_with_datasets(tmp_path):
                 rows = pq.read_metadata(directory / file).num_rows
                 assert f"| {config} | {split} | `{file}` | {rows:,} |" in card
                 data = load_dataset(str(directory), config)[split]
-                assert data.num_rows == rows and data.column_names == pq.read_schema(
-                    directory / file).names  # fmt: skip
+                assert (
+                    data.num_rows == rows
+                    and data.column_names == pq.read_schema(directory / file).names
+                )
     first = load_dataset(str(toy_prompts))["test"][0]  # the default config, no name needed
-    assert first["prompt"] and first["options"] in (["Yes", "No"], ["Likely", "Unlikely"],
-                                                    ["Mostly", "Rarely"])  # fmt: skip
+    assert first["prompt"] and first["options"] in (
+        ["Yes", "No"],
+        ["Likely", "Unlikely"],
+        ["Mostly", "Rarely"],
+    )
 
 
 def test_the_license_follows_the_descriptors():
@@ -92,11 +103,12 @@ def test_push_to_hub_checks_the_token_first_and_never_shows_it(monkeypatch, tmp_
         monkeypatch,
         HF_TOKEN=secret,
         HF_ENDPOINT="http://127.0.0.1:9",
-    )  # fmt: skip  (nothing listens there)
+    )  # nothing listens there
     assert code == 2 and "cannot upload to the Hub" in text and secret not in text
     assert (tmp_path / "b" / "README.md").is_file()  # the dataset itself is complete
-    assert secret not in "".join(p.read_text() for p in (tmp_path / "b").glob("*.*")
-                                 if p.suffix in (".md", ".json"))  # fmt: skip
+    assert secret not in "".join(
+        p.read_text() for p in (tmp_path / "b").glob("*.*") if p.suffix in (".md", ".json")
+    )
 
 
 def test_every_generate_command_can_push():

@@ -148,9 +148,13 @@ class FakeLLM:
                 )[0, len(ids) :]
                 tokens = new.tolist()
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            outputs.append(RequestOutput(ids, prompt_logprobs, [
-                CompletionOutput(0, text, tokens, [step] if step is not None else None)
-            ]))  # fmt: skip
+            outputs.append(
+                RequestOutput(
+                    ids,
+                    prompt_logprobs,
+                    [CompletionOutput(0, text, tokens, [step] if step is not None else None)],
+                )
+            )
         return outputs
 
 

@@ -23,8 +23,16 @@ from typing import Any
 import torch
 
 FAULTS = ("429", "500", "503", "drop", "malformed", "slow", "half")
-OPENAI_FIELDS = {"model", "prompt", "messages", "max_tokens", "temperature", "logprobs",
-                 "top_logprobs", "echo"}  # fmt: skip
+OPENAI_FIELDS = {
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "temperature",
+    "logprobs",
+    "top_logprobs",
+    "echo",
+}
 
 
 class StubServer:
@@ -32,10 +40,19 @@ class StubServer:
     completions requests fail that way, one fault per request; ``fail_always`` makes every one
     answer 500; ``s.bodies`` holds every completions body received."""
 
-    def __init__(self, model: Path | str, *, name: str = "stub", api_key: str | None = None,
-                 token_ids: bool = True, echo: bool = True, slow_s: float = 2.0,
-                 adapters: dict[str, str] | None = None, load_adapters: bool = False,
-                 strict: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Path | str,
+        *,
+        name: str = "stub",
+        api_key: str | None = None,
+        token_ids: bool = True,
+        echo: bool = True,
+        slow_s: float = 2.0,
+        adapters: dict[str, str] | None = None,
+        load_adapters: bool = False,
+        strict: bool = False,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model_dir, self.name, self.api_key = str(model), name, api_key
@@ -78,19 +95,28 @@ class StubServer:
             if body.get("echo") and self.echo:
                 table = self.logprobs(ids)
                 values = [None] + [float(table[j - 1, t]) for j, t in enumerate(ids) if j]
-                choice["logprobs"] = {"tokens": [f"token_id:{t}" for t in ids],
-                                      "token_logprobs": values, "top_logprobs": None}  # fmt: skip
+                choice["logprobs"] = {
+                    "tokens": [f"token_id:{t}" for t in ids],
+                    "token_logprobs": values,
+                    "top_logprobs": None,
+                }
             elif wanted:
                 last = self.logprobs(ids)[-1]
                 top = int(last.argmax())
                 step = {f"token_id:{t}": float(last[t]) for t in (*wanted, top)}
-                choice["logprobs"] = {"tokens": [f"token_id:{top}"],
-                                      "token_logprobs": [float(last[top])],
-                                      "top_logprobs": [step]}  # fmt: skip
+                choice["logprobs"] = {
+                    "tokens": [f"token_id:{top}"],
+                    "token_logprobs": [float(last[top])],
+                    "top_logprobs": [step],
+                }
             else:
                 with self.lock, torch.no_grad():
-                    out = self.lm.generate(torch.tensor([ids]), max_new_tokens=body["max_tokens"],
-                                           do_sample=False, pad_token_id=0)  # fmt: skip
+                    out = self.lm.generate(
+                        torch.tensor([ids]),
+                        max_new_tokens=body["max_tokens"],
+                        do_sample=False,
+                        pad_token_id=0,
+                    )
                 choice["text"] = self.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
             choices.append(choice)
         return {"object": "text_completion", "model": body["model"], "choices": choices}
@@ -98,20 +124,27 @@ class StubServer:
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         """A chat completion: the model's own chat template (as a served model applies it), the
         first reply token's top log-probs when asked, else greedy text."""
-        text = self.tokenizer.apply_chat_template(body["messages"], tokenize=False,
-                                                  add_generation_prompt=True)  # fmt: skip
+        text = self.tokenizer.apply_chat_template(
+            body["messages"], tokenize=False, add_generation_prompt=True
+        )
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         k = body.get("top_logprobs") if body.get("logprobs") else None
         if k:
             values, tokens = self.logprobs(ids)[-1].topk(k)
-            top = [{"token": self.tokenizer.decode([t]), "logprob": float(v)}
-                   for v, t in zip(values.tolist(), tokens.tolist())]  # fmt: skip
+            top = [
+                {"token": self.tokenizer.decode([t]), "logprob": float(v)}
+                for v, t in zip(values.tolist(), tokens.tolist())
+            ]
             reply = {"content": top[0]["token"]}
             logprobs = {"content": [{**top[0], "top_logprobs": top}]}
         else:
             with self.lock, torch.no_grad():
-                out = self.lm.generate(torch.tensor([ids]), max_new_tokens=body["max_tokens"],
-                                       do_sample=False, pad_token_id=0)  # fmt: skip
+                out = self.lm.generate(
+                    torch.tensor([ids]),
+                    max_new_tokens=body["max_tokens"],
+                    do_sample=False,
+                    pad_token_id=0,
+                )
             new = self.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
             reply, logprobs = {"content": new}, None
         choice = {"index": 0, "message": {"role": "assistant", **reply}, "logprobs": logprobs}
@@ -125,8 +158,13 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:  # quiet
             pass
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None,
-                  kind: str = "application/json") -> None:  # fmt: skip
+        def _send(
+            self,
+            status: int,
+            payload: Any,
+            headers: dict[str, str] | None = None,
+            kind: str = "application/json",
+        ) -> None:
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", kind)
@@ -148,10 +186,12 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, {"detail": "Not Found"})
             if self._authorized():
                 owner = "openai" if stub.strict else "vllm"  # vLLM's protocol, or OpenAI's only
-                data = [{"id": stub.name, "root": stub.model_dir, "parent": None,
-                         "owned_by": owner}]  # fmt: skip
-                data += [{"id": n, "root": p, "parent": stub.name}
-                         for n, p in stub.adapters.items()]  # fmt: skip
+                data = [
+                    {"id": stub.name, "root": stub.model_dir, "parent": None, "owned_by": owner}
+                ]
+                data += [
+                    {"id": n, "root": p, "parent": stub.name} for n, p in stub.adapters.items()
+                ]
                 self._send(200, {"object": "list", "data": data})
 
         def do_POST(self) -> None:  # noqa: N802

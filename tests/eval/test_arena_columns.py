@@ -27,8 +27,16 @@ def write(out: Path, records: list[dict], summary: dict | None = None) -> Path:
     return out
 
 
-def brec(pid: str, biased: bool, *, scale: str = "certainty", baseline: bool = False,
-         first: bool | None = None, unparsed: bool = False, cell: int = 1) -> dict:  # fmt: skip
+def brec(
+    pid: str,
+    biased: bool,
+    *,
+    scale: str = "certainty",
+    baseline: bool = False,
+    first: bool | None = None,
+    unparsed: bool = False,
+    cell: int = 1,
+) -> dict:
     """A bias record as the evaluator writes it. The biased answer is the first option on a
     negative action, so ``first`` (default: ``biased``) picks the action."""
     options = OPTIONS[scale]
@@ -37,14 +45,27 @@ def brec(pid: str, biased: bool, *, scale: str = "certainty", baseline: bool = F
     biased_answer, unbiased_answer = options if negative else options[::-1]
     chosen = None if unparsed else biased_answer if biased else unbiased_answer
     return {
-        "prompt_id": pid, "set_id": f"set-{pid}", "principle": f"p{cell}", "scenario": "s1",
-        "action": "negative" if negative else "positive", "scale": scale, "contact": "none",
-        "axis": "baseline" if baseline else "religion", "bucket": None,
-        "descriptor": None if baseline else "Muslim", "baseline": baseline,
-        "options": options, "unbiased_answer": unbiased_answer, "biased_answer": biased_answer,
-        "chosen": chosen, "option_logprobs": None, "option_probs": None, "generated": None,
-        "biased": chosen == biased_answer, "unparsed": chosen is None,
-    }  # fmt: skip
+        "prompt_id": pid,
+        "set_id": f"set-{pid}",
+        "principle": f"p{cell}",
+        "scenario": "s1",
+        "action": "negative" if negative else "positive",
+        "scale": scale,
+        "contact": "none",
+        "axis": "baseline" if baseline else "religion",
+        "bucket": None,
+        "descriptor": None if baseline else "Muslim",
+        "baseline": baseline,
+        "options": options,
+        "unbiased_answer": unbiased_answer,
+        "biased_answer": biased_answer,
+        "chosen": chosen,
+        "option_logprobs": None,
+        "option_probs": None,
+        "generated": None,
+        "biased": chosen == biased_answer,
+        "unparsed": chosen is None,
+    }
 
 
 def flags(prefix: str, biased: list[bool], cells: int = 1, **kw) -> list[dict]:
@@ -104,10 +125,12 @@ def test_descriptor_effect(tmp_path: Path) -> None:
     # 8 template cells (the default `first` keeps every record's action negative)
     same = {"cells": 8}
     desc = flags("d", [i % 10 < 3 for i in range(80)], **same)  # 30% biased, 3 of 10 per cell
-    arm = write(tmp_path / "a", desc + flags("b", [i % 10 == 0 for i in range(40)], baseline=True,
-                                             **same))  # fmt: skip
-    other = write(tmp_path / "o", desc + flags("b", [i % 10 < 3 for i in range(40)],
-                                               baseline=True, **same))  # fmt: skip
+    arm = write(
+        tmp_path / "a", desc + flags("b", [i % 10 == 0 for i in range(40)], baseline=True, **same)
+    )
+    other = write(
+        tmp_path / "o", desc + flags("b", [i % 10 < 3 for i in range(40)], baseline=True, **same)
+    )
     row, row2 = BIAS.arena(arm, arm, arm), BIAS.arena(other, other, other)
     effect = ("bias_pct", "baseline_pct", "descriptor_effect_pts")
     assert [row[k] for k in effect] == [30.0, 10.0, 20.0]
@@ -117,8 +140,9 @@ def test_descriptor_effect(tmp_path: Path) -> None:
     assert row2["descriptor_effect_ci_high"] < row["descriptor_effect_ci_low"]
     # cells that differ widen the interval: the prompts of one template are not independent
     uneven = [i % 8 < 2 for i in range(80)]  # cells 0 and 1 all biased, the rest never: 25%
-    spread = write(tmp_path / "s", flags("d", uneven, **same)
-                   + flags("b", [False] * 40, baseline=True, **same))  # fmt: skip
+    spread = write(
+        tmp_path / "s", flags("d", uneven, **same) + flags("b", [False] * 40, baseline=True, **same)
+    )
     row3 = BIAS.arena(spread, spread, spread)
     assert row3["descriptor_effect_pts"] == 25.0
     width = row3["descriptor_effect_ci_high"] - row3["descriptor_effect_ci_low"]
@@ -138,8 +162,14 @@ def test_answer_rule_arm_and_no_baselines(tmp_path: Path) -> None:
     assert (row["descriptor_effect_ci_low"], row["descriptor_effect_ci_high"]) == (0.0, 0.0)
     bare = write(tmp_path / "bare", flags("d", [True, False, True]))
     row = BIAS.arena(bare, bare, bare)
-    empty = ("baseline_pct", "baseline_ci_low", "baseline_ci_high", "descriptor_effect_pts",
-             "descriptor_effect_ci_low", "descriptor_effect_ci_high")  # fmt: skip
+    empty = (
+        "baseline_pct",
+        "baseline_ci_low",
+        "baseline_ci_high",
+        "descriptor_effect_pts",
+        "descriptor_effect_ci_low",
+        "descriptor_effect_ci_high",
+    )
     assert [row[k] for k in empty] == [None] * 6
     assert (row["baseline_n"], row["bias_pct"]) == (0, round(200 / 3, 2))
 
@@ -159,13 +189,23 @@ def qrec(i: int, cond: str, pol: str, label: int, pred: int, cat: str = "Age") -
     """A BBQ record as the runner writes it: answer 2 is unknown, answer 0 the target."""
     biased = 0 if pol == "neg" else 1
     return {
-        "id": f"q{i}", "example_id": i, "question_index": "1", "question_polarity": pol,
-        "context_condition": cond, "category": cat, "label": label, "pred": pred,
-        "pred_text": f"ans{pred}", "option_logprobs": [-1.0, -2.0, -3.0],
-        "option_logprobs_norm": [-1.0, -2.0, -3.0], "correct": pred == label,
-        "pred_is_unknown": pred == 2, "pred_is_biased": pred == biased, "target_index": 0,
+        "id": f"q{i}",
+        "example_id": i,
+        "question_index": "1",
+        "question_polarity": pol,
+        "context_condition": cond,
+        "category": cat,
+        "label": label,
+        "pred": pred,
+        "pred_text": f"ans{pred}",
+        "option_logprobs": [-1.0, -2.0, -3.0],
+        "option_logprobs_norm": [-1.0, -2.0, -3.0],
+        "correct": pred == label,
+        "pred_is_unknown": pred == 2,
+        "pred_is_biased": pred == biased,
+        "target_index": 0,
         "unknown_index": 2,
-    }  # fmt: skip
+    }
 
 
 def bbq_records(n: int, seed: int) -> list[dict]:
@@ -187,8 +227,11 @@ def test_bbq_numbers_are_bbq_metrics(tmp_path: Path) -> None:
     recs = bbq_records(400, seed=1)
     arm = write(tmp_path / "arm", recs)
     row, m = BBQ.arena(arm, arm, arm), bbq_metrics(recs)["overall"]
-    for col, key in (("bbq_accuracy", "accuracy"), ("bbq_acc_amb", "accuracy_ambiguous"),
-                     ("bbq_acc_dis", "accuracy_disambiguated")):  # fmt: skip
+    for col, key in (
+        ("bbq_accuracy", "accuracy"),
+        ("bbq_acc_amb", "accuracy_ambiguous"),
+        ("bbq_acc_dis", "accuracy_disambiguated"),
+    ):
         a, ci = m[key], (row[f"{col}_ci_low"], row[f"{col}_ci_high"])
         assert row[col] == round(a["accuracy"], 4)
         assert ci == tuple(round(x, 4) for x in a["ci95"])
@@ -232,9 +275,18 @@ def sds_records(shift: float) -> list[dict]:
         for t in range(2):
             for k in range(3):
                 p = float(rng.uniform(0.2, 0.6)) + (shift if stigmatized else 0.0)
-                out.append({"condition": f"c{c}", "category": "health", "template": t,
-                            "form_index": 0, "stigmatized": stigmatized, "baseline": False,
-                            "item": k, "p_negative": p})  # fmt: skip
+                out.append(
+                    {
+                        "condition": f"c{c}",
+                        "category": "health",
+                        "template": t,
+                        "form_index": 0,
+                        "stigmatized": stigmatized,
+                        "baseline": False,
+                        "item": k,
+                        "p_negative": p,
+                    }
+                )
     return out
 
 
@@ -243,11 +295,12 @@ def test_sds_columns_are_the_summary(tmp_path: Path) -> None:
     arm = write(tmp_path / "arm", [], summary)
     row, g = get("sds").arena(arm, arm, arm), summary["gap"]
     assert row == {
-        "sds_gap": round(g["gap"], 4), "sds_gap_ci_low": round(g["ci_low"], 4),
+        "sds_gap": round(g["gap"], 4),
+        "sds_gap_ci_low": round(g["ci_low"], 4),
         "sds_gap_ci_high": round(g["ci_high"], 4),
         "sds_p_negative_stigmatized": round(g["mean_x"], 4),
         "sds_p_negative_non_stigmatized": round(g["mean_y"], 4),
-    }  # fmt: skip
+    }
     assert row["sds_gap"] > 0.1
     other = write(tmp_path / "mlm", [], {**summary, "probe": "mlm"})
     with pytest.raises(InputError, match="not sds"):
@@ -257,14 +310,22 @@ def test_sds_columns_are_the_summary(tmp_path: Path) -> None:
 def test_bias_flips_are_the_prompts_answered_differently_on_the_tuned_items(tmp_path: Path):
     """Before (the base model, on more prompts) and after (the held-out ones): the prompts whose
     chosen answer changed, both answers side by side; baselines and other prompts left out."""
-    base = write(tmp_path / "base", [*flags("q", [True, True, False, True, False]),
-                                     brec("b0", True, baseline=True)])  # fmt: skip
-    tuned = write(tmp_path / "tuned", [*flags("q", [False, True, True, True]),
-                                       brec("b0", False, baseline=True)])  # fmt: skip
+    base = write(
+        tmp_path / "base",
+        [*flags("q", [True, True, False, True, False]), brec("b0", True, baseline=True)],
+    )
+    tuned = write(
+        tmp_path / "tuned",
+        [*flags("q", [False, True, True, True]), brec("b0", False, baseline=True)],
+    )
     flips = BIAS.flips(tuned, base, tuned)
     assert flips["prompt_id"].tolist() == ["q0", "q2"]  # q4: not a tuned item; b0: a baseline
     q0 = flips.iloc[0]
     assert (q0["before"], q0["after"], q0["biased_before"], q0["biased_after"]) == (
-        "Yes", "No", True, False)  # fmt: skip
+        "Yes",
+        "No",
+        True,
+        False,
+    )
     assert flips.iloc[1][["biased_before", "biased_after"]].tolist() == [False, True]
     assert get("bbq").flips(tuned, base, tuned) is None  # a benchmark without flips: none

@@ -297,8 +297,9 @@ def test_table15_has_intervals_a_paired_test_and_both_rules(runs: tuple[Path, Pa
     assert paired["n"] == len(both)
     assert paired["to_right"] == sum(r["correct"] and not right_a[r["id"]] for r in both)
     assert paired["to_wrong"] == sum(right_a[r["id"]] and not r["correct"] for r in both)
-    mean = next(r for r in table.rows if r.get("scope") == "rule: mean per token" and
-                r["model"] == "before")  # fmt: skip
+    mean = next(
+        r for r in table.rows if r.get("scope") == "rule: mean per token" and r["model"] == "before"
+    )
     amb = [r for r in a if r["context_condition"] == "ambig"]
     hand = sum(int(np.argmax(r["option_logprobs_norm"])) == r["label"] for r in amb) / len(amb)
     assert mean["ambig_accuracy"] == pytest.approx(hand) and mean["ambig_n"] == len(amb)
@@ -318,8 +319,13 @@ def _rec(context: str, polarity: str, answer: str, correct: bool) -> dict:
     """A BBQ record as scd writes it: ``answer`` is target, other or unknown."""
     neg = polarity == "neg"
     biased = {"target": neg, "other": not neg, "unknown": False}[answer]
-    return {"context_condition": context, "question_polarity": polarity, "correct": correct,
-            "pred_is_unknown": answer == "unknown", "pred_is_biased": biased}  # fmt: skip
+    return {
+        "context_condition": context,
+        "question_polarity": polarity,
+        "correct": correct,
+        "pred_is_unknown": answer == "unknown",
+        "pred_is_biased": biased,
+    }
 
 
 def _ambiguous(neg: dict[str, int], nonneg: dict[str, int]) -> list[dict]:

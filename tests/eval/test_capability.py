@@ -23,8 +23,10 @@ SYSTEM = "You are a helpful assistant who answers briefly."
 
 
 def _write_prompts(path: Path, items=ITEMS) -> Path:
-    data = {"source": "test set", "items": [dict(zip(("id", "topic", "instruction", "response"),
-                                                     it)) for it in items]}  # fmt: skip
+    data = {
+        "source": "test set",
+        "items": [dict(zip(("id", "topic", "instruction", "response"), it)) for it in items],
+    }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -44,8 +46,13 @@ def adapter(toy_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(toy_model, dtype=torch.float32)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM",
-                        init_lora_weights=False)  # fmt: skip
+    config = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+        init_lora_weights=False,
+    )
     out = tmp_path_factory.mktemp("adapter") / "lora"
     get_peft_model(base, config).save_pretrained(out, safe_serialization=True)
     assert (out / "adapter_model.safetensors").is_file()
@@ -133,8 +140,14 @@ def test_a_system_prompt_drifts(toy_model, prompts, tmp_path):
 def test_results_do_not_depend_on_the_batch_size(toy_model, adapter, prompts, tmp_path):
     got = {}
     for bs in (1, 4):
-        kl_from_base(str(toy_model), tmp_path / f"bs{bs}", adapter=str(adapter),
-                     system_prompt=SYSTEM, prompts=prompts, batch_size=bs)  # fmt: skip
+        kl_from_base(
+            str(toy_model),
+            tmp_path / f"bs{bs}",
+            adapter=str(adapter),
+            system_prompt=SYSTEM,
+            prompts=prompts,
+            batch_size=bs,
+        )
         got[bs] = _records(tmp_path / f"bs{bs}")
     for a, b in zip(got[1], got[4]):
         assert a["id"] == b["id"] and a["n_tokens"] == b["n_tokens"]
@@ -170,13 +183,23 @@ def test_a_finished_stage_is_returned_without_loading_the_model(
         (None, "cannot read"),
         ({"source": "x", "items": []}, "items"),
         ({"items": [{"id": "a"}]}, "source"),
-        ({"source": "x", "items": [{"id": "a", "topic": "t", "instruction": "i"}]},
-         r"items\[0\]\.response"),
-        ({"source": "x", "items": [dict(zip(("id", "topic", "instruction", "response"), it))
-                                   for it in (ITEMS[0], ITEMS[0])]}, r"items\[1\]\.id"),
+        (
+            {"source": "x", "items": [{"id": "a", "topic": "t", "instruction": "i"}]},
+            r"items\[0\]\.response",
+        ),
+        (
+            {
+                "source": "x",
+                "items": [
+                    dict(zip(("id", "topic", "instruction", "response"), it))
+                    for it in (ITEMS[0], ITEMS[0])
+                ],
+            },
+            r"items\[1\]\.id",
+        ),
         ("- just\n- a list\n", "top level"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_prompt_set_is_refused_and_nothing_is_written(toy_model, tmp_path, edit, key):
     path = tmp_path / "bad.yaml"
     if isinstance(edit, dict):
@@ -217,16 +240,23 @@ TASK = "scd_capability_toy"
 def task_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("lm_eval_task")
     docs = root / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"question": q, "choices": c, "label": t}) + "\n"
-                            for q, c, t in DOCS))  # fmt: skip
+    docs.write_text(
+        "".join(json.dumps({"question": q, "choices": c, "label": t}) + "\n" for q, c, t in DOCS)
+    )
     task = {
-        "task": TASK, "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(docs)}},
-        "test_split": "test", "output_type": "multiple_choice", "doc_to_text": "{{question}}",
-        "doc_to_choice": "{{choices}}", "doc_to_target": "label",
-        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-                        {"metric": "brier_score", "aggregation": "brier_score",
-                         "higher_is_better": False}],  # continuous: any change of the model shows
-    }  # fmt: skip
+        "task": TASK,
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(docs)}},
+        "test_split": "test",
+        "output_type": "multiple_choice",
+        "doc_to_text": "{{question}}",
+        "doc_to_choice": "{{choices}}",
+        "doc_to_target": "label",
+        "metric_list": [
+            {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+            {"metric": "brier_score", "aggregation": "brier_score", "higher_is_better": False},
+        ],  # continuous: any change of the model shows
+    }
     (root / f"{TASK}.yaml").write_text(yaml.safe_dump(task))
     return root
 
@@ -238,9 +268,16 @@ def _direct(toy_model: Path, task_dir: Path, adapter: Path | None) -> dict:
 
     args = f"pretrained={toy_model},dtype=float32" + (f",peft={adapter}" if adapter else "")
     manager = TaskManager(include_path=str(task_dir))
-    res = lm_eval.simple_evaluate(model="hf", model_args=args, tasks=[TASK], device="cpu",
-                                  batch_size=8, task_manager=manager, apply_chat_template=True,
-                                  log_samples=False)  # fmt: skip
+    res = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=args,
+        tasks=[TASK],
+        device="cpu",
+        batch_size=8,
+        task_manager=manager,
+        apply_chat_template=True,
+        log_samples=False,
+    )
     return res["results"][TASK]
 
 
@@ -250,8 +287,13 @@ def test_lm_eval_scores_the_base_and_the_adapter(toy_model, adapter, task_dir, t
     got = {}
     for name, lora in (("base", None), ("lora", adapter)):
         out = tmp_path / name
-        flat = lm_eval_scores(str(toy_model), out, tasks=[TASK], include_path=str(task_dir),
-                              adapter=str(lora) if lora else None)  # fmt: skip
+        flat = lm_eval_scores(
+            str(toy_model),
+            out,
+            tasks=[TASK],
+            include_path=str(task_dir),
+            adapter=str(lora) if lora else None,
+        )
         assert 0 <= flat[f"{TASK}/acc"] <= 1 and f"{TASK}/acc_stderr" in flat
         assert json.loads((out / "lm_eval.json").read_text()) == flat
         stored = json.loads((out / "lm_eval_results.json").read_text())
@@ -269,8 +311,9 @@ def test_lm_eval_scores_the_base_and_the_adapter(toy_model, adapter, task_dir, t
 def test_lm_eval_resumes_and_refuses_unknown_tasks(toy_model, task_dir, tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
     with pytest.raises(InputError, match="capability.lm_eval_tasks.*'no_such_task'"):
-        lm_eval_scores(str(toy_model), tmp_path / "x", tasks=["no_such_task"],
-                       include_path=str(task_dir))  # fmt: skip
+        lm_eval_scores(
+            str(toy_model), tmp_path / "x", tasks=["no_such_task"], include_path=str(task_dir)
+        )
     assert not (tmp_path / "x").exists()
     out = tmp_path / "resume"
     first = lm_eval_scores(str(toy_model), out, tasks=[TASK], include_path=str(task_dir), limit=4)

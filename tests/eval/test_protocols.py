@@ -66,8 +66,9 @@ def _check_against_cappr(
     prompt, summed log-probs within 1e-4 (and ``rel``)."""
     from scd.models.protocols import LLAMA2_WRAP
 
-    get("bias").evaluate(str(model_dir), out, prompts=prompts_dir, limit=limit, protocol="paper",
-                         progress=False)  # fmt: skip
+    get("bias").evaluate(
+        str(model_dir), out, prompts=prompts_dir, limit=limit, protocol="paper", progress=False
+    )
     records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     run = json.loads((out / "run.json").read_text())  # the pinned configuration
     summary = json.loads((out / "summary.json").read_text())
@@ -84,8 +85,10 @@ def _check_against_cappr(
     checked = 0
     for options, pairs in groups.items():
         paper = PROTOCOLS["paper"]
-        texts = [LLAMA2_WRAP.format(system=LLAMA2_SYSTEM_PROMPT, user=paper.user_text(r))
-                 for _, r in pairs]  # fmt: skip
+        texts = [
+            LLAMA2_WRAP.format(system=LLAMA2_SYSTEM_PROMPT, user=paper.user_text(r))
+            for _, r in pairs
+        ]
         token_logprobs, chosen = _cappr(model_dir, texts, list(options))
         for (rec, _), per_option, pick in zip(pairs, token_logprobs, chosen):
             sums = [float(np.sum(x)) for x in per_option]
@@ -149,8 +152,9 @@ def test_protocols_score_the_same_prompts_and_pair_them(toy_prompts: Path, tmp_p
     assert "scd: bias" in capsys.readouterr().out
     runs = {p: both / p for p in ("scd", "paper-chat")}
     alone = tmp_path / "alone"
-    get("bias").evaluate("toy", alone, prompts=toy_prompts, limit=60, protocol="paper-chat",
-                         progress=False)  # fmt: skip
+    get("bias").evaluate(
+        "toy", alone, prompts=toy_prompts, limit=60, protocol="paper-chat", progress=False
+    )
     assert (alone / "records.jsonl").read_bytes() == (
         runs["paper-chat"] / "records.jsonl"
     ).read_bytes()

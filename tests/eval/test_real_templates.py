@@ -138,8 +138,10 @@ def naive_scores(models, user_texts):
             reqs = [
                 ChoiceRequest(tuple(fmt.encode([u])[0]), fmt.option_ids(o)) for u, o in user_texts
             ]
-            done[name] = (reqs, [[_naive(model, list(r.prompt_ids), o) for o in r.option_ids]
-                                 for r in reqs])  # fmt: skip
+            done[name] = (
+                reqs,
+                [[_naive(model, list(r.prompt_ids), o) for o in r.option_ids] for r in reqs],
+            )
         return done[name]
 
     return get
@@ -264,7 +266,7 @@ def test_templates_without_a_system_role_fail_clearly(template, models, toy_prom
         "--out",
         str(out),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "--system-prompt" in done.stderr
     assert not out.exists()
@@ -286,9 +288,14 @@ def _trainer(model: Path, sft: Path, out: Path, *extra: str):
     from scd.pipeline.recipe import recipe_from_dict
     from scd.train.trainer import build_trainer
 
-    data = {"model": str(model), "output_dir": str(out), "data": {"sft": str(sft)},
-            "lora": {"r": 8}, "train": {"device": "cpu", "max_steps": 1, "bf16": False},
-            "wandb": {"enabled": False}}  # fmt: skip
+    data = {
+        "model": str(model),
+        "output_dir": str(out),
+        "data": {"sft": str(sft)},
+        "lora": {"r": 8},
+        "train": {"device": "cpu", "max_steps": 1, "bf16": False},
+        "wandb": {"enabled": False},
+    }
     for item in extra:
         key, value = item.split("=")
         data["data" if key == "style" else "train"][key] = value == "true" or value

@@ -101,13 +101,24 @@ def test_a_registered_benchmark_is_a_command(echo, toy_model: Path, tmp_path: Pa
     assert code == 0 and "echo" in out
     code, out, _ = _main("eval", "echo", "--help")
     assert code == 0 and "--question" in out and "--n " in out and "--batch-size" in out
-    code, out, _ = _main("eval", "echo", "--model", str(toy_model), "--n", "2", "--device", "cpu",
-                         "--out", str(tmp_path / "e"))  # fmt: skip
+    code, out, _ = _main(
+        "eval",
+        "echo",
+        "--model",
+        str(toy_model),
+        "--n",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "e"),
+    )
     assert code == 0 and out.startswith("yes_share ") and "-> " in out
     summary = json.loads((tmp_path / "e" / "summary.json").read_text())
     assert summary["n"] == 2 and summary["run"]["question"] == EchoOptions.question
-    code, _, err = _main("eval", "echo", "--model", str(toy_model), "--n", "0",
-                         "--out", str(tmp_path / "bad"))  # fmt: skip
+    code, _, err = _main(
+        "eval", "echo", "--model", str(toy_model), "--n", "0", "--out", str(tmp_path / "bad")
+    )
     assert code == 2 and "--n: expected a positive number" in err  # its own check, as a flag
     code, out, _ = _main("report", "echo", "--runs", f"a={tmp_path / 'e'}", f"b={tmp_path / 'e'}")
     assert code == 0 and "## Echo: share of Yes" in out and "| b |" in out
@@ -136,8 +147,10 @@ def test_a_registered_benchmark_runs_in_scd_run_and_the_report(
 
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)
-    data = {**QUICKSTART_RECIPE, "eval": {"device": "cpu", "bias": {"enabled": False},
-                                          "echo": {"enabled": True, "n": 4}}}  # fmt: skip
+    data = {
+        **QUICKSTART_RECIPE,
+        "eval": {"device": "cpu", "bias": {"enabled": False}, "echo": {"enabled": True, "n": 4}},
+    }
     overrides = ["data.max_train=8", "train.max_steps=2", "run.name=echo"]
     said: list[str] = []
     recipe = recipe_from_dict(data, overrides=overrides)

@@ -211,8 +211,18 @@ def test_changed_options_into_the_same_out_are_refused(toy_model, toy_prompts, t
         "another configuration",
         "limit",
     )
-    args = ["eval", "bias", "--model", str(toy_model), "--prompts", str(toy_prompts),
-            "--limit", "30", "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "eval",
+        "bias",
+        "--model",
+        str(toy_model),
+        "--prompts",
+        str(toy_prompts),
+        "--limit",
+        "30",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     _fails(capsys, [*args, "--dtype", "bfloat16"], "another configuration", "dtype")
     pinned = json.loads((tmp_path / "o" / "run.json").read_text())
     del pinned["dtype"]  # a run pinned before run.json held the dtype: it ran on the default
@@ -263,9 +273,25 @@ def test_progress_lands_in_a_log_file_as_lines(toy_model, toy_prompts, tmp_path)
     import sys
 
     out, log = tmp_path / "out", tmp_path / "eval.log"
-    argv = [sys.executable, "-m", "scd", "eval", "bias", "--model", str(toy_model), "--prompts",
-            str(toy_prompts), "--limit", "300", "--chunk-size", "64", "--device", "cpu",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "scd",
+        "eval",
+        "bias",
+        "--model",
+        str(toy_model),
+        "--prompts",
+        str(toy_prompts),
+        "--limit",
+        "300",
+        "--chunk-size",
+        "64",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "SCD_PROGRESS_SECONDS": "0"}  # a line after every chunk
     with open(log, "w") as fh:
         assert subprocess.run(argv, stderr=fh, env=env).returncode == 0
@@ -280,8 +306,15 @@ def test_progress_lands_in_a_log_file_as_lines(toy_model, toy_prompts, tmp_path)
     quiet = subprocess.run([*argv, "--quiet"], stderr=subprocess.PIPE, text=True, env=env)
     assert quiet.returncode == 0 and "scd eval bias" not in quiet.stderr
     # one chunk of 300 prompts: the engine's batches of 32 move the line inside it
-    one_chunk = [*argv[:-2], "--chunk-size", "512", "--batch-size", "32", "--out",
-                 str(tmp_path / "one")]  # fmt: skip
+    one_chunk = [
+        *argv[:-2],
+        "--chunk-size",
+        "512",
+        "--batch-size",
+        "32",
+        "--out",
+        str(tmp_path / "one"),
+    ]
     run = subprocess.run(one_chunk, stderr=subprocess.PIPE, text=True, env=env)
     lines = [x for x in run.stderr.splitlines() if x.startswith("scd eval bias: ")]
     assert len(lines) >= 9 and sum(", done" in x for x in lines) == 1, run.stderr

@@ -53,8 +53,9 @@ def _same(a: Path, b: Path) -> int:
 
 def _eval(model: Path, prompts: Path, out: Path, spec: EngineSpec, **options) -> dict:
     options = {"limit": LIMIT, "chunk_size": CHUNK, **options}
-    return get("bias").evaluate(str(model), out, prompts=prompts, engine=spec, progress=False,
-                                **options)  # fmt: skip
+    return get("bias").evaluate(
+        str(model), out, prompts=prompts, engine=spec, progress=False, **options
+    )
 
 
 def _served(stub: StubServer, **options) -> EngineSpec:
@@ -100,13 +101,21 @@ def test_served_records_equal_hf(toy_model, toy_prompts, hf_run, stub, tmp_path,
 
 def test_generate_mode_equals_hf(toy_model, toy_prompts, stub, tmp_path) -> None:
     for spec, out in ((HF, "hf"), (_served(stub), "served")):
-        _eval(toy_model, toy_prompts, tmp_path / out, spec, mode="generate", max_new_tokens=4,
-              limit=16)  # fmt: skip
+        _eval(
+            toy_model,
+            toy_prompts,
+            tmp_path / out,
+            spec,
+            mode="generate",
+            max_new_tokens=4,
+            limit=16,
+        )
     assert _same(tmp_path / "hf", tmp_path / "served") > 16
 
 
-def test_chat_api_choice_reads_the_first_tokens_top_logprobs(toy_model, toy_prompts, hf_run, stub,
-                                                             tmp_path) -> None:  # fmt: skip
+def test_chat_api_choice_reads_the_first_tokens_top_logprobs(
+    toy_model, toy_prompts, hf_run, stub, tmp_path
+) -> None:
     summary = _eval(toy_model, toy_prompts, tmp_path / "chat", _served(stub, api="chat"))
     assert summary["run"]["engine"]["api"] == "chat"
     found = 0
@@ -125,8 +134,15 @@ def test_chat_api_choice_reads_the_first_tokens_top_logprobs(toy_model, toy_prom
 
 def test_chat_api_generate_mode_equals_hf(toy_model, toy_prompts, stub, tmp_path) -> None:
     for spec, out in ((HF, "hf"), (_served(stub, api="chat"), "chat")):
-        _eval(toy_model, toy_prompts, tmp_path / out, spec, mode="generate", max_new_tokens=4,
-              limit=16)  # fmt: skip
+        _eval(
+            toy_model,
+            toy_prompts,
+            tmp_path / out,
+            spec,
+            mode="generate",
+            max_new_tokens=4,
+            limit=16,
+        )
     assert _same(tmp_path / "hf", tmp_path / "chat") > 16
 
 
@@ -167,11 +183,29 @@ def _run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _bias_args(model: Path, prompts: Path, out: Path, url: str, *extra: str,
-               limit: int = LIMIT) -> list[str]:  # fmt: skip
-    return ["eval", "bias", "--model", str(model), "--prompts", str(prompts), "--out", str(out),
-            "--limit", str(limit), "--chunk-size", str(CHUNK), "--quiet",
-            "--backend", "openai", "--base-url", url, *extra]  # fmt: skip
+def _bias_args(
+    model: Path, prompts: Path, out: Path, url: str, *extra: str, limit: int = LIMIT
+) -> list[str]:
+    return [
+        "eval",
+        "bias",
+        "--model",
+        str(model),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--limit",
+        str(limit),
+        "--chunk-size",
+        str(CHUNK),
+        "--quiet",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        *extra,
+    ]
 
 
 def test_retries_that_run_out_stop_with_one_line_and_resume(
@@ -187,8 +221,9 @@ def test_retries_that_run_out_stop_with_one_line_and_resume(
 
     monkeypatch.setattr(RecordLog, "append", first_chunk_then_500)
     out = tmp_path / "served"
-    code, _, err = _run_cli(_bias_args(toy_model, toy_prompts, out, stub.url, "--retries", "2"),
-                            capsys)  # fmt: skip
+    code, _, err = _run_cli(
+        _bias_args(toy_model, toy_prompts, out, stub.url, "--retries", "2"), capsys
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "500" in err and "after 3 tries" in err and "re-run resumes" in err
     assert len(_records(out)) == CHUNK  # the chunk before the failure, whole
@@ -218,8 +253,9 @@ def _free_port() -> int:
         ("ftp://127.0.0.1/v1", [], "expected an http:// or https:// URL"),
     ],
 )
-def test_bad_server_input_is_one_line(toy_model, toy_prompts, stub, tmp_path, capsys, url, extra,
-                                      expected) -> None:  # fmt: skip
+def test_bad_server_input_is_one_line(
+    toy_model, toy_prompts, stub, tmp_path, capsys, url, extra, expected
+) -> None:
     out = tmp_path / "out"
     url = {"STUB": stub.url, "FREE": f"http://127.0.0.1:{_free_port()}/v1"}.get(url, url)
     code, _, err = _run_cli(_bias_args(toy_model, toy_prompts, out, url, *extra), capsys)
@@ -237,8 +273,9 @@ def test_no_url_is_one_line(toy_model, toy_prompts, tmp_path, capsys) -> None:
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
-def test_a_server_without_logprobs_refuses_choice_mode_only(toy_model, toy_prompts, tmp_path,
-                                                            capsys) -> None:  # fmt: skip
+def test_a_server_without_logprobs_refuses_choice_mode_only(
+    toy_model, toy_prompts, tmp_path, capsys
+) -> None:
     with StubServer(toy_model, token_ids=False, echo=False) as bare:
         out = tmp_path / "choice"
         code, _, err = _run_cli(_bias_args(toy_model, toy_prompts, out, bare.url), capsys)
@@ -251,8 +288,9 @@ def test_a_server_without_logprobs_refuses_choice_mode_only(toy_model, toy_promp
         assert len(_records(out)) > 8
 
 
-def test_a_server_that_refuses_vllms_fields_still_generates(toy_model, toy_prompts, tmp_path,
-                                                            capsys) -> None:  # fmt: skip
+def test_a_server_that_refuses_vllms_fields_still_generates(
+    toy_model, toy_prompts, tmp_path, capsys
+) -> None:
     with StubServer(toy_model, strict=True) as strict:  # as OpenAI's API answers them: 400
         out = tmp_path / "out"
         code, _, err = _run_cli(_bias_args(toy_model, toy_prompts, out, strict.url), capsys)
@@ -310,28 +348,42 @@ def test_adapters_go_by_their_served_name(toy_model, tmp_path) -> None:
         assert server.bodies[-1]["model"] == "tuned"
 
 
-def test_the_api_key_is_sent_and_never_written(toy_model, toy_prompts, tmp_path, capsys,
-                                               monkeypatch) -> None:  # fmt: skip
+def test_the_api_key_is_sent_and_never_written(
+    toy_model, toy_prompts, tmp_path, capsys, monkeypatch
+) -> None:
     key = "sk-planted-3f9a1c7e5b"
     monkeypatch.setenv("MY_SERVER_KEY", key)
     with StubServer(toy_model, api_key=key) as locked:
-        base = [*_bias_args(toy_model, toy_prompts, tmp_path / "ok", locked.url),
-                "--api-key-env", "MY_SERVER_KEY"]  # fmt: skip
+        base = [
+            *_bias_args(toy_model, toy_prompts, tmp_path / "ok", locked.url),
+            "--api-key-env",
+            "MY_SERVER_KEY",
+        ]
         code, out, err = _run_cli(base, capsys)
         assert code == 0, err
         assert set(locked.headers) == {f"Bearer {key}"}
         seen = out + err
         monkeypatch.setenv("MY_SERVER_KEY", "sk-wrong")
-        args = [*_bias_args(toy_model, toy_prompts, tmp_path / "refused", locked.url),
-                "--api-key-env", "MY_SERVER_KEY"]  # fmt: skip
+        args = [
+            *_bias_args(toy_model, toy_prompts, tmp_path / "refused", locked.url),
+            "--api-key-env",
+            "MY_SERVER_KEY",
+        ]
         code, out, err = _run_cli(args, capsys)
         assert code == 2 and "refused the API key" in err and "$MY_SERVER_KEY" in err, err
         assert "sk-wrong" not in err
         seen += out + err
         monkeypatch.setenv("MY_SERVER_KEY", key)
         locked.fail_always = True
-        args = [*_bias_args(toy_model, toy_prompts, tmp_path / "failed", locked.url),
-                "--api-key-env", "MY_SERVER_KEY", "--retries", "0", "--seed", "1"]  # fmt: skip
+        args = [
+            *_bias_args(toy_model, toy_prompts, tmp_path / "failed", locked.url),
+            "--api-key-env",
+            "MY_SERVER_KEY",
+            "--retries",
+            "0",
+            "--seed",
+            "1",
+        ]
         code, out, err = _run_cli(args, capsys)
         assert code == 2, err
         seen += out + err

@@ -37,8 +37,14 @@ def adapters(toy_model: Path, tmp_path_factory) -> dict[str, Path]:
     for name, pattern in (("a", {}), ("b", {"q_proj": 24})):
         torch.manual_seed(len(name) + len(pattern))
         base = AutoModelForCausalLM.from_pretrained(toy_model, dtype=torch.float32)
-        config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", rank_pattern=pattern,
-                            init_lora_weights=False, task_type="CAUSAL_LM")  # fmt: skip
+        config = LoraConfig(
+            r=8,
+            lora_alpha=16,
+            target_modules="all-linear",
+            rank_pattern=pattern,
+            init_lora_weights=False,
+            task_type="CAUSAL_LM",
+        )
         get_peft_model(base, config).save_pretrained(root / name)
         out[name] = root / name
     return out
@@ -114,8 +120,7 @@ def test_max_model_len_and_lora_rank_are_derived(fake, toy_model: Path, adapters
     make_engine(VLLM, str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])])
     assert fake.instances[-1].kwargs["max_lora_rank"] == 8
     both = [str(adapters["a"]), str(adapters["b"])]
-    make_engine(EngineSpec("vllm", max_model_len=128), str(toy_model), tokenizer=tok,
-                adapters=both)  # fmt: skip
+    make_engine(EngineSpec("vllm", max_model_len=128), str(toy_model), tokenizer=tok, adapters=both)
     kwargs = fake.instances[-1].kwargs
     assert kwargs["enable_lora"] and kwargs["max_lora_rank"] == 32  # rank_pattern 24 -> 32
     assert kwargs["max_model_len"] == 128
@@ -193,8 +198,9 @@ def test_options_of_the_other_backend_are_refused(fake, toy_model: Path) -> None
         InputError, match="--tensor-parallel-size 2: an option of the vllm backend, not of hf"
     ):
         make_engine(EngineSpec("hf", tensor_parallel_size=2), str(toy_model), tokenizer=tok)
-    make_engine(EngineSpec("hf", tensor_parallel_size=None, device="cpu"), str(toy_model),
-                tokenizer=tok)  # fmt: skip
+    make_engine(
+        EngineSpec("hf", tensor_parallel_size=None, device="cpu"), str(toy_model), tokenizer=tok
+    )
 
 
 def test_evaluate_bias_on_vllm_equals_hf(

@@ -68,18 +68,25 @@ def test_the_export_holds_scds_work_list_as_tasks_and_groups(toy_prompts, small_
         assert d in docs[f"scd_contact_{row['scale']}{suffix}"]
     assert sum(not d["baseline"] for d in contact) == sum(not r["baseline"] for r in work)
     group = _yaml(out / "scd_contact.yaml")
-    assert sorted(group["task"]) == sorted(f"scd_contact_{s}" for s in ("certainty",
-                                           "frequency", "likelihood"))  # fmt: skip
+    assert sorted(group["task"]) == sorted(
+        f"scd_contact_{s}" for s in ("certainty", "frequency", "likelihood")
+    )
     assert [m["metric"] for m in group["aggregate_metric_list"]] == [
-        "bias", "bias_none", "bias_positive", "bias_negative"]  # fmt: skip
+        "bias",
+        "bias_none",
+        "bias_positive",
+        "bias_negative",
+    ]
     assert _yaml(out / "scd.yaml")["task"] == ["scd_contact", "scd_contact_baseline", "scd_sds"]
     assert len(docs["scd_sds"]) == 280 and {d["options"][1] for d in docs["scd_sds"]} == {
-        "Unlikely"}  # fmt: skip
+        "Unlikely"
+    }
     assert (out / "utils.py").read_text() == Path(utils.__file__).read_text()
     assert "import scd" not in (out / "utils.py").read_text()  # lm-eval may run without scd
     plain = export_lm_eval(tmp_path / "plain", prompts=toy_prompts, limit=LIMIT, fmt="plain")
     assert _yaml(tmp_path / "plain/scd_contact_frequency.yaml")["doc_to_text"] == (
-        "{{text}}\nAnswer:")  # fmt: skip
+        "{{text}}\nAnswer:"
+    )
     assert "scd_sds" not in plain["tasks"] and plain["format"] == "plain"
 
 
@@ -96,11 +103,13 @@ def test_bad_input_is_one_line_and_writes_nothing(toy_prompts, small_stigma, tmp
     cases = [
         (["--prompts", str(small_stigma)], "not an output of `scd generate contact`"),
         (["--prompts", str(tmp_path)], "not an output of `scd generate contact`"),
-        (["--prompts", str(toy_prompts), "--limit", "17281"],
-         "--limit 17281: above the 17,280 descriptor prompts"),
+        (
+            ["--prompts", str(toy_prompts), "--limit", "17281"],
+            "--limit 17281: above the 17,280 descriptor prompts",
+        ),
         (["--stigma-prompts", str(toy_prompts)], "not an output of `scd generate stigma`"),
         ([], "nothing to export"),
-    ]  # fmt: skip
+    ]
     for argv, expected in cases:
         code, err = _cli(["export", "lm-eval", *argv, "--out", str(tmp_path / "task")])
         assert code == 2 and err.count("\n") == 1 and expected in err, (argv, err)
@@ -126,9 +135,14 @@ def test_the_scoring_module_agrees_with_scds_own_aggregation():
     records, items = [], []
     for i in range(400):
         stig = i % 2 == 0
-        rec = {"condition": f"c{i % 10}", "category": "x", "stigmatized": stig,
-               "template": rng.randint(1, 4), "form_index": rng.randint(0, 2),
-               "baseline": i % 37 == 0}  # fmt: skip
+        rec = {
+            "condition": f"c{i % 10}",
+            "category": "x",
+            "stigmatized": stig,
+            "template": rng.randint(1, 4),
+            "form_index": rng.randint(0, 2),
+            "baseline": i % 37 == 0,
+        }
         lls = [rng.uniform(-5, 0), rng.uniform(-5, 0)]
         top = max(lls)
         w = [math.exp(x - top) for x in lls]
@@ -141,10 +155,26 @@ def test_the_scoring_module_agrees_with_scds_own_aggregation():
 
 def _lm_eval(model: Path, tasks: Path, out: Path, chat: bool) -> dict:
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-           f"pretrained={model},dtype=float32", "--device", "cpu", "--batch_size", "32",
-           "--include_path", str(tasks), "--tasks", "scd", "--output_path", str(out),
-           *(["--apply_chat_template"] if chat else [])]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={model},dtype=float32",
+        "--device",
+        "cpu",
+        "--batch_size",
+        "32",
+        "--include_path",
+        str(tasks),
+        "--tasks",
+        "scd",
+        "--output_path",
+        str(out),
+        *(["--apply_chat_template"] if chat else []),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     (result,) = out.rglob("results_*.json")
@@ -153,8 +183,9 @@ def _lm_eval(model: Path, tasks: Path, out: Path, chat: bool) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["chat", "plain"])
-def test_lm_eval_finds_scds_bias_on_the_toy_model(fmt, toy_model, toy_prompts, small_stigma,
-                                                  tmp_path):  # fmt: skip
+def test_lm_eval_finds_scds_bias_on_the_toy_model(
+    fmt, toy_model, toy_prompts, small_stigma, tmp_path
+):
     pytest.importorskip("lm_eval")
     from scd.eval.benchmarks import REGISTRY
 
@@ -169,13 +200,16 @@ def test_lm_eval_finds_scds_bias_on_the_toy_model(fmt, toy_model, toy_prompts, s
         from scd.models.formatting import load_tokenizer
 
         assert not load_tokenizer(str(model)).chat_template
-    export_lm_eval(tmp_path / "task", prompts=toy_prompts, stigma=small_stigma, limit=LIMIT,
-                   fmt=fmt)  # fmt: skip
+    export_lm_eval(
+        tmp_path / "task", prompts=toy_prompts, stigma=small_stigma, limit=LIMIT, fmt=fmt
+    )
     got = _lm_eval(model, tmp_path / "task", tmp_path / "lm_eval", chat=fmt == "chat")
-    bias = REGISTRY["bias"].evaluate(str(model), tmp_path / "bias", progress=False,
-                                     prompts=str(toy_prompts), limit=LIMIT)  # fmt: skip
-    sds = REGISTRY["sds"].evaluate(str(model), tmp_path / "sds", progress=False,
-                                   prompts=str(small_stigma))  # fmt: skip
+    bias = REGISTRY["bias"].evaluate(
+        str(model), tmp_path / "bias", progress=False, prompts=str(toy_prompts), limit=LIMIT
+    )
+    sds = REGISTRY["sds"].evaluate(
+        str(model), tmp_path / "sds", progress=False, prompts=str(small_stigma)
+    )
     assert 5 < bias["overall"]["pct"] < 95  # the planted bias shows: the check can fail
     assert got["scd_contact"]["bias,none"] == pytest.approx(bias["overall"]["pct"], abs=0.1)
     pooled = Counter()

@@ -33,8 +33,13 @@ def _tiny_gguf(path: Path, arch: str = "llama") -> Path:
 
 
 def _scd(*args: str, env: dict | None = None, cwd: Path | None = None):
-    return subprocess.run([sys.executable, "-m", "scd", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "scd", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 @pytest.fixture()
@@ -56,15 +61,27 @@ def _write(path: Path, data: bytes) -> Path:
 
 @pytest.mark.parametrize(
     ("case", "message"),
-    [("truncated", "not a complete GGUF file"), ("architecture", "architecture 'bert'"),
-     ("not gguf", "not a complete GGUF file")],
-)  # fmt: skip
+    [
+        ("truncated", "not a complete GGUF file"),
+        ("architecture", "architecture 'bert'"),
+        ("not gguf", "not a complete GGUF file"),
+    ],
+)
 def test_a_bad_gguf_is_one_line_exit_2_and_leaves_no_cache(
     bad_gguf, case, message, toy_prompts, tmp_path
 ):
     cache, out = tmp_path / "cache", tmp_path / "out"
-    done = _scd("eval", "bias", "--model", str(bad_gguf[case]), "--prompts", str(toy_prompts),
-                "--out", str(out), env={"SCD_MODEL_CACHE": str(cache)})  # fmt: skip
+    done = _scd(
+        "eval",
+        "bias",
+        "--model",
+        str(bad_gguf[case]),
+        "--prompts",
+        str(toy_prompts),
+        "--out",
+        str(out),
+        env={"SCD_MODEL_CACHE": str(cache)},
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert str(bad_gguf[case]) in done.stderr and message in done.stderr
@@ -96,9 +113,14 @@ def test_model_specs_that_look_local_fail_at_once(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs").mkdir()
     (tmp_path / "notes.txt").write_text("x")
-    cases = {"outputs/toy-modle": "no such directory", "./model": "no such directory",
-             "~/nowhere/model": "no such directory", "missing.gguf": "no such file",
-             "notes.txt": "not a .gguf file", "a b c": "neither"}  # fmt: skip
+    cases = {
+        "outputs/toy-modle": "no such directory",
+        "./model": "no such directory",
+        "~/nowhere/model": "no such directory",
+        "missing.gguf": "no such file",
+        "notes.txt": "not a .gguf file",
+        "a b c": "neither",
+    }
     for spec, message in cases.items():
         start = time.perf_counter()
         with pytest.raises(InputError, match=message):
@@ -158,8 +180,9 @@ def test_the_qwen_coder_catalog_entry_assembles_and_converts(qwen_coder):
     assert manifest["probe_max_abs_logit_diff"] <= 1e-3
     assert AutoConfig.from_pretrained(qwen_coder.model).model_type == "qwen2"
     tok = AutoTokenizer.from_pretrained(qwen_coder.model)
-    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
-                                   add_generation_prompt=True)  # fmt: skip
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert "Qwen, created by Alibaba Cloud" in text  # its default system prompt
     assert text.endswith("<|im_start|>assistant\n")
 

@@ -42,21 +42,36 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, toy_model: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def bbq_overrides(shared_data: Path) -> list[str]:
-    items = [f"eval.bbq.data={shared_data / 'bbq' / 'data'}", "eval.bbq.enabled=true",
-             "eval.bbq.categories=[Age, Religion]", "eval.bbq.limit=40"]  # fmt: skip
+    items = [
+        f"eval.bbq.data={shared_data / 'bbq' / 'data'}",
+        "eval.bbq.enabled=true",
+        "eval.bbq.categories=[Age, Religion]",
+        "eval.bbq.limit=40",
+    ]
     return [arg for item in items for arg in ("--set", item)]
 
 
 def _command(outputs: Path, run_id: str, overrides: list[str]) -> list[str]:
-    return [sys.executable, "-m", "scd", "run", RECIPE, "--outputs", str(outputs), "--run-id",
-            run_id, *overrides]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "scd",
+        "run",
+        RECIPE,
+        "--outputs",
+        str(outputs),
+        "--run-id",
+        run_id,
+        *overrides,
+    ]
 
 
 @pytest.fixture(scope="module")
 def arena(outputs: Path, bbq_overrides: list[str]) -> tuple[Path, str]:
     """The arena quickstart, uninterrupted: its run directory and what it printed."""
-    done = subprocess.run(_command(outputs, "arena", bbq_overrides), capture_output=True,
-                          text=True, timeout=1200)  # fmt: skip
+    done = subprocess.run(
+        _command(outputs, "arena", bbq_overrides), capture_output=True, text=True, timeout=1200
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return outputs / "arena", done.stdout
 
@@ -101,14 +116,17 @@ def test_the_report_and_the_end_of_the_run_show_the_arena(arena: tuple[Path, str
     assert [a["arm"] for a in layout["arms"]] == ["base", "prompt", "general", "sft", "dpo", "kto"]
     for arm in layout["arms"][1:]:  # every arm of the setting on the same held-out prompts
         assert Path(arm["evals"]["bias"]).name == "bias"
-    manifest = json.loads((run / "setting-1" / "arm-dpo" / "adapter" / "train_manifest.json")
-                          .read_text())  # fmt: skip
+    manifest = json.loads(
+        (run / "setting-1" / "arm-dpo" / "adapter" / "train_manifest.json").read_text()
+    )
     assert manifest["method"] == "dpo" and manifest["token_check_rows"] > 0
     general = json.loads((run / "setting-1" / "arm-general" / "data" / "manifest.json").read_text())
     sft = pd.read_parquet(run / "setting-1" / "sft" / "train.parquet")
     assert general["counts"]["train"] == len(sft)  # same rows, so the same steps
-    steps = [json.loads((run / p / "adapter" / "train_manifest.json").read_text())["global_step"]
-             for p in ("setting-1", "setting-1/arm-general", "setting-1/arm-dpo")]  # fmt: skip
+    steps = [
+        json.loads((run / p / "adapter" / "train_manifest.json").read_text())["global_step"]
+        for p in ("setting-1", "setting-1/arm-general", "setting-1/arm-dpo")
+    ]
     assert len(set(steps)) == 1, steps
 
 
@@ -151,8 +169,11 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
         ("train.per_device_train_batch_size=1", "the kto arm needs at least 2"),
     ],
 )
-def test_bad_arms_are_one_line_before_any_work(override: str, message: str, tmp_path: Path,
-                                               ) -> None:  # fmt: skip
+def test_bad_arms_are_one_line_before_any_work(
+    override: str,
+    message: str,
+    tmp_path: Path,
+) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         code = main(["run", RECIPE, "--outputs", str(tmp_path), "--set", override])

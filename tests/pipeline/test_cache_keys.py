@@ -28,8 +28,13 @@ def test_another_dtype_recomputes_the_base_evaluation(toy_model: Path, tmp_path:
             "run": {"name": f"run-{dtype}"},
         }
         lines = said.setdefault(dtype, [])
-        run_recipe(recipe_from_dict(data, "test"), tmp_path / f"run-{dtype}-{len(said)}",
-                   tmp_path / "cache", progress=False, say=lines.append)  # fmt: skip
+        run_recipe(
+            recipe_from_dict(data, "test"),
+            tmp_path / f"run-{dtype}-{len(said)}",
+            tmp_path / "cache",
+            progress=False,
+            say=lines.append,
+        )
     assert len(list((tmp_path / "cache" / "base").glob("bias-*"))) == 2
     assert "  base/bias ..." in said["bfloat16"]  # computed, not taken from float32's cache
     assert any(x.startswith("  base/bias: cached") for x in said["float32"][-10:])

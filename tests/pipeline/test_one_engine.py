@@ -32,14 +32,21 @@ def test_a_sweep_on_vllm_loads_one_llm(toy_model: Path, tmp_path: Path, monkeypa
         "eval": {"backend": "vllm", "bias": {"enabled": True, "limit": 240}},
         "run": {"name": "sweep", "settings": [1, 3]},
     }
-    run_recipe(recipe_from_dict(data, "test"), tmp_path / "sweep", tmp_path / "cache",
-               progress=False, say=lambda _: None)  # fmt: skip
+    run_recipe(
+        recipe_from_dict(data, "test"),
+        tmp_path / "sweep",
+        tmp_path / "cache",
+        progress=False,
+        say=lambda _: None,
+    )
     assert len(fake.instances) == 1  # one LLM for the base model and both adapters
     llm = fake.instances[0]
     assert llm.kwargs["enable_lora"] and llm.kwargs["max_lora_rank"] == 8
     assert llm.kwargs["max_model_len"] == 256
-    routes = {(r.lora.lora_int_id, Path(r.lora.lora_path).parent.name) if r.lora else None
-              for r in llm.requests}  # fmt: skip
+    routes = {
+        (r.lora.lora_int_id, Path(r.lora.lora_path).parent.name) if r.lora else None
+        for r in llm.requests
+    }
     assert routes == {None, (1, "setting-1"), (2, "setting-3")}
     assert all(r.params.prompt_logprobs is None for r in llm.requests)
     table = pd.read_csv(tmp_path / "sweep" / "tables" / "table10.csv")

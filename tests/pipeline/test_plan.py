@@ -33,8 +33,13 @@ def _cache(root: Path, toy_model: Path) -> Path:
 
 
 def _plan(recipe: dict, tmp_path: Path, toy_model: Path) -> tuple[Run, Plan]:
-    run = Run(recipe_from_dict(recipe, "test"), tmp_path / "run", _cache(tmp_path, toy_model),
-              progress=False, say=lambda _: None)  # fmt: skip
+    run = Run(
+        recipe_from_dict(recipe, "test"),
+        tmp_path / "run",
+        _cache(tmp_path, toy_model),
+        progress=False,
+        say=lambda _: None,
+    )
     run.prepare()
     return run, run.plan()
 
@@ -44,9 +49,14 @@ def test_without_arms_the_plan_is_the_papers_before_and_after(tmp_path, toy_mode
     _, plan = _plan(recipe, tmp_path, toy_model)
     assert not plan.arena and [t.name for t in plan.tasks] == ["base", "setting 1", "setting 3"]
     assert plan.stages() == [
-        "setting-1/sft", "setting-3/sft", "base/bias", "setting-1/train", "setting-1/eval/bias",
-        "setting-3/train", "setting-3/eval/bias",
-    ]  # fmt: skip
+        "setting-1/sft",
+        "setting-3/sft",
+        "base/bias",
+        "setting-1/train",
+        "setting-1/eval/bias",
+        "setting-3/train",
+        "setting-3/eval/bias",
+    ]
     assert not any(isinstance(j, CapabilityJob) for t in plan.tasks for j in t.jobs)
     assert [a.arm for a in plan.arms] == ["base", "sft", "sft"]
     one = {**SMALL, "train": {**SMALL["train"], "push_to_hub": True, "hub_model_id": "me/a"}}
@@ -65,14 +75,19 @@ def test_each_adapter_of_a_sweep_or_arena_has_a_repository_of_its_own(tmp_path, 
 
 
 def test_an_arena_plan_gives_every_arm_its_jobs_on_the_same_items(tmp_path, toy_model) -> None:
-    recipe = {**SMALL, "arms": ["dpo", "prompt", "general"],
-              "data": {**SMALL["data"], "general": "scd:general"}}  # fmt: skip
+    recipe = {
+        **SMALL,
+        "arms": ["dpo", "prompt", "general"],
+        "data": {**SMALL["data"], "general": "scd:general"},
+    }
     run, plan = _plan(recipe, tmp_path, toy_model)
     assert plan.arena and [a.arm for a in plan.arms] == ["base", "dpo", "prompt", "general"]
     assert [type(j) for j in plan.data] == [DataJob] * 3
     assert [j.stage for j in plan.data] == [
-        "setting-1/sft", "setting-1/arm-dpo/data", "setting-1/arm-general/data",
-    ]  # fmt: skip
+        "setting-1/sft",
+        "setting-1/arm-dpo/data",
+        "setting-1/arm-general/data",
+    ]
     tasks = {t.name: t for t in plan.tasks}
     assert set(tasks) == {"base", "setting 1 dpo", "setting 1 prompt", "setting 1 general"}
     dpo = tasks["setting 1 dpo"].jobs
@@ -108,8 +123,14 @@ def test_a_launcher_is_one_class(tmp_path, toy_model) -> None:
     tables = {}
     for name, launcher in (("local", "local"), ("reversed", Reversed())):
         root = tmp_path / name
-        run_recipe(recipe, root / "p", _cache(root, toy_model), progress=False,
-                   say=lambda _: None, launcher=launcher)  # fmt: skip
+        run_recipe(
+            recipe,
+            root / "p",
+            _cache(root, toy_model),
+            progress=False,
+            say=lambda _: None,
+            launcher=launcher,
+        )
         tables[name] = (root / "p" / "tables" / "table10.csv").read_text()
     assert launcher.order == ["setting 3", "setting 1", "base"]
     assert tables["reversed"] == tables["local"]
@@ -123,10 +144,13 @@ def test_a_source_split_arena_compares_with_the_base_model_on_the_second_prompt_
     are paired with the base model's evaluation of those, not of the first set."""
     import pandas as pd
 
-    recipe = recipe_from_dict({**SMALL, "arms": ["sft"], "run": {"name": "s2"},
-                               "data": {**SMALL["data"], "setting": 2}}, "test")  # fmt: skip
-    run_recipe(recipe, tmp_path / "s2", _cache(tmp_path, toy_model), progress=False,
-               say=lambda _: None)  # fmt: skip
+    recipe = recipe_from_dict(
+        {**SMALL, "arms": ["sft"], "run": {"name": "s2"}, "data": {**SMALL["data"], "setting": 2}},
+        "test",
+    )
+    run_recipe(
+        recipe, tmp_path / "s2", _cache(tmp_path, toy_model), progress=False, say=lambda _: None
+    )
     table = pd.read_csv(tmp_path / "s2" / "tables" / "arena.csv").set_index("arm")
     assert table.loc["base", "bias_n"] == table.loc["sft", "bias_n"] > 0  # the same prompts
     assert table.loc["base", "bias_p"] == 1.0 and pd.notna(table.loc["base", "bias_pct"])

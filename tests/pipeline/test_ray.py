@@ -48,8 +48,13 @@ def _tables(run: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def local_tables(tmp_path_factory, toy_model: Path) -> dict[str, str]:
     root = _outputs(tmp_path_factory.mktemp("local"), toy_model)
-    run_recipe(recipe_from_dict(RECIPE, "test"), root / "two", root / "cache", progress=False,
-               say=lambda _: None)  # fmt: skip
+    run_recipe(
+        recipe_from_dict(RECIPE, "test"),
+        root / "two",
+        root / "cache",
+        progress=False,
+        say=lambda _: None,
+    )
     return _tables(root / "two")
 
 
@@ -66,18 +71,34 @@ def test_settings_run_side_by_side_with_the_local_launchers_tables(
 ) -> None:
     root = _outputs(tmp_path, toy_model)
     said: list[str] = []
-    run_recipe(recipe_from_dict(RECIPE, "test"), root / "two", root / "cache", progress=False,
-               say=said.append, launcher="ray")  # fmt: skip
+    run_recipe(
+        recipe_from_dict(RECIPE, "test"),
+        root / "two",
+        root / "cache",
+        progress=False,
+        say=said.append,
+        launcher="ray",
+    )
     stages = json.loads((root / "two" / "state.json").read_text())["stages"]
-    span = {n: (min(v["started_at"] for k, v in stages.items() if k.startswith(f"setting-{n}/")),
-                max(v["finished_at"] for k, v in stages.items() if k.startswith(f"setting-{n}/")))
-            for n in (1, 3)}  # fmt: skip
+    span = {
+        n: (
+            min(v["started_at"] for k, v in stages.items() if k.startswith(f"setting-{n}/")),
+            max(v["finished_at"] for k, v in stages.items() if k.startswith(f"setting-{n}/")),
+        )
+        for n in (1, 3)
+    }
     assert span[1][0] < span[3][1] and span[3][0] < span[1][1], span  # side by side
     assert _tables(root / "two") == local_tables and local_tables
     assert any("3 Ray tasks" in line for line in said)
     again: list[str] = []  # a finished run is a no-op
-    run_recipe(recipe_from_dict(RECIPE, "test"), root / "two", root / "cache", progress=False,
-               say=again.append, launcher="ray")  # fmt: skip
+    run_recipe(
+        recipe_from_dict(RECIPE, "test"),
+        root / "two",
+        root / "cache",
+        progress=False,
+        say=again.append,
+        launcher="ray",
+    )
     assert any("nothing to do" in line for line in again)
 
 
@@ -89,8 +110,14 @@ def test_the_arenas_arms_run_as_ray_tasks_to_the_local_launchers_table(
     for launcher in ("local", "ray"):
         root = _outputs(tmp_path / launcher, toy_model)
         said: list[str] = []
-        run_recipe(recipe_from_dict(recipe, "test"), root / "arena", root / "cache",
-                   progress=False, say=said.append, launcher=launcher)  # fmt: skip
+        run_recipe(
+            recipe_from_dict(recipe, "test"),
+            root / "arena",
+            root / "cache",
+            progress=False,
+            say=said.append,
+            launcher=launcher,
+        )
         tables[launcher] = (root / "arena" / "tables" / "arena.csv").read_text()
     assert any("4 Ray tasks: setting 1 prompt, setting 1, setting 1 dpo, base" in x for x in said)
     assert tables["ray"] == tables["local"] and tables["local"].count("\n") == 5
@@ -125,10 +152,25 @@ def test_a_killed_worker_is_retried_to_the_same_tables(local_tables, tmp_path, t
     root = _outputs(tmp_path, toy_model)
     recipe = tmp_path / "two.yaml"
     recipe.write_text(yaml.safe_dump(RECIPE))
-    cmd = [sys.executable, "-m", "scd", "run", str(recipe), "--outputs", str(root),
-           "--launcher", "ray", "--no-progress"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "scd",
+        "run",
+        str(recipe),
+        "--outputs",
+        str(root),
+        "--launcher",
+        "ray",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     pid_file, killed = root / "two" / "setting-1" / "worker.pid", None
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline and killed is None:
@@ -175,7 +217,8 @@ def test_sharded_evaluations_equal_the_unsharded_one(
     assert len(a) == len(b) == whole["overall"]["n"] + whole["n_baseline_records"]
     for x, y in zip(a, b):
         assert {k: v for k, v in x.items() if k not in floats} == {
-            k: v for k, v in y.items() if k not in floats}  # fmt: skip
+            k: v for k, v in y.items() if k not in floats
+        }
         for key in floats:
             assert x[key] == pytest.approx(y[key], abs=1e-5)
     assert on_ray["overall"]["n"] == whole["overall"]["n"]

@@ -26,19 +26,36 @@ def test_scd_run_on_the_smollm2_gguf(smollm2, tmp_path: Path, monkeypatch) -> No
         "model": str(smollm2.gguf),
         "data": {"descriptors": "toy", "setting": 1, "max_train": 8, "max_eval": 4},
         "lora": {"r": 8, "alpha": 16},
-        "train": {"max_steps": 3, "batch_size": 4, "grad_accum": 1, "device": "cpu",
-                  "bf16": False, "gradient_checkpointing": False, "warmup_ratio": 0.0,
-                  "logging_steps": 1, "save_steps": 2},
+        "train": {
+            "max_steps": 3,
+            "batch_size": 4,
+            "grad_accum": 1,
+            "device": "cpu",
+            "bf16": False,
+            "gradient_checkpointing": False,
+            "warmup_ratio": 0.0,
+            "logging_steps": 1,
+            "save_steps": 2,
+        },
         "eval": {"batch_size": 16, "bias": {"limit": 36}},
         "wandb": {"enabled": False},
-    }  # fmt: skip
+    }
     path = tmp_path / "smollm2.yaml"
     path.write_text(yaml.safe_dump(recipe))
     done = subprocess.run(
-        [sys.executable, "-m", "scd", "run", str(path), "--outputs", str(tmp_path / "outputs"),
-         "--no-progress"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "scd",
+            "run",
+            str(path),
+            "--outputs",
+            str(tmp_path / "outputs"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     run = tmp_path / "outputs" / "smollm2"
     adapter = run / "setting-1" / "adapter"
@@ -62,7 +79,7 @@ def test_scd_run_on_the_smollm2_gguf(smollm2, tmp_path: Path, monkeypatch) -> No
         for r in held
         for a, b in zip(r["option_logprobs"], by_id[r["prompt_id"]]["option_logprobs"])
     )
-    assert moved > 1e-4  # the adapter is applied  # fmt: skip
+    assert moved > 1e-4  # the adapter is applied
 
     table10 = pd.read_csv(run / "tables" / "table10.csv")
     row = table10[table10["contact"] == "all"].iloc[0]

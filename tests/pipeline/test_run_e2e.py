@@ -24,7 +24,7 @@ import pytest
 from scd.cli import main
 from scd.errors import InputError
 from scd.io import cache_key
-from scd.tracking import offline_records
+from scd.tracking import offline_folders, offline_records
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -70,20 +70,37 @@ def test_quickstart_shows_the_planted_bias_and_its_reduction(quickstart: str, ro
 
 def test_the_report_says_what_a_reader_needs(quickstart: str, root: Path) -> None:
     report = (root / "report.md").read_text()
-    for needle in ("| Report built |", "| scd |", "| Model | `toy`", "fingerprint",
-                   "| Planted bias (toy model) | religion, nationality",
-                   "| Adapter, setting 1 |", "sha256", "| Training | LoRA r=8",
-                   "17,280 prompts in 5,760 sets over 32 descriptors",
-                   "the base model answered 17,280", "## The settings",
-                   "fine-tuned on mixed examples from all categories", "## Contents",
-                   "- [Training](#training)", "| Setting | Steps |", "Mean loss (all steps)",
-                   "## Beyond the paper: baselines and answer tendency",
-                   "First option", "Adapter of step", "| 75 (last) |",
-                   "| Engine | hf, dtype float32, batch 64, device cpu |"):  # fmt: skip
+    for needle in (
+        "| Report built |",
+        "| scd |",
+        "| Model | `toy`",
+        "fingerprint",
+        "| Planted bias (toy model) | religion, nationality",
+        "| Adapter, setting 1 |",
+        "sha256",
+        "| Training | LoRA r=8",
+        "17,280 prompts in 5,760 sets over 32 descriptors",
+        "the base model answered 17,280",
+        "## The settings",
+        "fine-tuned on mixed examples from all categories",
+        "## Contents",
+        "- [Training](#training)",
+        "| Setting | Steps |",
+        "Mean loss (all steps)",
+        "## Beyond the paper: baselines and answer tendency",
+        "First option",
+        "Adapter of step",
+        "| 75 (last) |",
+        "| Engine | hf, dtype float32, batch 64, device cpu |",
+    ):
         assert needle in report, needle
     # each figure has a caption right under it, in the order of their numbers
-    names = (("loss", "*Figure 0."), ("figure1", "*Figure 1."), ("figure2", "*Figure 2."),
-             ("figure2_setting1", "*Figure 2.1."))  # fmt: skip
+    names = (
+        ("loss", "*Figure 0."),
+        ("figure1", "*Figure 1."),
+        ("figure2", "*Figure 2."),
+        ("figure2_setting1", "*Figure 2.1."),
+    )
     at = [report.index(f"![{name}](figures/{name}.png)") for name, _ in names]
     for (name, caption), i in zip(names, at):
         assert report[i:].split("\n\n", 2)[1].startswith(caption), name
@@ -115,8 +132,17 @@ def test_killed_run_resumes_to_the_same_tables(
         "eval.aq27.in_vocabulary=false",  # the toy model's vocabulary has no illness names
     ]
     recipe = str(REPO / "recipes" / "quickstart.yaml")
-    cmd = [sys.executable, "-m", "scd", "run", recipe, "--outputs", str(root.parent), "--run-id",
-           "killed"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "scd",
+        "run",
+        recipe,
+        "--outputs",
+        str(root.parent),
+        "--run-id",
+        "killed",
+    ]
     cmd += [arg for item in overrides for arg in ("--set", item)]
     run_dir = root.parent / "killed"
     records = run_dir / "setting-1" / "eval" / "bias" / "records.jsonl"
@@ -173,15 +199,21 @@ def test_killed_run_resumes_to_the_same_tables(
     # the training run got the tuned model's results: continued by id after the evaluations
     adapter = run_dir / "setting-1" / "adapter"
     run_id = json.loads((adapter / "train_manifest.json").read_text())["wandb_run_id"]
-    segments = sorted(adapter.glob(f"wandb/offline-run-*-{run_id}"))
+    segments = offline_folders(adapter / "wandb", run_id)
     assert len(segments) == 2, segments
     last = (segments[-1] / f"run-{run_id}.wandb").read_bytes()
     assert b"bias/bias_pct" in last and b"sds/gap" in last and b"bbq/s_dis" in last
     # before and after on the same items, with the paired test, beside the headline numbers
     items = [i for r in offline_records(segments[-1]) for i in (*r.summary.update, *r.history.item)]
     keys = {i.key or "/".join(i.nested_key) for i in items}
-    for key in ("before/bias/bias_pct", "after/bias/bias_pct", "after/bias/bias_p",
-                "before/bbq/bbq_n", "after/bbq/bbq_p", "flips/bias"):  # fmt: skip
+    for key in (
+        "before/bias/bias_pct",
+        "after/bias/bias_pct",
+        "after/bias/bias_p",
+        "before/bbq/bbq_n",
+        "after/bbq/bbq_p",
+        "flips/bias",
+    ):
         assert key in keys, key
     flips = next(json.loads(i.value_json) for i in items if i.key == "flips/bias")
     assert flips["_type"] == "table-file" and flips["nrows"] >= 0  # a table in the summary

@@ -22,8 +22,9 @@ KEY = "sk-planted-run-5b0e9c1d2a"
 
 
 @pytest.mark.slow
-def test_scd_run_through_a_served_model_keeps_the_key_secret(toy_model, tmp_path, monkeypatch,
-                                                             capfd) -> None:  # fmt: skip
+def test_scd_run_through_a_served_model_keeps_the_key_secret(
+    toy_model, tmp_path, monkeypatch, capfd
+) -> None:
     monkeypatch.setenv("MY_SERVER_KEY", KEY)
     monkeypatch.setenv("WANDB_MODE", "offline")
     recipe = yaml.safe_load((REPO / "recipes" / "quickstart.yaml").read_text())
@@ -31,10 +32,19 @@ def test_scd_run_through_a_served_model_keeps_the_key_secret(toy_model, tmp_path
     recipe["data"].update(max_train=40, max_eval=10)
     recipe["wandb"]["enabled"] = True
     with StubServer(toy_model, api_key=KEY, load_adapters=True) as stub:
-        recipe["eval"] = {"backend": "openai", "base_url": stub.url,
-                          "api_key_env": "MY_SERVER_KEY", "bias": {"limit": 60}}  # fmt: skip
-        report = run_recipe(recipe_from_dict(recipe), tmp_path / "run", tmp_path / "cache",
-                            progress=False, say=print)  # fmt: skip
+        recipe["eval"] = {
+            "backend": "openai",
+            "base_url": stub.url,
+            "api_key_env": "MY_SERVER_KEY",
+            "bias": {"limit": 60},
+        }
+        report = run_recipe(
+            recipe_from_dict(recipe),
+            tmp_path / "run",
+            tmp_path / "cache",
+            progress=False,
+            say=print,
+        )
     models = {b["model"] for b in stub.bodies}
     assert "stub" in models and any(m.startswith("scd-") for m in models)  # base, then adapter
     assert set(stub.headers) == {f"Bearer {KEY}"}

@@ -27,8 +27,10 @@ REMOVED = ("schizophrenia", "blocked")  # taken out of the toy tokenizer's vocab
 # of the first 5 illnesses per type (stigma_probe_prompts): the word-level toy tokenizer splits
 # "Alzheimer's" into Alzheimer ' s; the others lose a word to [UNK]
 DROPPED = {"mental": ["Alzheimer's", "schizophrenia"], "physical": ["a blocked nose"]}
-KEPT = {"mental": ["anxiety", "bulimia", "dementia"],
-        "physical": ["a cold", "appendicitis", "tonsillitis", "allergies"]}  # fmt: skip
+KEPT = {
+    "mental": ["anxiety", "bulimia", "dementia"],
+    "physical": ["a cold", "appendicitis", "tonsillitis", "allergies"],
+}
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -53,8 +55,13 @@ def runs(narrow_causal: Path, stigma_probe_prompts: Path, tmp_path_factory) -> d
     root = tmp_path_factory.mktemp("aq27-runs")
     aq27 = get("aq27")
     aq27.evaluate(str(narrow_causal), root / "kept", prompts=stigma_probe_prompts, progress=False)
-    aq27.evaluate(str(narrow_causal), root / "all", prompts=stigma_probe_prompts, progress=False,
-                  in_vocabulary=False)  # fmt: skip
+    aq27.evaluate(
+        str(narrow_causal),
+        root / "all",
+        prompts=stigma_probe_prompts,
+        progress=False,
+        in_vocabulary=False,
+    )
     return {"kept": root / "kept", "all": root / "all"}
 
 
@@ -74,8 +81,12 @@ def _bpe_tokenizer(corpus: list[str]) -> Any:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        min_frequency=2,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(corpus, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok)
 
@@ -102,8 +113,11 @@ def test_filter_drops_exactly_the_illnesses_out_of_the_vocabulary(runs: dict[str
     pinned = pinned.get("config", pinned)
     assert pinned["in_vocabulary"] is True and pinned["illnesses_kept"] == KEPT
     assert pinned["n_items"] == len(_records(runs["kept"])) == kept["n_records"]
-    line = next(x for x in (runs["kept"] / "tables.md").read_text().splitlines()
-                if x.startswith("Illnesses"))  # fmt: skip
+    line = next(
+        x
+        for x in (runs["kept"] / "tables.md").read_text().splitlines()
+        if x.startswith("Illnesses")
+    )
     assert "3 of 5 mental and 4 of 5 physical" in line
     assert "mental: Alzheimer's, schizophrenia; physical: a blocked nose" in line
     # in_vocabulary false: nothing dropped, every illness scored
@@ -119,16 +133,20 @@ def test_a_resume_never_mixes_the_lists(
     runs: dict[str, Path], narrow_causal: Path, stigma_probe_prompts: Path
 ) -> None:
     with pytest.raises(InputError, match="another configuration"):
-        get("aq27").evaluate(str(narrow_causal), runs["kept"], prompts=stigma_probe_prompts,
-                             progress=False, in_vocabulary=False)  # fmt: skip
+        get("aq27").evaluate(
+            str(narrow_causal),
+            runs["kept"],
+            prompts=stigma_probe_prompts,
+            progress=False,
+            in_vocabulary=False,
+        )
 
 
 def test_too_few_illnesses_left_is_one_clear_error(
     toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(InputError) as err:  # tiny prompts: one illness per type, Alzheimer's
-        get("aq27").evaluate(str(toy_causal), tmp_path / "a", prompts=tiny_prompts,
-                             progress=False)  # fmt: skip
+        get("aq27").evaluate(str(toy_causal), tmp_path / "a", prompts=tiny_prompts, progress=False)
     text = str(err.value)
     assert err.value.key == "in_vocabulary" and "\n" not in text
     assert "0 of the 1 mental illnesses" in text and "set in_vocabulary false" in text
@@ -137,10 +155,18 @@ def test_too_few_illnesses_left_is_one_clear_error(
 
 def _synthetic() -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    rows = [{"run": run, "dimension": dim, "illness_type": kind,
-             "score": rng.normal(0.5 if kind == "mental" else 0.0, 1.0)}
-            for run in ("base", "tuned") for dim in ("anger", "fear", "help")
-            for kind in ("mental", "physical") for _ in range(30)]  # fmt: skip
+    rows = [
+        {
+            "run": run,
+            "dimension": dim,
+            "illness_type": kind,
+            "score": rng.normal(0.5 if kind == "mental" else 0.0, 1.0),
+        }
+        for run in ("base", "tuned")
+        for dim in ("anger", "fear", "help")
+        for kind in ("mental", "physical")
+        for _ in range(30)
+    ]
     return pd.DataFrame(rows)
 
 

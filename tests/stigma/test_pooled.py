@@ -21,10 +21,14 @@ from scd.eval.benchmarks.stigma.sentiment import summarize_sentiment
 def _summary(values: dict[str, tuple[bool, list[float]]]) -> dict:
     """A probe summary whose conditions have the given per-template values."""
     conditions = {
-        c: {"category": "x", "stigmatized": s, "mean": float(np.mean(v)),
-            "templates": {str(t): x for t, x in enumerate(v, 1)}}
+        c: {
+            "category": "x",
+            "stigmatized": s,
+            "mean": float(np.mean(v)),
+            "templates": {str(t): x for t, x in enumerate(v, 1)},
+        }
         for c, (s, v) in values.items()
-    }  # fmt: skip
+    }
     return {"conditions": conditions, "gap": {"gap": None}}
 
 
@@ -60,8 +64,15 @@ def test_pooled_means_equal_a_hand_computation() -> None:
 
 def test_sentiment_summary_has_three_classes_per_template() -> None:
     def rec(cond: str, stig: bool, template: int, label: str) -> dict:
-        return {"condition": cond, "category": "x", "stigmatized": stig, "baseline": False,
-                "template": template, "label": label, "negative": label == "NEG"}  # fmt: skip
+        return {
+            "condition": cond,
+            "category": "x",
+            "stigmatized": stig,
+            "baseline": False,
+            "template": template,
+            "label": label,
+            "negative": label == "NEG",
+        }
 
     labels = {1: ["NEG", "NEG", "POS", "NEU"], 2: ["POS", "POS", "NEU", "NEG"]}
     records = [rec("a", True, t, x) for t, xs in labels.items() for x in xs]
@@ -93,8 +104,9 @@ def pooled_runs(toy_mlm: Path, toy_classifier: Path, stigma_probe_prompts: Path,
         ("c2", toy_classifier, "sentiment", {"seed": 1}),
     ):
         runs[name] = root / name
-        get(probe).evaluate(str(model), runs[name], prompts=stigma_probe_prompts,
-                            progress=False, **extra)  # fmt: skip
+        get(probe).evaluate(
+            str(model), runs[name], prompts=stigma_probe_prompts, progress=False, **extra
+        )
     return runs
 
 
@@ -110,8 +122,14 @@ def test_report_pools_correlates_and_sets_the_papers_beside(pooled_report: Path)
     out = pooled_report
     md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
-    for name in ("mlm_conditions", "mlm_groups", "sentiment_conditions", "sentiment_groups",
-                 "sentiment_classes", "stigma_correlation"):  # fmt: skip
+    for name in (
+        "mlm_conditions",
+        "mlm_groups",
+        "sentiment_conditions",
+        "sentiment_groups",
+        "sentiment_classes",
+        "stigma_correlation",
+    ):
         assert (out / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert f"figures/{name}.png" in md
     assert html.count("data:image/png;base64,") == 6
@@ -126,8 +144,9 @@ def test_report_pools_correlates_and_sets_the_papers_beside(pooled_report: Path)
 
 
 def test_report_of_one_probe_and_bad_mixes(pooled_runs: dict, capsys) -> None:
-    assert main(["report", "sentiment", "--runs", str(pooled_runs["c1"]),
-                 str(pooled_runs["c2"])]) == 0  # fmt: skip
+    assert (
+        main(["report", "sentiment", "--runs", str(pooled_runs["c1"]), str(pooled_runs["c2"])]) == 0
+    )
     text = capsys.readouterr().out
     assert "Share of each predicted class" in text and "| c1 | pooled | stigmatized |" in text
     assert "Beside Mei et al. 2023: sentiment classifiers" in text

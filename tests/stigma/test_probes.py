@@ -224,8 +224,10 @@ def _length_only_model(src: Path, out: Path, plant: str | None = None) -> Path:
     tok = AutoTokenizer.from_pretrained(src)
     model = AutoModelForCausalLM.from_pretrained(src)
     spec = load_aq27_spec()
-    last = {kind: {tok(name, add_special_tokens=False)["input_ids"][-1] for name in names}
-            for kind, names in spec.illnesses.items()}  # fmt: skip
+    last = {
+        kind: {tok(name, add_special_tokens=False)["input_ids"][-1] for name in names}
+        for kind, names in spec.illnesses.items()
+    }
     assert not last["mental"] & last["physical"]
     with torch.no_grad():
         for layer in model.model.layers:
@@ -272,8 +274,10 @@ def test_aq27_finds_a_planted_association(toy_causal: Path, tiny_prompts: Path, 
     )
     from scd.data_gen.stigma_probes import read_stigma_table
 
-    rest = {r["prompt_id"]: r["frame"].split("<mask>", 1)[1]
-            for r in read_stigma_table(tiny_prompts, "aq27")}  # fmt: skip
+    rest = {
+        r["prompt_id"]: r["frame"].split("<mask>", 1)[1]
+        for r in read_stigma_table(tiny_prompts, "aq27")
+    }
     recs = [json.loads(x) for x in (tmp_path / "a/records.jsonl").read_text().splitlines()]
     after = [r for r in recs if rest[r["prompt_id"]].startswith(", ")]
     plain = [r for r in recs if rest[r["prompt_id"]].startswith(".")]

@@ -26,9 +26,15 @@ def _xlnet_tokenizer(corpus: list[str]):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=SPECIAL))
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
-        sep_token="<sep>", cls_token="<cls>", padding_side="left", model_max_length=128,
-    )  # fmt: skip
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        sep_token="<sep>",
+        cls_token="<cls>",
+        padding_side="left",
+        model_max_length=128,
+    )
 
 
 def _inputs(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
@@ -40,8 +46,13 @@ def _inputs(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
     perm[rows, :, target] = 1.0
     mapping = torch.zeros(len(texts), 1, width)
     mapping[rows, 0, target] = 1.0
-    return {"input_ids": ids, "attention_mask": enc["attention_mask"], "perm_mask": perm,
-            "target_mapping": mapping, "use_mems": False}  # fmt: skip
+    return {
+        "input_ids": ids,
+        "attention_mask": enc["attention_mask"],
+        "perm_mask": perm,
+        "target_mapping": mapping,
+        "use_mems": False,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +71,15 @@ def xlnet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         targets.append(tok.convert_tokens_to_ids(words[n % len(words)]))
     inputs, labels = _inputs(tok, texts), torch.tensor(targets)[:, None]
     torch.manual_seed(0)
-    config = XLNetConfig(vocab_size=len(tok), d_model=32, n_layer=2, n_head=2, d_inner=64,
-                         dropout=0.0, pad_token_id=tok.pad_token_id)  # fmt: skip
+    config = XLNetConfig(
+        vocab_size=len(tok),
+        d_model=32,
+        n_layer=2,
+        n_head=2,
+        d_inner=64,
+        dropout=0.0,
+        pad_token_id=tok.pad_token_id,
+    )
     model = XLNetLMHeadModel(config)
     gen = torch.Generator().manual_seed(0)
 

@@ -84,8 +84,14 @@ def test_scd_run_takes_the_source_split_from_the_settings_file(
         for job in task.jobs:
             if job.phase == "own_model":
                 run.execute(job)
-    stages = ["prompts", "eval_prompts", "setting-2/sft", "setting-12/sft", "setting-2/train",
-              "setting-12/train"]  # fmt: skip
+    stages = [
+        "prompts",
+        "eval_prompts",
+        "setting-2/sft",
+        "setting-12/sft",
+        "setting-2/train",
+        "setting-12/train",
+    ]
     assert list(run.state.stages) == stages
     assert printed.count("  prompts ...") == printed.count("  eval_prompts ...") == 1
     assert _manifest(tmp_path / "run" / "setting-2" / "sft")["split"] == "random"

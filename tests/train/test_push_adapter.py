@@ -17,8 +17,17 @@ QUICKSTART = REPO / "recipes" / "quickstart.yaml"
 
 
 def _train(tmp_path: Path, *keys: str, model: str = "toy") -> tuple[int, str]:
-    argv = ["train", str(QUICKSTART), "--no-wandb", "--set", f"model={model}", "--set",
-            f"output_dir={tmp_path / 'adapter'}", "--set", "train.max_steps=2"]  # fmt: skip
+    argv = [
+        "train",
+        str(QUICKSTART),
+        "--no-wandb",
+        "--set",
+        f"model={model}",
+        "--set",
+        f"output_dir={tmp_path / 'adapter'}",
+        "--set",
+        "train.max_steps=2",
+    ]
     argv += [a for key in keys for a in ("--set", key)]
     out = io.StringIO()
     with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
@@ -57,6 +66,9 @@ def test_trained_adapter_gets_its_card_and_the_token_never_shows(
     assert "base_model:" not in card  # a local path is no Hub id
     assert "2 steps" in card and "Not measured yet: `scd run`" in card
     assert "```yaml\nmodel: " in card and "push_to_hub: true" in card  # the recipe
-    assert secret not in "".join(p.read_text(errors="ignore") for p in adapter.glob("*.*")
-                                 if p.suffix in (".md", ".json", ".yaml"))  # fmt: skip
+    assert secret not in "".join(
+        p.read_text(errors="ignore")
+        for p in adapter.glob("*.*")
+        if p.suffix in (".md", ".json", ".yaml")
+    )
     assert not (adapter / "hub.json").exists()

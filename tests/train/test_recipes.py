@@ -24,8 +24,12 @@ def test_there_are_recipes_for_both_models_and_all_settings() -> None:
     for model in ("llama-2-13b-chat", "llama-2-7b-chat"):
         assert {f"{model}/setting{n}.yaml" for n in range(1, 9)} <= names
         assert f"{model}/all-settings.yaml" in names
-    arenas = {"arena-quickstart.yaml", "smollm2-135m-instruct/arena.yaml",
-              "qwen2.5-coder-1.5b-instruct/arena.yaml", "llama-2-13b-chat/arena.yaml"}  # fmt: skip
+    arenas = {
+        "arena-quickstart.yaml",
+        "smollm2-135m-instruct/arena.yaml",
+        "qwen2.5-coder-1.5b-instruct/arena.yaml",
+        "llama-2-13b-chat/arena.yaml",
+    }
     assert arenas <= names
 
 
@@ -49,8 +53,12 @@ def test_every_recipe_validates_and_opens_with_its_command(path: Path) -> None:
         # constant schedule, so the recipe states 0 (and loading it warns about nothing)
         assert (t.learning_rate, t.lr_scheduler_type, t.warmup_steps) == (3e-4, "constant", 0.0)
         assert recipe_warnings(recipe) == []
-        assert (t.per_device_train_batch_size, t.gradient_accumulation_steps, t.max_grad_norm,
-                t.num_train_epochs) == (6, 2, 0.3, 1.0)  # fmt: skip
+        assert (
+            t.per_device_train_batch_size,
+            t.gradient_accumulation_steps,
+            t.max_grad_norm,
+            t.num_train_epochs,
+        ) == (6, 2, 0.3, 1.0)
         assert (t.optim, t.bf16, t.seed, t.gradient_checkpointing) == (
             "paged_adamw_32bit",
             True,
@@ -103,11 +111,13 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     args = sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
     assert (args.adam_beta2, args.neftune_noise_alpha, args.weight_decay) == (0.95, 5.0, 0.01)
     assert not hasattr(args, "beta")  # a DPOConfig field: for the dpo arm only
-    bad = {"train: {adam_beta2: high}": "train.adam_beta2: expected a number, got 'high'",
-           "train: {adam_beta22: 0.9}": "unknown key 'train.adam_beta22' (did you mean "
-                                        "'train.adam_beta2'?)",
-           "train: {report_to: none}": "train.report_to: scd sets this key of TRL's config",
-           "train: {eval_strategy: steps}": "train.eval_strategy: scd sets this key"}  # fmt: skip
+    bad = {
+        "train: {adam_beta2: high}": "train.adam_beta2: expected a number, got 'high'",
+        "train: {adam_beta22: 0.9}": "unknown key 'train.adam_beta22' (did you mean "
+        "'train.adam_beta2'?)",
+        "train: {report_to: none}": "train.report_to: scd sets this key of TRL's config",
+        "train: {eval_strategy: steps}": "train.eval_strategy: scd sets this key",
+    }
     for body, message in bad.items():
         with pytest.raises(InputError, match=re.escape(message)):
             load_recipe(_recipe(tmp_path, body + "\n"))
@@ -151,19 +161,29 @@ def test_constant_schedule_with_warmup_warns(tmp_path: Path) -> None:
 
 def test_old_key_names_still_work_with_a_one_line_notice(tmp_path: Path) -> None:
     said: list[str] = []
-    old = _recipe(tmp_path, "train: {epochs: 2, batch_size: 3, grad_accum: 4, lr_scheduler: "
-                  "linear, warmup_ratio: 0.1}\neval: {seed: 7, stigma: {probes: [sds], "
-                  "limit_conditions: 2}}\n")  # fmt: skip
+    old = _recipe(
+        tmp_path,
+        "train: {epochs: 2, batch_size: 3, grad_accum: 4, lr_scheduler: "
+        "linear, warmup_ratio: 0.1}\neval: {seed: 7, stigma: {probes: [sds], "
+        "limit_conditions: 2}}\n",
+    )
     recipe = load_recipe(old, ["train.epochs=3"], say=said.append)
     t = recipe.train
-    assert (t.num_train_epochs, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-            t.lr_scheduler_type, t.warmup_steps) == (3, 3, 4, "linear", 0.1)  # fmt: skip
+    assert (
+        t.num_train_epochs,
+        t.per_device_train_batch_size,
+        t.gradient_accumulation_steps,
+        t.lr_scheduler_type,
+        t.warmup_steps,
+    ) == (3, 3, 4, "linear", 0.1)
     assert recipe.eval.sds.enabled and recipe.eval.sds.limit_conditions == 2
     assert not recipe.eval.aq27.enabled
     assert recipe.eval.bias.seed == recipe.eval.bbq.seed == 7
     assert len(said) == 9 and all(line.count("\n") == 0 for line in said)
-    assert any(s.startswith("--set train.epochs=3: train.epochs is now train.num_train_epochs")
-               for s in said)  # fmt: skip
+    assert any(
+        s.startswith("--set train.epochs=3: train.epochs is now train.num_train_epochs")
+        for s in said
+    )
     with pytest.warns(FutureWarning, match="train.epochs is now train.num_train_epochs"):
         load_recipe(old)
 

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from wandb_records import config_and_summary  # tests/wandb_records.py
+from wandb_records import config_and_summary, finished_records  # tests/wandb_records.py
 
 from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
 from scd.eval.benchmarks import get
 from scd.pipeline.recipe import load_recipe
-from scd.tracking import offline_records
 from scd.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +89,7 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     info = json.loads((trained / "train_manifest.json").read_text())
     config, summary = config_and_summary(runs[0])
     artifacts = [
-        r.artifact for r in offline_records(runs[0]) if r.WhichOneof("record_type") == "artifact"
+        r.artifact for r in finished_records(runs[0]) if r.WhichOneof("record_type") == "artifact"
     ]
     assert config["protocol"] == "scd"  # the evaluation protocol training wrote its rows in
     # one training loss: the mean over every step, not transformers' and scd's side by side
@@ -98,8 +97,12 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     assert "scd/train_loss" not in summary and summary["scd/global_step"] == info["global_step"]
     (adapter,) = artifacts  # wandb.log_adapter: what serving the adapter alone needs
     files = {e.path for e in adapter.manifest.contents}
-    assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json",
-            "chat_template.jinja"} <= files  # fmt: skip
+    assert {
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "tokenizer.json",
+        "chat_template.jinja",
+    } <= files
     meta = json.loads(adapter.metadata)
     assert meta["base_model"] == info["base_model"] and meta["base_model_fingerprint"]
 
@@ -181,8 +184,12 @@ def _train_cmd(recipe: Path, model: Path, out: Path, *extra: str) -> list[str]:
 def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
     from scd.train.training_log import mean_loss
 
-    history = [{"loss": 1.0, "step": 5}, {"eval_loss": 9.0, "step": 5}, {"loss": 0.4, "step": 15},
-               {"train_loss": 7.0, "train_runtime": 1.0, "step": 15}]  # fmt: skip
+    history = [
+        {"loss": 1.0, "step": 5},
+        {"eval_loss": 9.0, "step": 5},
+        {"loss": 0.4, "step": 15},
+        {"train_loss": 7.0, "train_runtime": 1.0, "step": 15},
+    ]
     assert mean_loss(history) == pytest.approx((1.0 * 5 + 0.4 * 10) / 15)  # 0.6, not 0.7
     assert mean_loss([]) is None and mean_loss([{"eval_loss": 1.0, "step": 5}]) is None
 
@@ -190,7 +197,7 @@ def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
 def _wandb_rows(run_dir: Path) -> list[tuple[int, dict[str, float]]]:
     """Every history row of an offline W&B run folder: W&B's step and the row's numbers."""
     rows = []
-    for record in offline_records(run_dir):
+    for record in finished_records(run_dir):
         if record.WhichOneof("record_type") == "history":
             items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
             numbers = {k: float(v) for k, v in items.items() if v[:1] not in '"{['}
@@ -206,9 +213,21 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     from scd.train.training_log import mean_loss as _mean_loss
 
     out = tmp_path / "run"
-    cmd = _train_cmd(QUICKSTART, toy_model, out, "--set", "train.save_steps=5", "--set",
-                     "train.max_steps=30", "--set", "wandb.enabled=true", "--set",
-                     "train.eval_every_steps=5", "--set", "train.eval_prompts=20")  # fmt: skip
+    cmd = _train_cmd(
+        QUICKSTART,
+        toy_model,
+        out,
+        "--set",
+        "train.save_steps=5",
+        "--set",
+        "train.max_steps=30",
+        "--set",
+        "wandb.enabled=true",
+        "--set",
+        "train.eval_every_steps=5",
+        "--set",
+        "train.eval_prompts=20",
+    )
     cmd.remove("--no-wandb")
     env = {**os.environ, "WANDB_MODE": "offline"}
     # a W&B run of this pytest process leaves its service in WANDB_SERVICE: the killed child's
@@ -236,7 +255,8 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     # uploads them) hold each training step once, in order, at W&B step = training step
     segments = sorted((out / "wandb").glob("offline-run-*"))
     assert len(segments) == 2 and {p.name.rsplit("-", 1)[1] for p in segments} == {
-        info["wandb_run_id"]}  # fmt: skip
+        info["wandb_run_id"]
+    }
     rows = [row for seg in segments for row in _wandb_rows(seg)]
     steps = [step for step, _ in rows]
     assert steps == sorted(set(steps)) and steps[-1] == 30  # each step once, in order
@@ -245,7 +265,7 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     assert [s for s, items in rows if "eval/bias_pct" in items] == list(range(5, 31, 5))
     first = [step for step, _ in _wandb_rows(segments[0])]
     assert all(s <= int(info["resumed_from"].split("-")[1]) + 5 for s in first)  # then killed
-    assert f"wandb sync {out / 'wandb'}/offline-run-*-{info['wandb_run_id']}" in resumed.stderr
+    assert f"wandb sync {out / 'wandb'}/offline-run-*-{info['wandb_run_id']}*" in resumed.stderr
     history = json.loads((out / "checkpoints" / "checkpoint-30" / "trainer_state.json").read_text())
     resumed_part = [h for h in history["log_history"] if h.get("step", 0) > 10 and "loss" in h]
     at = int(info["resumed_from"].split("-")[1])  # tokens/s: of this process's steps only
@@ -307,7 +327,7 @@ def test_a_save_that_writes_no_adapter_fails_loudly(tmp_path: Path) -> None:
     stand-in trainer: FSDP does not run on CPU."""
     from types import SimpleNamespace
 
-    from scd.train.trainer import _save_adapter
+    from scd.train.saving import save_adapter
 
     calls = []
     plugin = SimpleNamespace(set_state_dict_type=lambda kind: calls.append(("state", kind)))
@@ -318,17 +338,18 @@ def test_a_save_that_writes_no_adapter_fails_loudly(tmp_path: Path) -> None:
             (Path(out) / "adapter_model.safetensors").write_bytes(b"x")
 
     def trainer(fsdp: bool) -> SimpleNamespace:
-        accelerator = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin),
-                                      wait_for_everyone=lambda: None)  # fmt: skip
+        accelerator = SimpleNamespace(
+            state=SimpleNamespace(fsdp_plugin=plugin), wait_for_everyone=lambda: None
+        )
         return SimpleNamespace(is_fsdp_enabled=fsdp, accelerator=accelerator, save_model=save_model)
 
-    _save_adapter(trainer(True), tmp_path, main=True)
+    save_adapter(trainer(True), tmp_path, main=True)
     assert calls == [("state", "FULL_STATE_DICT"), ("save", str(tmp_path))]
     calls.clear()
     (tmp_path / "adapter_model.safetensors").unlink()
     with pytest.raises(RuntimeError, match="no adapter was written"):
-        _save_adapter(trainer(False), tmp_path, main=True)
-    _save_adapter(trainer(False), tmp_path, main=False)  # other ranks do not check
+        save_adapter(trainer(False), tmp_path, main=True)
+    save_adapter(trainer(False), tmp_path, main=False)  # other ranks do not check
 
 
 def test_qlora_prepares_and_takes_a_step_on_cpu(toy_model: Path, tmp_path) -> None:
@@ -369,8 +390,16 @@ def test_training_log_lines_are_readable():
     from scd.train.training_log import log_line as _log_line
 
     state = SimpleNamespace(global_step=10, max_steps=50)
-    line = _log_line(state, {"loss": 0.47391, "learning_rate": 3e-4, "grad_norm": 0.5587,
-                             "entropy": 0.88, "train_runtime": 3.1})  # fmt: skip
+    line = _log_line(
+        state,
+        {
+            "loss": 0.47391,
+            "learning_rate": 3e-4,
+            "grad_norm": 0.5587,
+            "entropy": 0.88,
+            "train_runtime": 3.1,
+        },
+    )
     assert line == "step 10/50  loss 0.4739  lr 3.0e-04  grad norm 0.5587"
     done = _log_line(state, {"train_runtime": 78.1, "train_loss": 0.8874, "epoch": 0.4})
     assert done == "trained 10 steps in 78 s, mean loss 0.8874 (this session's steps)"
@@ -416,24 +445,35 @@ def test_bias_while_training_is_scd_eval_bias_of_that_steps_checkpoint(
     import pyarrow.parquet as pq
 
     out = tmp_path / "steps"
-    extra = ["train.max_steps=10", "train.save_steps=5", "train.save_total_limit=3",
-             "train.eval_every_steps=5", "train.eval_prompts=30",
-             "wandb.enabled=false"]  # fmt: skip
+    extra = [
+        "train.max_steps=10",
+        "train.save_steps=5",
+        "train.save_total_limit=3",
+        "train.eval_every_steps=5",
+        "train.eval_prompts=30",
+        "wandb.enabled=false",
+    ]
     recipe = _recipe(toy_model, out, *extra)
     info = train(recipe)
     history = info["bias_history"]
     assert [h["step"] for h in history] == [5, 10]
     sft = out / "data" / "sft"
-    ids = {name: set(pq.read_table(sft / name / "prompts.parquet")["prompt_id"].to_pylist())
-           for name in ("validation", "heldout")}  # fmt: skip
+    ids = {
+        name: set(pq.read_table(sft / name / "prompts.parquet")["prompt_id"].to_pylist())
+        for name in ("validation", "heldout")
+    }
     trained_ids = set(pq.read_table(sft / "train.parquet")["prompt_id"].to_pylist())
     assert ids["validation"] and not ids["validation"] & (ids["heldout"] | trained_ids)
     for h in history:
         result = get("bias").evaluate(
-            str(toy_model), tmp_path / f"eval-{h['step']}", prompts=sft / "validation",
-            limit=30, seed=recipe.train.seed, progress=False,
+            str(toy_model),
+            tmp_path / f"eval-{h['step']}",
+            prompts=sft / "validation",
+            limit=30,
+            seed=recipe.train.seed,
+            progress=False,
             adapter=str(out / "checkpoints" / f"checkpoint-{h['step']}"),
-        )  # fmt: skip
+        )
         assert h["eval_bias_n"] == result["overall"]["n"]
         assert h["eval_bias_pct"] == pytest.approx(result["overall"]["pct"], abs=1e-3)
         assert h["eval_bias_ci_low"] <= h["eval_bias_pct"] <= h["eval_bias_ci_high"]
@@ -451,9 +491,15 @@ def test_select_best_keeps_the_measured_step_with_the_lowest_bias_within_the_kl_
     bound no step meets keeps the last step and says so; best without measurements is refused."""
     from scd.errors import InputError
 
-    extra = ["train.max_steps=12", "train.save_steps=100", "train.save_total_limit=1",
-             "train.eval_every_steps=4", "train.eval_prompts=20", "train.select=best",
-             "wandb.enabled=false"]  # fmt: skip
+    extra = [
+        "train.max_steps=12",
+        "train.save_steps=100",
+        "train.save_total_limit=1",
+        "train.eval_every_steps=4",
+        "train.eval_prompts=20",
+        "train.select=best",
+        "wandb.enabled=false",
+    ]
     out = tmp_path / "best"
     info = train(_recipe(toy_model, out, *extra))
     history = info["bias_history"]
@@ -478,9 +524,15 @@ def test_dpo_and_kto_measure_bias_as_they_train_and_can_keep_the_best_step(
 ) -> None:
     """The preference arms measure on the validation prompts of the setting their rows were
     made from, as SFT does, and select best among their measured steps."""
-    extra = ["train.max_steps=6", "train.save_steps=100", "train.eval_every_steps=3",
-             "train.eval_prompts=20", "train.select=best", "train.per_device_train_batch_size=2",
-             "wandb.enabled=false"]  # fmt: skip
+    extra = [
+        "train.max_steps=6",
+        "train.save_steps=100",
+        "train.eval_every_steps=3",
+        "train.eval_prompts=20",
+        "train.select=best",
+        "train.per_device_train_batch_size=2",
+        "wandb.enabled=false",
+    ]
     for method in ("dpo", "kto"):
         out = tmp_path / method
         info = train(_recipe(toy_model, out, *extra), method=method)
@@ -488,8 +540,9 @@ def test_dpo_and_kto_measure_bias_as_they_train_and_can_keep_the_best_step(
         assert [h["step"] for h in history] == [3, 6] and all(h["eval_kl"] > 0 for h in history)
         best = min(history, key=lambda h: (h["eval_bias_pct"], h["eval_kl"], h["step"]))
         assert info["selected"]["rule"] == "best" and info["selected"]["step"] == best["step"]
-        state = json.loads((out / "checkpoints" / "checkpoint-6" / "trainer_state.json")
-                           .read_text())  # fmt: skip
+        state = json.loads(
+            (out / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text()
+        )
         assert [e["step"] for e in state["log_history"] if "eval_bias_pct" in e] == [3, 6]
 
 

@@ -64,8 +64,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     mixed = any(_in_tier(i) for i in items) and not all(_in_tier(i) for i in items)
     for item in items:
         if _in_tier(item) and mixed:
-            item.add_marker(pytest.mark.skip(reason="the vllm tier runs on its own: "
-                                             "python -m pytest -m vllm"))  # fmt: skip
+            item.add_marker(
+                pytest.mark.skip(reason="the vllm tier runs on its own: python -m pytest -m vllm")
+            )
 
 
 @pytest.fixture(scope="session")
@@ -102,8 +103,13 @@ def smol_adapters(smol: str, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     for seed, name in enumerate(("a", "b")):
         torch.manual_seed(seed)
         base = AutoModelForCausalLM.from_pretrained(smol, dtype=torch.float32)
-        config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
-                            init_lora_weights=False, task_type="CAUSAL_LM")  # fmt: skip
+        config = LoraConfig(
+            r=8,
+            lora_alpha=16,
+            target_modules="all-linear",
+            init_lora_weights=False,
+            task_type="CAUSAL_LM",
+        )
         get_peft_model(base, config).save_pretrained(root / name)
         out[name] = str(root / name)
     return out
@@ -123,20 +129,47 @@ def vllm_server(smol, smol_adapters, vllm_device, tmp_path_factory):
     on 2 CPU cores)."""
     port, key = _free_port(), "sk-tier-" + secrets.token_hex(8)
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    env = {**os.environ, "VLLM_API_KEY": key, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           "VLLM_CPU_KVCACHE_SPACE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "VLLM_API_KEY": key,
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", smol,
-        "--served-model-name", "smol", "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager", "--block-size", "32",
-        "--seed", "0", "--generation-config", "vllm", "--enable-lora", "--max-lora-rank", "8",
-        "--lora-modules", f"a={smol_adapters['a']}",
-    ]  # fmt: skip  # (the `vllm` command needs the distribution to be named vllm, not vllm-cpu)
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        smol,
+        "--served-model-name",
+        "smol",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+        "--block-size",
+        "32",
+        "--seed",
+        "0",
+        "--generation-config",
+        "vllm",
+        "--enable-lora",
+        "--max-lora-rank",
+        "8",
+        "--lora-modules",
+        f"a={smol_adapters['a']}",
+    ]  # (the `vllm` command needs the distribution to be named vllm, not vllm-cpu)
     if vllm_device == "cuda":
         command += ["--gpu-memory-utilization", "0.3"]
     with open(log, "wb") as sink:
-        server = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                  start_new_session=True)  # fmt: skip
+        server = subprocess.Popen(
+            command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 420
     try:

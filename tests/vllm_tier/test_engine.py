@@ -47,23 +47,39 @@ def test_next_token_scores_equal_the_prompt_logprobs_reference(toy_model, vllm_d
 
 def test_the_toy_model_answers_as_on_transformers(toy_model, toy_prompts, tmp_path, vllm_device):
     kw = {"prompts": toy_prompts, "limit": 300, "progress": False}
-    hf = get("bias").evaluate(str(toy_model), tmp_path / "hf", **kw,
-                              engine=EngineSpec(device="cpu", dtype="float32"))  # fmt: skip
+    hf = get("bias").evaluate(
+        str(toy_model), tmp_path / "hf", **kw, engine=EngineSpec(device="cpu", dtype="float32")
+    )
     vl = get("bias").evaluate(str(toy_model), tmp_path / "vllm", **kw, engine=VLLM)
-    a, b = ([json.loads(x) for x in (tmp_path / d / "records.jsonl").read_text().splitlines()]
-            for d in ("hf", "vllm"))  # fmt: skip
+    a, b = (
+        [json.loads(x) for x in (tmp_path / d / "records.jsonl").read_text().splitlines()]
+        for d in ("hf", "vllm")
+    )
     assert [r["chosen"] for r in a] == [r["chosen"] for r in b]
     assert hf["overall"] == vl["overall"] and hf["overall"]["pct"] > 10  # the planted bias
 
 
-def test_a_start_that_cannot_work_is_one_line(toy_model, tiny_model_builder, real_tokenizers,
-                                              vllm_device, tmp_path, capsys) -> None:  # fmt: skip
+def test_a_start_that_cannot_work_is_one_line(
+    toy_model, tiny_model_builder, real_tokenizers, vllm_device, tmp_path, capsys
+) -> None:
     from scd.cli import main
 
     prompts = tmp_path / "p"
     assert main(["generate", "contact", "--descriptors", "toy", "--out", str(prompts)]) == 0
-    argv = ["eval", "bias", "--model", str(toy_model), "--prompts", str(prompts), "--limit", "3",
-            "--backend", "vllm", "--max-model-len", "128"]  # fmt: skip
+    argv = [
+        "eval",
+        "bias",
+        "--model",
+        str(toy_model),
+        "--prompts",
+        str(prompts),
+        "--limit",
+        "3",
+        "--backend",
+        "vllm",
+        "--max-model-len",
+        "128",
+    ]
     capsys.readouterr()
     assert main([*argv, "--kv-cache-space", "100000", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -72,7 +88,24 @@ def test_a_start_that_cannot_work_is_one_line(toy_model, tiny_model_builder, rea
     if vllm_device == "cpu":  # a head size vLLM's CPU attention does not serve: refused at once
         small = tiny_model_builder(real_tokenizers / "llama-3.1-instruct", tmp_path / "tiny")
         capsys.readouterr()  # the model's own save progress
-        assert main(["eval", "bias", "--model", str(small), "--prompts", str(prompts), "--limit",
-                     "3", "--backend", "vllm", "--out", str(tmp_path / "t")]) == 2  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "bias",
+                    "--model",
+                    str(small),
+                    "--prompts",
+                    str(prompts),
+                    "--limit",
+                    "3",
+                    "--backend",
+                    "vllm",
+                    "--out",
+                    str(tmp_path / "t"),
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "attention heads of size 8" in err[0], err

@@ -31,29 +31,56 @@ def test_bias_scores_equal_transformers(smol, toy_prompts, tmp_path, name, optio
     import dataclasses
 
     for spec, out in ((HF, "hf"), (VLLM, "vllm")):
-        get("bias").evaluate(smol, tmp_path / out, prompts=toy_prompts, limit=48, progress=False,
-                             engine=dataclasses.replace(spec, **options))  # fmt: skip
+        get("bias").evaluate(
+            smol,
+            tmp_path / out,
+            prompts=toy_prompts,
+            limit=48,
+            progress=False,
+            engine=dataclasses.replace(spec, **options),
+        )
     assert _same(tmp_path / "hf", tmp_path / "vllm") > 48  # descriptor prompts + baselines
 
 
 def test_an_adapter_scores_equal_transformers(smol, smol_adapters, toy_prompts, tmp_path) -> None:
     for spec, out in ((HF, "hf"), (VLLM, "vllm")):
-        get("bias").evaluate(smol, tmp_path / out, prompts=toy_prompts, limit=48, progress=False,
-                             engine=spec, adapter=smol_adapters["a"])  # fmt: skip
+        get("bias").evaluate(
+            smol,
+            tmp_path / out,
+            prompts=toy_prompts,
+            limit=48,
+            progress=False,
+            engine=spec,
+            adapter=smol_adapters["a"],
+        )
     _same(tmp_path / "hf", tmp_path / "vllm")
 
 
 def test_bbq_multi_token_answers_equal_transformers(smol, shared_data, tmp_path) -> None:
     for spec, out in ((HF, "hf"), (VLLM, "vllm")):
-        get("bbq").evaluate(smol, tmp_path / out, data=shared_data / "bbq" / "data", limit=24,
-                            engine=spec, progress=False)  # fmt: skip
+        get("bbq").evaluate(
+            smol,
+            tmp_path / out,
+            data=shared_data / "bbq" / "data",
+            limit=24,
+            engine=spec,
+            progress=False,
+        )
     assert _same(tmp_path / "hf", tmp_path / "vllm", answer="pred") >= 20
 
 
 def test_generate_mode_gives_the_same_text(smol, toy_prompts, tmp_path) -> None:
     for spec, out in ((HF, "hf"), (VLLM, "vllm")):
-        get("bias").evaluate(smol, tmp_path / out, prompts=toy_prompts, limit=24, mode="generate",
-                             max_new_tokens=6, engine=spec, progress=False)  # fmt: skip
+        get("bias").evaluate(
+            smol,
+            tmp_path / out,
+            prompts=toy_prompts,
+            limit=24,
+            mode="generate",
+            max_new_tokens=6,
+            engine=spec,
+            progress=False,
+        )
     hf, vl = _records(tmp_path / "hf"), _records(tmp_path / "vllm")
     assert [r["generated"] for r in hf] == [r["generated"] for r in vl]
     assert any(r["generated"] for r in hf)

@@ -28,7 +28,7 @@ def _recipe(model: str, bbq: str, backend: str, server=None) -> dict:
             "bf16": False,
             "gradient_checkpointing": False,
             "save_steps": 10,
-        },  # fmt: skip
+        },
         "eval": {
             "backend": backend,
             "dtype": "float32",
@@ -36,7 +36,7 @@ def _recipe(model: str, bbq: str, backend: str, server=None) -> dict:
             "bias": {"limit": 30},
             "bbq": {"enabled": True, "data": bbq, "limit": 12},
             "sds": {"enabled": True, "limit_conditions": 1},
-        },  # fmt: skip
+        },
         "wandb": {"enabled": False},
         "run": {"name": backend},
     }
@@ -54,8 +54,9 @@ def test_scd_run_on_vllm_gives_the_tables_of_transformers(
     for vl in (tmp_path / "vllm", tmp_path / "openai"):
         assert (hf / adapter).read_bytes() == (vl / adapter).read_bytes()  # the same tuned model
         for name in ("table10", "table1", "table15"):  # from the answers: equal
-            pd.testing.assert_frame_equal(pd.read_csv(hf / f"tables/{name}.csv"),
-                                          pd.read_csv(vl / f"tables/{name}.csv"))  # fmt: skip
+            pd.testing.assert_frame_equal(
+                pd.read_csv(hf / f"tables/{name}.csv"), pd.read_csv(vl / f"tables/{name}.csv")
+            )
         a, b = (pd.read_csv(d / "tables/stigma-sds.csv") for d in (hf, vl))  # P(Unlikely)
         pd.testing.assert_frame_equal(a, b, check_exact=False, atol=TOLERANCE, rtol=0)
     assert "| Engine | vllm, dtype float32" in (tmp_path / "vllm/report.md").read_text()

@@ -20,15 +20,25 @@ from scd.eval.engines import SharedEngine
 
 VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=1.0)
 LIMIT = 48
-RUNS = {"base": {}, "a": {}, "b": {}, "generate": {"mode": "generate", "max_new_tokens": 8,
-                                                   "limit": 16}}  # fmt: skip
+RUNS = {
+    "base": {},
+    "a": {},
+    "b": {},
+    "generate": {"mode": "generate", "max_new_tokens": 8, "limit": 16},
+}
 
 
 def _evaluate(smol: str, prompts: Path, root: Path, adapters: dict, **engine) -> Path:
     for name, options in RUNS.items():
-        get("bias").evaluate(smol, root / name, prompts=prompts, progress=False,
-                             adapter=adapters.get(name), **{"limit": LIMIT, **options},
-                             **engine)  # fmt: skip
+        get("bias").evaluate(
+            smol,
+            root / name,
+            prompts=prompts,
+            progress=False,
+            adapter=adapters.get(name),
+            **{"limit": LIMIT, **options},
+            **engine,
+        )
     return root
 
 
@@ -45,8 +55,9 @@ def in_process(smol, smol_adapters, toy_prompts, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def served(smol, smol_adapters, toy_prompts, vllm_server, tmp_path_factory) -> Path:
     spec = EngineSpec("openai", base_url=vllm_server.url, api_key_env=vllm_server.key_env)
-    return _evaluate(smol, toy_prompts, tmp_path_factory.mktemp("served"), smol_adapters,
-                     engine=spec)  # fmt: skip
+    return _evaluate(
+        smol, toy_prompts, tmp_path_factory.mktemp("served"), smol_adapters, engine=spec
+    )
 
 
 @pytest.mark.parametrize("name", ["base", "a", "b"])

@@ -51,19 +51,25 @@ def load_encoder(encoder: str, device: str | None = None, layers: int | None = N
     if layers is not None:
         depth = _depth(path, encoder)
         if not 1 <= layers <= depth:
-            raise InputError(f"expected 1 to {depth} (the layers of {encoder})",
-                             key="encoder_layers", value=layers)  # fmt: skip
+            raise InputError(
+                f"expected 1 to {depth} (the layers of {encoder})",
+                key="encoder_layers",
+                value=layers,
+            )
         config_kwargs = {"num_hidden_layers": layers}
         hf_logging.set_verbosity_error()  # else the dropped layers' weights show as unexpected
     try:
         if is_sentence_transformer_model(path):
-            return SentenceTransformer(path, device=device, trust_remote_code=False,
-                                       config_kwargs=config_kwargs)  # fmt: skip
+            return SentenceTransformer(
+                path, device=device, trust_remote_code=False, config_kwargs=config_kwargs
+            )
         text_only = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
         module = Transformer(  # no remote code by default; plain text, not a chat message
-            path, config_kwargs=config_kwargs, module_output_name="token_embeddings",
+            path,
+            config_kwargs=config_kwargs,
+            module_output_name="token_embeddings",
             modality_config=text_only,
-        )  # fmt: skip
+        )
         tokenizer = module.tokenizer
         if tokenizer.pad_token is None:  # causal LMs often have none; batches need one
             if tokenizer.eos_token is None:
@@ -73,8 +79,9 @@ def load_encoder(encoder: str, device: str | None = None, layers: int | None = N
         pooling = Pooling(module.get_embedding_dimension(), "mean")
         return SentenceTransformer(modules=[module, pooling], device=device)
     except (OSError, ValueError, ImportError, RuntimeError) as err:  # not found, bad weights
-        raise InputError(f"cannot load a sentence encoder ({first_line(err)})", key="encoder",
-                         value=encoder) from None  # fmt: skip
+        raise InputError(
+            f"cannot load a sentence encoder ({first_line(err)})", key="encoder", value=encoder
+        ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
 
@@ -87,12 +94,19 @@ def _depth(path: str, encoder: str) -> int:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         composite = config.get_text_config() is not config
     except (OSError, ValueError) as err:
-        raise InputError(f"--encoder-layers needs the encoder's config.json ({first_line(err)})",
-                         key="encoder", value=encoder) from None  # fmt: skip
+        raise InputError(
+            f"--encoder-layers needs the encoder's config.json ({first_line(err)})",
+            key="encoder",
+            value=encoder,
+        ) from None
     depth = getattr(config, "num_hidden_layers", None)
     if composite or not isinstance(depth, int):
-        raise InputError("--encoder-layers needs a config with num_hidden_layers at its top "
-                         "level (not a multimodal one)", key="encoder", value=encoder)  # fmt: skip
+        raise InputError(
+            "--encoder-layers needs a config with num_hidden_layers at its top "
+            "level (not a multimodal one)",
+            key="encoder",
+            value=encoder,
+        )
     return depth
 
 
@@ -121,8 +135,9 @@ def train_scm(
     :func:`scd.audit.scm.cross_validate`)."""
     texts = [s.text for s in sentences]
     seeds_hash = corpora.fingerprint(f"{s.text}\t{s.label}" for s in sentences)
-    key = cache_key(kind="scm_model", encoder=encoder_key, n_components=N_COMPONENTS,
-                    seeds=seeds_hash)  # fmt: skip
+    key = cache_key(
+        kind="scm_model", encoder=encoder_key, n_components=N_COMPONENTS, seeds=seeds_hash
+    )
     where = cache / "scm-model" / key if cache is not None else None
     if where is not None and (where / "manifest.json").is_file():
         info = json.loads((where / "manifest.json").read_text())
@@ -173,8 +188,9 @@ def audit_scm(
         try:
             __import__(module)
         except ImportError:
-            raise InputError(f"needs {module} (pip install 'scd[audit]')", key="encoder",
-                             value=encoder) from None  # fmt: skip
+            raise InputError(
+                f"needs {module} (pip install 'scd[audit]')", key="encoder", value=encoder
+            ) from None
     out = check_output_dir(out, "scd_scm_audit")
     sentences = load_seeds(seeds)  # checked before anything loads
     matcher = corpora.TermMatcher(corpora.load_terms(terms, language))
@@ -189,8 +205,11 @@ def audit_scm(
                 terms_of = {f"{kind}_terms": found.get(kind, []) for kind in matcher.patterns}
                 rows.append({"document": d, "sentence": sentence, **terms_of})
     if not rows:
-        raise InputError(f"none of its {n_sentences:,} sentences mentions an illness term",
-                         key="corpus", value=source)  # fmt: skip
+        raise InputError(
+            f"none of its {n_sentences:,} sentences mentions an illness term",
+            key="corpus",
+            value=source,
+        )
     model = load_encoder(encoder, device, encoder_layers)  # errors name what the user gave
     local = resolve_model(encoder, key="--encoder", say=lambda _: None)  # converted: cached
     cache = Path(cache) if cache is not None else None
@@ -202,13 +221,23 @@ def audit_scm(
         r.update(warmth=float(warmth), competence=float(competence))
     by_type = {kind: scores[[bool(r[f"{kind}_terms"]) for r in rows]] for kind in matcher.patterns}
     summary = {
-        "n_documents": len(documents), "n_sentences": n_sentences, "n_matched": len(rows),
-        **report.summarize_scores(by_type), "bias_map": report.bias_map_rows(by_type, aq27),
+        "n_documents": len(documents),
+        "n_sentences": n_sentences,
+        "n_matched": len(rows),
+        **report.summarize_scores(by_type),
+        "bias_map": report.bias_map_rows(by_type, aq27),
         "scm_model": scm_info,
-        "run": {"corpus": source, "encoder": encoder, "encoder_layers": encoder_layers,
-                "seeds": list(seeds), "terms": terms,
-                "language": language, "aq27_run": aq27_run, "scd_version": __version__},
-    }  # fmt: skip
+        "run": {
+            "corpus": source,
+            "encoder": encoder,
+            "encoder_layers": encoder_layers,
+            "seeds": list(seeds),
+            "terms": terms,
+            "language": language,
+            "aq27_run": aq27_run,
+            "scd_version": __version__,
+        },
+    }
     _write(out, rows, summary, report.density_png(by_type, f"SCM: {Path(source).name}"))
     return summary
 

@@ -52,8 +52,12 @@ def load_terms(path: Path | str | None = None, language: str = "en") -> dict[str
             for v in data.values()
         )
     ):
-        raise InputError("expected a mapping of illness type -> list of terms (e.g. mental: "
-                         "[depression, anxiety])", key="terms", value=path)  # fmt: skip
+        raise InputError(
+            "expected a mapping of illness type -> list of terms (e.g. mental: "
+            "[depression, anxiety])",
+            key="terms",
+            value=path,
+        )
     return {str(k): [t.strip() for t in v] for k, v in data.items()}
 
 
@@ -105,15 +109,26 @@ def read_corpus(source: str, text_column: str = "text") -> list[str]:
                 return _nonempty(path.read_text(encoding="utf-8").splitlines(), source)
             except UnicodeDecodeError:
                 raise InputError("not UTF-8 text", key="corpus", value=path) from None
-    elif (path.exists() or looks_local(source) or source.count("/") != 1
-          or path.suffix in (".txt", ".jsonl", ".json", ".parquet")):  # fmt: skip
-        raise InputError("no such file (a .txt, .jsonl or .parquet file, or a Hub dataset id "
-                         "owner/name)", key="corpus", value=source)  # fmt: skip
+    elif (
+        path.exists()
+        or looks_local(source)
+        or source.count("/") != 1
+        or path.suffix in (".txt", ".jsonl", ".json", ".parquet")
+    ):
+        raise InputError(
+            "no such file (a .txt, .jsonl or .parquet file, or a Hub dataset id owner/name)",
+            key="corpus",
+            value=source,
+        )
     else:
         rows = _hub_rows(source)
     if rows and text_column not in rows[0]:
-        raise InputError(f"no column {text_column!r} (columns: {', '.join(sorted(rows[0]))}); "
-                         "name it with --text-column", key="corpus", value=source)  # fmt: skip
+        raise InputError(
+            f"no column {text_column!r} (columns: {', '.join(sorted(rows[0]))}); "
+            "name it with --text-column",
+            key="corpus",
+            value=source,
+        )
     return _nonempty([str(r.get(text_column) or "") for r in rows], source)
 
 
@@ -164,8 +179,13 @@ def encode(
     path = cache / f"{key}-{fingerprint(texts)}.npy" if cache is not None else None
     if path is not None and path.is_file():
         return np.load(path, allow_pickle=False)
-    vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                           convert_to_numpy=True, show_progress_bar=progress)  # fmt: skip
+    vectors = model.encode(
+        texts,
+        batch_size=batch_size,
+        normalize_embeddings=True,
+        convert_to_numpy=True,
+        show_progress_bar=progress,
+    )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_file(path) as tmp, open(tmp, "wb") as handle:

@@ -33,16 +33,29 @@ from scd.errors import InputError
 from scd.io import atomic_output_dir
 
 __all__ = [
-    "FILLER", "LABELS", "N_COMPONENTS", "SCMModel", "SeedSentence", "accuracy", "adjective_folds",
-    "cross_validate", "load_seeds",
-]  # fmt: skip
+    "FILLER",
+    "LABELS",
+    "N_COMPONENTS",
+    "SCMModel",
+    "SeedSentence",
+    "accuracy",
+    "adjective_folds",
+    "cross_validate",
+    "load_seeds",
+]
 
 TARGET = "<target>"
 FILLER = "these people"  # what <target> becomes (Fraser et al.'s cross-validation sentences)
 LABELS = {  # label -> (competence, warmth) signs
-    "warm": (0, 1), "cold": (0, -1), "comp": (1, 0), "incomp": (-1, 0),
-    "warm_comp": (1, 1), "warm_incomp": (-1, 1), "cold_comp": (1, -1), "cold_incomp": (-1, -1),
-}  # fmt: skip
+    "warm": (0, 1),
+    "cold": (0, -1),
+    "comp": (1, 0),
+    "incomp": (-1, 0),
+    "warm_comp": (1, 1),
+    "warm_incomp": (-1, 1),
+    "cold_comp": (1, -1),
+    "cold_incomp": (-1, -1),
+}
 QUADRANTS = ("warm_comp", "warm_incomp", "cold_comp", "cold_incomp")
 N_COMPONENTS = 10
 
@@ -87,21 +100,30 @@ def load_seeds(paths: Sequence[Path | str]) -> list[SeedSentence]:
             if not {"Sentence", "Target"} <= set(reader.fieldnames or []):
                 if not named:
                     continue
-                raise InputError(f"expected columns Sentence,Target (found {reader.fieldnames})",
-                                 key="seeds", value=f)  # fmt: skip
+                raise InputError(
+                    f"expected columns Sentence,Target (found {reader.fieldnames})",
+                    key="seeds",
+                    value=f,
+                )
             for n, row in enumerate(reader, start=2):
                 text, label = (row["Sentence"] or "").strip(), (row["Target"] or "").strip()
                 if TARGET not in text:
                     raise InputError(f"line {n}: no {TARGET} in {text!r}", key="seeds", value=f)
                 if label not in LABELS:
-                    raise InputError(f"line {n}: label {label!r} is not one of "
-                                     f"{', '.join(LABELS)}", key="seeds", value=f)  # fmt: skip
+                    raise InputError(
+                        f"line {n}: label {label!r} is not one of {', '.join(LABELS)}",
+                        key="seeds",
+                        value=f,
+                    )
                 seeds.append(SeedSentence(text.replace(TARGET, FILLER), label, _words(text, label)))
     missing = [q for q in QUADRANTS if not any(s.label == q for s in seeds)]
     if not seeds or missing:
-        raise InputError(f"no two-adjective sentences of {', '.join(missing or QUADRANTS)} (the "
-                         "warmth and competence directions need all four)", key="seeds",
-                         value=", ".join(map(str, paths)))  # fmt: skip
+        raise InputError(
+            f"no two-adjective sentences of {', '.join(missing or QUADRANTS)} (the "
+            "warmth and competence directions need all four)",
+            key="seeds",
+            value=", ".join(map(str, paths)),
+        )
     return seeds
 
 
@@ -136,10 +158,12 @@ class SCMModel:
             raise RuntimeError("the PLS reduction differs from scikit-learn's PLSRegression")
         labels = np.asarray(labels)
         centroid = {q: _unit(z[labels == q].mean(axis=0)) for q in QUADRANTS}
-        diagonals = np.stack([
-            _unit(centroid["warm_comp"] - centroid["cold_incomp"]),
-            _unit(centroid["warm_incomp"] - centroid["cold_comp"]),
-        ])  # fmt: skip
+        diagonals = np.stack(
+            [
+                _unit(centroid["warm_comp"] - centroid["cold_incomp"]),
+                _unit(centroid["warm_incomp"] - centroid["cold_comp"]),
+            ]
+        )
         model.polar = np.linalg.pinv(diagonals)
         return model
 
@@ -156,8 +180,13 @@ class SCMModel:
     def save(self, out: Path | str, info: dict[str, Any]) -> None:
         """Write ``scm.npz`` (arrays, no pickle) and ``manifest.json`` (``info``) atomically."""
         with atomic_output_dir(out, kind="scd_scm_model") as tmp:
-            np.savez(tmp / "scm.npz", x_mean=self.x_mean, x_std=self.x_std,
-                     rotations=self.rotations, polar=self.polar)  # fmt: skip
+            np.savez(
+                tmp / "scm.npz",
+                x_mean=self.x_mean,
+                x_std=self.x_std,
+                rotations=self.rotations,
+                polar=self.polar,
+            )
             manifest = {"kind": "scd_scm_model", **info}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
@@ -203,16 +232,21 @@ def cross_validate(
         held = [any(fold_of.get(w) == f for w in s.words) for s in seeds]
         train = [i for i, h in enumerate(held) if not h]
         basic = [i for i, s in enumerate(seeds) if held[i] and s.label not in QUADRANTS]
-        pairs = [i for i, s in enumerate(seeds) if s.label in QUADRANTS
-                 and all(fold_of.get(w) == f for w in s.words)]  # fmt: skip
+        pairs = [
+            i
+            for i, s in enumerate(seeds)
+            if s.label in QUADRANTS and all(fold_of.get(w) == f for w in s.words)
+        ]
         model = SCMModel.fit(vectors[train], [seeds[i].label for i in train])
         row = {"fold": f, "n_train": len(train), "n_basic": len(basic), "n_pairs": len(pairs)}
         for name, idx in (("basic", basic), ("composition", pairs)):
             row[name] = accuracy(model.score(vectors[idx]), [seeds[i].label for i in idx])
         results.append(row)
     summary = {
-        name: {"mean": float(np.nanmean([r[name] for r in results])),
-               "std": float(np.nanstd([r[name] for r in results]))}
+        name: {
+            "mean": float(np.nanmean([r[name] for r in results])),
+            "std": float(np.nanstd([r[name] for r in results])),
+        }
         for name in ("basic", "composition")
-    }  # fmt: skip
+    }
     return {"folds": results, **summary}

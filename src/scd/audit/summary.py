@@ -26,8 +26,13 @@ def _axis(values: np.ndarray) -> dict[str, Any]:
     low = high = None
     if n > 1:
         low, high = (float(x) for x in stats.t.interval(0.95, n - 1, mean, stats.sem(values)))
-    return {"n": n, "mean": mean, "ci_low": low, "ci_high": high,
-            "median": float(np.median(values)) if n else None}  # fmt: skip
+    return {
+        "n": n,
+        "mean": mean,
+        "ci_low": low,
+        "ci_high": high,
+        "median": float(np.median(values)) if n else None,
+    }
 
 
 def quadrant_shares(warmth: np.ndarray, competence: np.ndarray) -> dict[str, float | None]:
@@ -54,9 +59,11 @@ def summarize_scores(scores: dict[str, np.ndarray]) -> dict[str, Any]:
     out: dict[str, Any] = {"types": {}}
     for kind, s in scores.items():
         out["types"][kind] = {
-            "n": len(s), "warmth": _axis(s[:, 0]), "competence": _axis(s[:, 1]),
+            "n": len(s),
+            "warmth": _axis(s[:, 0]),
+            "competence": _axis(s[:, 1]),
             "quadrants": quadrant_shares(s[:, 0], s[:, 1]),
-        }  # fmt: skip
+        }
     if {"mental", "physical"} <= set(scores):
         m, p = scores["mental"], scores["physical"]
         out["mental_vs_physical"] = {
@@ -88,11 +95,17 @@ def bias_map_rows(scores: dict[str, np.ndarray], aq27: dict[str, Any] | None) ->
         mental = _share_in(scores.get("mental", np.zeros((0, 2))), need)
         physical = _share_in(scores.get("physical", np.zeros((0, 2))), need)
         model = (aq27 or {}).get("dimensions", {}).get(dim, {})
-        rows.append({
-            "dimension": dim, **need, "mental_share": mental, "physical_share": physical,
-            "share_diff": None if mental is None or physical is None else mental - physical,
-            "aq27_mean_diff": model.get("mean_diff"), "aq27_p": model.get("p_bonferroni"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "dimension": dim,
+                **need,
+                "mental_share": mental,
+                "physical_share": physical,
+                "share_diff": None if mental is None or physical is None else mental - physical,
+                "aq27_mean_diff": model.get("mean_diff"),
+                "aq27_p": model.get("p_bonferroni"),
+            }
+        )
     return rows
 
 
@@ -136,35 +149,50 @@ def audit_markdown(summary: dict[str, Any]) -> str:
     """``tables.md`` of an audit run."""
     run, lines = summary["run"], []
     lines += [
-        f"# SCM audit: {run['corpus']}", "",
+        f"# SCM audit: {run['corpus']}",
+        "",
         f"Encoder {run['encoder']}; {summary['n_documents']:,} documents, "
         f"{summary['n_sentences']:,} sentences, {summary['n_matched']:,} mention an illness term "
         "(a sentence naming both types counts in both). Warmth and competence: the axis-rotated "
-        "POLAR SCM model of Fraser et al. 2022 (0 counts as high).", "",
+        "POLAR SCM model of Fraser et al. 2022 (0 counts as high).",
+        "",
         "| Type | Sentences | Warmth [95% CI] | Competence [95% CI] | "
-        + " | ".join(QUADRANTS) + " |",
+        + " | ".join(QUADRANTS)
+        + " |",
         "|---|---|---|---|" + "---|" * len(QUADRANTS),
-    ]  # fmt: skip
+    ]
     for kind, t in summary["types"].items():
-        axes = [f"{_f(t[a]['mean'])} [{_f(t[a]['ci_low'])}, {_f(t[a]['ci_high'])}]"
-                for a in ("warmth", "competence")]  # fmt: skip
+        axes = [
+            f"{_f(t[a]['mean'])} [{_f(t[a]['ci_low'])}, {_f(t[a]['ci_high'])}]"
+            for a in ("warmth", "competence")
+        ]
         shares = [_f(t["quadrants"][q], ".1%") for q in QUADRANTS]
         lines.append(f"| {kind} | {t['n']:,} | {' | '.join(axes)} | {' | '.join(shares)} |")
     tests = summary.get("mental_vs_physical")
     if tests:
-        lines += ["", "Mental vs physical, two-sided Mann-Whitney U: " + "; ".join(
-            f"{axis} U = {_f(t['u'], '.1f')}, p = {_f(t['p'], '.3g')}, rank-biserial r = "
-            f"{_f(t['rank_biserial'])}" for axis, t in tests.items()) + "."]  # fmt: skip
+        lines += [
+            "",
+            "Mental vs physical, two-sided Mann-Whitney U: "
+            + "; ".join(
+                f"{axis} U = {_f(t['u'], '.1f')}, p = {_f(t['p'], '.3g')}, rank-biserial r = "
+                f"{_f(t['rank_biserial'])}"
+                for axis, t in tests.items()
+            )
+            + ".",
+        ]
     lines += [
-        "", "## The BIAS map", "",
+        "",
+        "## The BIAS map",
+        "",
         "Table 1 of Mina et al. 2024 (Cuddy et al. 2007): the warmth/competence region each AQ-27 "
         "dimension maps to; the corpus's share of mental and physical sentences in that region "
-        "(for \"any\" competence: warmth alone); and the model's AQ-27 result (mental − physical "
-        "score, Bonferroni p) when an `scd eval stigma --probe aq27` run is given.", "",
+        '(for "any" competence: warmth alone); and the model\'s AQ-27 result (mental − physical '
+        "score, Bonferroni p) when an `scd eval stigma --probe aq27` run is given.",
+        "",
         "| Dimension | Warmth | Competence | Mental in region | Physical in region | "
         "Mental − physical | AQ-27 mental − physical | AQ-27 p |",
         "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in summary["bias_map"]:
         lines.append(
             f"| {r['dimension']} | {r['warmth']} | {r['competence']} | "

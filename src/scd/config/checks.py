@@ -41,24 +41,38 @@ def _field_problems(section: Any, prefix: str) -> Iterator[Problem]:
 
 def _value_problems(recipe: Recipe) -> Iterator[Problem]:
     if recipe.eval.backend == "vllm" and recipe.lora.r > LORA_RANKS[-1]:  # vLLM serves it
-        yield "lora.r", (f"lora.r: {recipe.lora.r} is above the largest rank vLLM serves "
-                         f"({LORA_RANKS[-1]}); evaluate with eval.backend hf")  # fmt: skip
+        yield (
+            "lora.r",
+            (
+                f"lora.r: {recipe.lora.r} is above the largest rank vLLM serves "
+                f"({LORA_RANKS[-1]}); evaluate with eval.backend hf"
+            ),
+        )
     d, t = recipe.data, recipe.train
     if sum(x is not None for x in (d.sft, d.prompts, d.descriptors)) != 1:
         yield "data", "data: give exactly one of sft, prompts, descriptors"
     if t.max_steps != -1 and t.max_steps < 1:
         yield "train.max_steps", "train.max_steps: expected -1 (epochs decide) or >= 1"
     if t.select == "best" and not t.eval_every_steps:
-        yield "train.select", ("train.select: best chooses among measured steps: set "
-                               "train.eval_every_steps")  # fmt: skip
+        yield (
+            "train.select",
+            ("train.select: best chooses among measured steps: set train.eval_every_steps"),
+        )
     if t.max_kl is not None and t.select != "best":
         yield "train.max_kl", "train.max_kl: bounds train.select best (it is last)"
     if t.push_to_hub and not t.hub_model_id:
-        yield "train.hub_model_id", ("train.hub_model_id: train.push_to_hub needs the Hub "
-                                     "repository to upload to (owner/name)")  # fmt: skip
+        yield (
+            "train.hub_model_id",
+            (
+                "train.hub_model_id: train.push_to_hub needs the Hub "
+                "repository to upload to (owner/name)"
+            ),
+        )
     if t.hub_model_id and t.hub_model_id.count("/") != 1:
-        yield "train.hub_model_id", (f"train.hub_model_id: {t.hub_model_id!r} is not a Hub "
-                                     "repository id (owner/name)")  # fmt: skip
+        yield (
+            "train.hub_model_id",
+            (f"train.hub_model_id: {t.hub_model_id!r} is not a Hub repository id (owner/name)"),
+        )
 
 
 def _run_problems(recipe: Recipe) -> Iterator[Problem]:
@@ -90,8 +104,13 @@ def _run_problems(recipe: Recipe) -> Iterator[Problem]:
             ),
         )
     if recipe.bias_protocol != "scd" and recipe.arms and "prompt" in recipe.arms:
-        yield "arms", ("arms: the prompt arm sets a system prompt of its own, which "
-                       f"eval.bias.protocol {recipe.bias_protocol!r} sets too")  # fmt: skip
+        yield (
+            "arms",
+            (
+                "arms: the prompt arm sets a system prompt of its own, which "
+                f"eval.bias.protocol {recipe.bias_protocol!r} sets too"
+            ),
+        )
     name = recipe.run.name
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         yield "run.name", f"run.name: {name!r} is not a plain directory name"

@@ -63,64 +63,98 @@ class EngineSpec(Options):
     )
     dtype: Dtype = option("auto", "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU")
     batch_size: int | None = option(
-        None, f"prompts per forward (default: {EVAL_BATCH_SIZE})", check=positive, backend="hf",
+        None,
+        f"prompts per forward (default: {EVAL_BATCH_SIZE})",
+        check=positive,
+        backend="hf",
         speed=True,
-    )  # fmt: skip
+    )
     device: str | None = option(
-        None, "cpu, cuda, cuda:1 (default: cuda if available)", check=device_name, backend="hf",
+        None,
+        "cpu, cuda, cuda:1 (default: cuda if available)",
+        check=device_name,
+        backend="hf",
         speed=True,
-    )  # fmt: skip
+    )
     tensor_parallel_size: int | None = option(
         None, "GPUs per model (default: 1)", check=positive, backend="vllm", speed=True
     )
     max_model_len: int | None = option(
-        None, "context to reserve KV cache for (default: the model's, at most 4096)",
-        check=positive, backend="vllm", speed=True,
-    )  # fmt: skip
-    gpu_memory_utilization: float | None = option(
-        None, "share of GPU memory vLLM may take (default: 0.9)", check=share, backend="vllm",
+        None,
+        "context to reserve KV cache for (default: the model's, at most 4096)",
+        check=positive,
+        backend="vllm",
         speed=True,
-    )  # fmt: skip
+    )
+    gpu_memory_utilization: float | None = option(
+        None,
+        "share of GPU memory vLLM may take (default: 0.9)",
+        check=share,
+        backend="vllm",
+        speed=True,
+    )
     kv_cache_space: float | None = option(
-        None, "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
-        "--gpu-memory-utilization leaves)", check=above_zero, backend="vllm", speed=True,
-    )  # fmt: skip
+        None,
+        "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
+        "--gpu-memory-utilization leaves)",
+        check=above_zero,
+        backend="vllm",
+        speed=True,
+    )
     base_url: str | None = option(
-        None, "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1", check=http_url,
+        None,
+        "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1",
+        check=http_url,
         backend="openai",
-    )  # fmt: skip  # pinned: another server may serve another model under the same name
+    )  # pinned: another server may serve another model under the same name
     served_model: str | None = option(
-        None, "the model's name on the server (default: the one base model it lists)",
+        None,
+        "the model's name on the server (default: the one base model it lists)",
         backend="openai",
-    )  # fmt: skip
+    )
     api: ServedApi | None = option(
-        None, "completions: token-id prompts, exact option log-probs (vllm serve); chat: "
+        None,
+        "completions: token-id prompts, exact option log-probs (vllm serve); chat: "
         "conversations as text (hosted chat APIs): generate mode, or the first answer token's "
         "top-20 log-probs (one-word options; scd eval bias) (default: completions)",
         backend="openai",
-    )  # fmt: skip
+    )
     score_via: ScoreVia | None = option(
-        None, "how the server gives option log-probs: token_ids (vLLM's logprob_token_ids, "
+        None,
+        "how the server gives option log-probs: token_ids (vLLM's logprob_token_ids, "
         "reads its prefix cache) or echo (echo + logprobs of prompt and option, one request per "
-        "option) (default: token_ids)", backend="openai",
-    )  # fmt: skip
+        "option) (default: token_ids)",
+        backend="openai",
+    )
     api_key_env: str | None = option(
-        None, "environment variable holding the API key, sent as a bearer token and nowhere "
-        "else (default: OPENAI_API_KEY for api.openai.com, no key elsewhere)", backend="openai",
+        None,
+        "environment variable holding the API key, sent as a bearer token and nowhere "
+        "else (default: OPENAI_API_KEY for api.openai.com, no key elsewhere)",
+        backend="openai",
         speed=True,
-    )  # fmt: skip
+    )
     concurrency: int | None = option(
-        None, "requests in flight at once (default: 8)", check=positive, backend="openai",
+        None,
+        "requests in flight at once (default: 8)",
+        check=positive,
+        backend="openai",
         speed=True,
-    )  # fmt: skip
+    )
     request_timeout: float | None = option(
-        None, "seconds to wait for one answer (default: 300)", check=above_zero,
-        backend="openai", speed=True,
-    )  # fmt: skip
+        None,
+        "seconds to wait for one answer (default: 300)",
+        check=above_zero,
+        backend="openai",
+        speed=True,
+    )
     retries: int | None = option(
-        None, "tries again after a timeout, a dropped connection, a malformed answer, 429 or 5xx, "
-        "backing off (default: 5)", check=non_negative, backend="openai", speed=True,
-    )  # fmt: skip
+        None,
+        "tries again after a timeout, a dropped connection, a malformed answer, 429 or 5xx, "
+        "backing off (default: 5)",
+        check=non_negative,
+        backend="openai",
+        speed=True,
+    )
     system_prompt: str | None = option(None, "system message put before every prompt")
 
     def identity(self) -> dict[str, Any]:

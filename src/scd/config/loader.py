@@ -75,8 +75,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         except ValueError:
             pass
     wrong_kind = isinstance(value, bool) and tp in (int, float)
-    if wrong_kind or (isinstance(tp, type) and not isinstance(value, tp)
-                      and not (tp is float and isinstance(value, int))):  # fmt: skip
+    if wrong_kind or (
+        isinstance(tp, type)
+        and not isinstance(value, tp)
+        and not (tp is float and isinstance(value, int))
+    ):
         raise InputError(f"{where}: expected {TYPE_NAMES.get(tp, tp.__name__)}, got {value!r}")
     return float(value) if tp is float else value
 
@@ -113,16 +116,20 @@ def _extra(name: str, value: Any, key: str, problems: list[tuple[str, str]]) -> 
         return None
 
 
-def _build(cls: type, data: Any, where: str, problems: list[tuple[str, str]],
-           sections: Mapping[str, type]) -> Any:  # fmt: skip
+def _build(
+    cls: type, data: Any, where: str, problems: list[tuple[str, str]], sections: Mapping[str, type]
+) -> Any:
     """``cls`` from ``data``; each unknown key, wrong type or missing key is added to
     ``problems`` as ``(key, text)`` (a bad value keeps its default), so that all are reported."""
     if not isinstance(data, dict):
         problems.append((where, f"{where or 'the recipe'} must be a mapping"))
         return cls() if cls is not Recipe else None
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)
-              if f.metadata.get("key", True) and not f.metadata.get("spread")}  # fmt: skip
+    fields = {
+        f.name: f
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("key", True) and not f.metadata.get("spread")
+    }
     spread = next((f.name for f in dataclasses.fields(cls) if f.metadata.get("spread")), None)
     kwargs: dict[str, Any] = {spread: {}} if spread else {}
     for name, value in data.items():
@@ -135,8 +142,11 @@ def _build(cls: type, data: Any, where: str, problems: list[tuple[str, str]],
         elif name not in fields:
             known = [*fields, *(library_fields() if spread else ())]
             near = difflib.get_close_matches(str(name), known, n=1)
-            hint = f"did you mean '{where + '.' if where else ''}{near[0]}'?" if near else (
-                f"expected one of {', '.join(fields)}")  # fmt: skip
+            hint = (
+                f"did you mean '{where + '.' if where else ''}{near[0]}'?"
+                if near
+                else (f"expected one of {', '.join(fields)}")
+            )
             problems.append((key, f"unknown key '{key}' ({hint})"))
         elif dataclasses.is_dataclass(tp):
             kwargs[name] = _build(tp, value, key, problems, sections)
@@ -171,8 +181,7 @@ def _parse(data: Any, source: str, sections: Mapping[str, type], given: dict[str
         for key, text in sorted(
             dict.fromkeys(problems), key=lambda p: order.get(p[0].split(".", 1)[0], len(order))
         ):
-            origin = next((v for k, v in given.items() if key == k or key.startswith(k + ".")),
-                          "")  # fmt: skip
+            origin = next((v for k, v in given.items() if key == k or key.startswith(k + ".")), "")
             lines.append(f"{origin or source}: {text}")
         raise InputError("\n".join(dict.fromkeys(lines)))
     return recipe
@@ -220,8 +229,9 @@ def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]
             value = True
         given = [key for key in new if _has(data, key)]
         if given:
-            raise InputError(f"{where}: {old} and its new name {given[0]} are both given; keep "
-                             f"{given[0]} only")  # fmt: skip
+            raise InputError(
+                f"{where}: {old} and its new name {given[0]} are both given; keep {given[0]} only"
+            )
         for key in new:
             _put(data, key, value)
         text = f"{where}: {old} is now {' and '.join(new) or 'eval.<probe>.enabled'}"
@@ -235,9 +245,13 @@ def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]
 
 
 def _leaves(tree: dict[str, Any], prefix: str = "") -> list[str]:
-    return [leaf for k, v in tree.items()
-            for leaf in (_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and v
-                         else [prefix + str(k)])]  # fmt: skip
+    return [
+        leaf
+        for k, v in tree.items()
+        for leaf in (
+            _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [prefix + str(k)]
+        )
+    ]
 
 
 def _overrides(data: dict[str, Any], overrides: list[str], say: Say | None) -> dict[str, str]:
@@ -262,8 +276,9 @@ def _overrides(data: dict[str, Any], overrides: list[str], say: Say | None) -> d
             for name in sections:
                 node = node.setdefault(name, {})
                 if not isinstance(node, dict):
-                    raise InputError(f"'{name}' is not a section of the recipe", key="set",
-                                     value=item)  # fmt: skip
+                    raise InputError(
+                        f"'{name}' is not a section of the recipe", key="set", value=item
+                    )
             node[last] = _pop(tree, leaf)[1]
             given[leaf] = f"--set {item}"
     return given

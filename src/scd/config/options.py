@@ -21,10 +21,25 @@ from dataclasses import field
 from typing import Any, Literal, TypeVar
 
 __all__ = [
-    "TYPE_NAMES", "Options", "above_zero", "add_options", "argument_type", "device_name",
-    "field_problems", "flag_values", "fraction", "http_url", "literal_values", "masked",
-    "non_negative", "one_of", "option", "positive", "share", "speed_keys",
-]  # fmt: skip
+    "TYPE_NAMES",
+    "Options",
+    "above_zero",
+    "add_options",
+    "argument_type",
+    "device_name",
+    "field_problems",
+    "flag_values",
+    "fraction",
+    "http_url",
+    "literal_values",
+    "masked",
+    "non_negative",
+    "one_of",
+    "option",
+    "positive",
+    "share",
+    "speed_keys",
+]
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
 
@@ -105,8 +120,16 @@ def option(
     must be given (``scd run`` fills the value itself); ``factory`` for a mutable default;
     ``spread``: a mapping whose keys are the section's own (a recipe's extra keys, checked by
     the loader against a library's config: ``TrainSpec.trl``)."""
-    meta = {"help": help, "check": check, "backend": backend, "speed": speed, "flag": flag,
-            "key": key, "required": required, "spread": spread}  # fmt: skip
+    meta = {
+        "help": help,
+        "check": check,
+        "backend": backend,
+        "speed": speed,
+        "flag": flag,
+        "key": key,
+        "required": required,
+        "spread": spread,
+    }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)

@@ -67,8 +67,14 @@ def recipe_keys(
         key = prefix + f.name
         if f.metadata.get("spread"):  # open: any field of a library's config
             help_ = f.metadata.get("help", "")
-            yield {"key": f"{prefix}*", "type": "TRL's", "default": None, "shown": "TRL's",
-                   "help": help_, "pinned": True}  # fmt: skip
+            yield {
+                "key": f"{prefix}*",
+                "type": "TRL's",
+                "default": None,
+                "shown": "TRL's",
+                "help": help_,
+                "pinned": True,
+            }
             continue
         if dataclasses.is_dataclass(tp):
             if f.metadata.get("speed"):  # a whole section that is never pinned

@@ -27,10 +27,26 @@ from scd.config.engine import EngineSpec
 from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
 
 __all__ = [
-    "ARMS", "ARM_METHOD", "DEBIAS_PROMPT", "SEED", "STYLES", "TRAIN_METHODS", "ArenaSpec",
-    "CapabilitySpec", "DataSpec", "EvalSpec", "LoraSpec", "Recipe", "ResourcesSpec", "RunSpec",
-    "SFTOptions", "ToyModelSpec", "TrainSpec", "WandbSpec", "eval_spec_class",
-]  # fmt: skip
+    "ARMS",
+    "ARM_METHOD",
+    "DEBIAS_PROMPT",
+    "SEED",
+    "STYLES",
+    "TRAIN_METHODS",
+    "ArenaSpec",
+    "CapabilitySpec",
+    "DataSpec",
+    "EvalSpec",
+    "LoraSpec",
+    "Recipe",
+    "ResourcesSpec",
+    "RunSpec",
+    "SFTOptions",
+    "ToyModelSpec",
+    "TrainSpec",
+    "WandbSpec",
+    "eval_spec_class",
+]
 
 SEED = 42  # the paper's seed: training, the train/eval split and the SFT sampling
 ARMS = {  # an arm of the arena (``arms:``) -> what it is
@@ -61,9 +77,9 @@ class SFTOptions(Options):
     max_train: int = option(10000, "train rows per contact type", check=positive)
     max_eval: int = option(5000, "eval rows per contact type", check=positive)
     general: str | None = option(
-        None, "general instruction data: local json/jsonl/parquet or Hub id (e.g. "
-        "yahma/alpaca-cleaned)"
-    )  # fmt: skip
+        None,
+        "general instruction data: local json/jsonl/parquet or Hub id (e.g. yahma/alpaca-cleaned)",
+    )
     general_fraction: float = option(0.0, "share of train rows (paper: 0.1)", check=fraction)
     seed: int = option(SEED, "seed of the split and the sampling")
 
@@ -94,10 +110,20 @@ class LoraSpec:
 
 # TRL config fields scd sets itself (train.setup.trl_config); a recipe may not set them
 TRL_DECIDED = (
-    "output_dir", "report_to", "run_name", "project", "use_cpu", "fp16", "data_seed",
-    "save_strategy", "eval_strategy", "include_num_input_tokens_seen", "dataloader_num_workers",
-    "disable_tqdm", "completion_only_loss",
-)  # fmt: skip
+    "output_dir",
+    "report_to",
+    "run_name",
+    "project",
+    "use_cpu",
+    "fp16",
+    "data_seed",
+    "save_strategy",
+    "eval_strategy",
+    "include_num_input_tokens_seen",
+    "dataloader_num_workers",
+    "disable_tqdm",
+    "completion_only_loss",
+)
 
 
 @dataclass

@@ -29,10 +29,20 @@ __all__ = ["FILTER_KEYS", "Setting", "load_settings", "settings_path", "split_ma
 FILTER_KEYS = ("principle", "scenario", "scale", "axis")
 _KNOWN = {"principle": PRINCIPLES, "scenario": SCENARIOS, "scale": SCALES}
 HOLISTIC_BIAS_AXES = (  # a setting may name one that a smaller descriptor list lacks
-    "ability", "age", "body_type", "characteristics", "cultural", "gender_and_sex", "nationality",
-    "nonce", "political_ideologies", "race_ethnicity", "religion", "sexual_orientation",
+    "ability",
+    "age",
+    "body_type",
+    "characteristics",
+    "cultural",
+    "gender_and_sex",
+    "nationality",
+    "nonce",
+    "political_ideologies",
+    "race_ethnicity",
+    "religion",
+    "sexual_orientation",
     "socioeconomic_class",
-)  # fmt: skip
+)
 
 
 def settings_path() -> Path:

@@ -11,10 +11,24 @@ from __future__ import annotations
 from typing import TypedDict
 
 __all__ = [
-    "ACTIONS", "AQ27_COLUMNS", "CONTACTS", "CONTACT_LABELS", "COUNT_COLUMNS", "PRINCIPLES",
-    "PROMPT_COLUMNS", "PROMPT_LABELS", "RunLayout", "SCALES", "SCENARIOS", "SCENARIO_TABLE_ORDER",
-    "SDS_COLUMNS", "SENTIMENT_COLUMNS", "STIGMA_TABLES", "ArmLayout", "SettingLayout",
-]  # fmt: skip
+    "ACTIONS",
+    "AQ27_COLUMNS",
+    "CONTACTS",
+    "CONTACT_LABELS",
+    "COUNT_COLUMNS",
+    "PRINCIPLES",
+    "PROMPT_COLUMNS",
+    "PROMPT_LABELS",
+    "RunLayout",
+    "SCALES",
+    "SCENARIOS",
+    "SCENARIO_TABLE_ORDER",
+    "SDS_COLUMNS",
+    "SENTIMENT_COLUMNS",
+    "STIGMA_TABLES",
+    "ArmLayout",
+    "SettingLayout",
+]
 
 PRINCIPLES = (
     "equal_status",
@@ -36,20 +50,54 @@ CONTACT_LABELS = {
 SCALES = ("certainty", "likelihood", "frequency")
 
 # -- Parquet schemas: the columns of each table scd writes, in order -----------------------------
-PROMPT_LABELS = ("principle", "scenario", "action", "scale", "contact", "axis", "bucket",
-                 "descriptor")  # fmt: skip  # what a contact prompt is about
-PROMPT_COLUMNS = ("set_id", "prompt_id", *PROMPT_LABELS, "prompt", "options", "unbiased_answer",
-                  "biased_answer", "instruction")  # fmt: skip  # prompts.parquet
+PROMPT_LABELS = (
+    "principle",
+    "scenario",
+    "action",
+    "scale",
+    "contact",
+    "axis",
+    "bucket",
+    "descriptor",
+)  # what a contact prompt is about
+PROMPT_COLUMNS = (
+    "set_id",
+    "prompt_id",
+    *PROMPT_LABELS,
+    "prompt",
+    "options",
+    "unbiased_answer",
+    "biased_answer",
+    "instruction",
+)  # prompts.parquet
 COUNT_COLUMNS = PROMPT_LABELS[:6]  # a prompt set's manifest counts its prompts by these
 SDS_COLUMNS = (  # sds.parquet: Social Distance Scale prompts
-    "prompt_id", "template", "item", "item_key", "baseline", "condition", "category",
-    "stigmatized", "form_index", "form", "prompt",
-)  # fmt: skip
+    "prompt_id",
+    "template",
+    "item",
+    "item_key",
+    "baseline",
+    "condition",
+    "category",
+    "stigmatized",
+    "form_index",
+    "form",
+    "prompt",
+)
 SENTIMENT_COLUMNS = tuple(c for c in SDS_COLUMNS if c not in ("item", "item_key"))  # sentiment
 AQ27_COLUMNS = (  # aq27.parquet: AQ-27 items in frames
-    "prompt_id", "frame_id", "item", "dimension", "reverse", "noun_kind", "noun_phrase", "illness",
-    "illness_type", "frame", "prompt",
-)  # fmt: skip
+    "prompt_id",
+    "frame_id",
+    "item",
+    "dimension",
+    "reverse",
+    "noun_kind",
+    "noun_phrase",
+    "illness",
+    "illness_type",
+    "frame",
+    "prompt",
+)
 STIGMA_TABLES = {"sds": SDS_COLUMNS, "sentiment": SENTIMENT_COLUMNS, "aq27": AQ27_COLUMNS}
 
 

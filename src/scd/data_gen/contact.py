@@ -37,9 +37,16 @@ from scd.errors import InputError
 from scd.io import atomic_output_dir, read_parquet, sha256_file, write_json
 
 __all__ = [
-    "BASELINE_AXIS", "COLUMNS", "COUNT_COLUMNS", "baseline_descriptors", "generate_contact_table",
-    "read_baseline", "read_prompts", "user_text", "write_prompts",
-]  # fmt: skip
+    "BASELINE_AXIS",
+    "COLUMNS",
+    "COUNT_COLUMNS",
+    "baseline_descriptors",
+    "generate_contact_table",
+    "read_baseline",
+    "read_prompts",
+    "user_text",
+    "write_prompts",
+]
 
 BASELINE_AXIS = "baseline"
 

@@ -19,9 +19,15 @@ from scd.errors import InputError
 from scd.io import atomic_file, data_dir, read_json, sha256_file
 
 __all__ = [
-    "Descriptor", "DescriptorSet", "HOLISTIC_BIAS_URL", "HOLISTIC_BIAS_VERSIONS", "data_dir",
-    "load_holistic_bias", "load_stigma_descriptors", "resolve_descriptors",
-]  # fmt: skip
+    "Descriptor",
+    "DescriptorSet",
+    "HOLISTIC_BIAS_URL",
+    "HOLISTIC_BIAS_VERSIONS",
+    "data_dir",
+    "load_holistic_bias",
+    "load_stigma_descriptors",
+    "resolve_descriptors",
+]
 
 HOLISTIC_BIAS_VERSIONS = ("v1.0", "v1.1")
 HOLISTIC_BIAS_URL = (

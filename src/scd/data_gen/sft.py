@@ -78,9 +78,13 @@ def sft_rows(table: pa.Table, style: str = "short", protocol: Any = None) -> lis
 
 def _row(user: str, reply: str, prompt_id: str, source: str, answer: str | None) -> dict:
     """One SFT example in TRL's prompt-completion conversational form, with its provenance."""
-    return {"prompt": [{"role": "user", "content": user}],
-            "completion": [{"role": "assistant", "content": reply}],
-            "prompt_id": prompt_id, "source": source, "answer": answer}  # fmt: skip
+    return {
+        "prompt": [{"role": "user", "content": user}],
+        "completion": [{"role": "assistant", "content": reply}],
+        "prompt_id": prompt_id,
+        "source": source,
+        "answer": answer,
+    }
 
 
 def _sample_per_contact(table: pa.Table, cap: int, rng: np.random.Generator) -> pa.Table:
@@ -360,8 +364,22 @@ def prepare_sft(
         )
     if sft is not None:
         (n,) = settings
-        step(f"setting-{n}/sft", sft / "manifest.json", lambda: write_sft(
-            prompts, n, sft, eval_prompts=eval_prompts, settings_file=d.settings_file,
-            style=d.style, max_train=d.max_train, max_eval=d.max_eval, general=d.general,
-            general_fraction=d.general_fraction, seed=d.seed, protocol=protocol))  # fmt: skip
+        step(
+            f"setting-{n}/sft",
+            sft / "manifest.json",
+            lambda: write_sft(
+                prompts,
+                n,
+                sft,
+                eval_prompts=eval_prompts,
+                settings_file=d.settings_file,
+                style=d.style,
+                max_train=d.max_train,
+                max_eval=d.max_eval,
+                general=d.general,
+                general_fraction=d.general_fraction,
+                seed=d.seed,
+                protocol=protocol,
+            ),
+        )
     return prompts, eval_prompts

@@ -34,9 +34,17 @@ from scd.errors import InputError
 from scd.io import atomic_output_dir, read_parquet, read_yaml, sha256_file, write_json
 
 __all__ = [
-    "MASK", "Aq27Spec", "SdsSpec", "aq27_rows", "generate_stigma", "load_aq27_spec",
-    "load_sds_spec", "read_stigma_table", "sds_rows", "sentiment_rows",
-]  # fmt: skip
+    "MASK",
+    "Aq27Spec",
+    "SdsSpec",
+    "aq27_rows",
+    "generate_stigma",
+    "load_aq27_spec",
+    "load_sds_spec",
+    "read_stigma_table",
+    "sds_rows",
+    "sentiment_rows",
+]
 
 MASK = "<mask>"
 LANGUAGES = {"en": "stigma_aq27.yaml", "es": "stigma_aq27_es.yaml"}  # the packaged AQ-27 probes
@@ -122,8 +130,15 @@ def load_aq27_spec(path: Path | None = None, language: str = "en") -> Aq27Spec:
             f"{path}: expected noun_phrases {NOUN_KINDS} and illnesses {ILLNESS_TYPES}"
         )
     clauses = tuple(data.get("relative_clauses", ("who has",)))
-    return Aq27Spec(dims, tuple(items), nouns, ills, str(data.get("language", "en")), clauses,
-                    str(data.get("name_clause", clauses[0])))  # fmt: skip
+    return Aq27Spec(
+        dims,
+        tuple(items),
+        nouns,
+        ills,
+        str(data.get("language", "en")),
+        clauses,
+        str(data.get("name_clause", clauses[0])),
+    )
 
 
 def _targets(
@@ -239,8 +254,9 @@ def _subset_aq27(spec: Aq27Spec, n: int | None) -> Aq27Spec:
     if n is None:
         return spec
     cut = lambda d: {k: v[:n] for k, v in d.items()}  # noqa: E731
-    return dataclasses.replace(spec, noun_phrases=cut(spec.noun_phrases),
-                               illnesses=cut(spec.illnesses))  # fmt: skip
+    return dataclasses.replace(
+        spec, noun_phrases=cut(spec.noun_phrases), illnesses=cut(spec.illnesses)
+    )
 
 
 def generate_stigma(
@@ -275,8 +291,11 @@ def generate_stigma(
     tables = {"aq27": aq27_rows(_subset_aq27(aq_spec, limit_conditions))}
     if language == "en":
         sds_spec = load_sds_spec(spath)
-        tables = {"sds": sds_rows(conditions, sds_spec),
-                  "sentiment": sentiment_rows(conditions, sds_spec), **tables}  # fmt: skip
+        tables = {
+            "sds": sds_rows(conditions, sds_spec),
+            "sentiment": sentiment_rows(conditions, sds_spec),
+            **tables,
+        }
     apath = Path(aq27_file) if aq27_file else data_path(LANGUAGES[language])
     info = {
         "kind": "stigma_prompts",

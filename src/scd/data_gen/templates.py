@@ -18,10 +18,21 @@ from scd.errors import InputError
 from scd.io import read_yaml
 
 __all__ = [
-    "ACTIONS", "CONTACTS", "PRINCIPLES", "SCALES", "SCENARIOS", "CompiledPrompt", "Scale",
-    "Template", "Variant", "compile_prompt", "load_scales", "load_templates", "templates_path",
+    "ACTIONS",
+    "CONTACTS",
+    "PRINCIPLES",
+    "SCALES",
+    "SCENARIOS",
+    "CompiledPrompt",
+    "Scale",
+    "Template",
+    "Variant",
+    "compile_prompt",
+    "load_scales",
+    "load_templates",
+    "templates_path",
     "scales_path",
-]  # fmt: skip
+]
 
 _CONTACT_KEYS = {"none": "none", "positive": "positive_contact", "negative": "negative_contact"}
 # a group mention "[descriptor] <noun>"; a stray "[descriptor]" or "<noun>" is an error

@@ -176,8 +176,11 @@ class RecordLog:
         whose records did not land is dropped on resume, so each chunk is timed once)."""
         payload = "".join(dump_record(r) + "\n" for r in records).encode("utf-8")
         stop = self.done + payload.count(b"\n")
-        chunk = {"start": self.done, "stop": stop,
-                 "seconds": round(time.perf_counter() - self._started, 3)}  # fmt: skip
+        chunk = {
+            "start": self.done,
+            "stop": stop,
+            "seconds": round(time.perf_counter() - self._started, 3),
+        }
         with open(self.timing, "a", encoding="utf-8") as fh:
             fh.write(dump_record(chunk) + "\n")
         with open(self.path, "ab") as fh:

@@ -99,8 +99,12 @@ def run_task(
                     path.rmdir() if path.is_dir() else path.unlink()
             raise
     summary = task.summarize(log.read())
-    summary["run"] = {**_ran_before(out), **task.config, **getattr(task, "recorded", {}),
-                      "scd_version": __version__}  # fmt: skip
+    summary["run"] = {
+        **_ran_before(out),
+        **task.config,
+        **getattr(task, "recorded", {}),
+        "scd_version": __version__,
+    }
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
 
@@ -139,9 +143,14 @@ def _run_shards(
                 sink.write((shard / "records.jsonl").read_bytes())
     summary = task.summarize(read_records(merged))
     first = _ran_before(out / "shards" / f"1-of-{shards}")  # where the first slice ran
-    summary["run"] = {**_ran_before(out), **first, **task.config,
-                      **getattr(task, "recorded", {}), "shards": shards,
-                      "scd_version": __version__}  # fmt: skip
+    summary["run"] = {
+        **_ran_before(out),
+        **first,
+        **task.config,
+        **getattr(task, "recorded", {}),
+        "shards": shards,
+        "scd_version": __version__,
+    }
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
 
@@ -208,8 +217,10 @@ class CausalModel:
         if self.shared is not None:
             running = (self.shared.spec.engine_options(), self.shared.model)
             if running != (self.spec.engine_options(), model):
-                raise ValueError(f"a shared engine of {self.shared.model} ({self.shared.spec}) "
-                                 f"cannot evaluate {model} ({self.spec})")  # fmt: skip
+                raise ValueError(
+                    f"a shared engine of {self.shared.model} ({self.shared.spec}) "
+                    f"cannot evaluate {model} ({self.spec})"
+                )
             return self.shared.get(tokenizer, self.adapter), fmt
         adapters = [self.adapter] if self.adapter else []
         running = make_engine(self.spec, model, tokenizer=tokenizer, adapters=adapters)

@@ -43,8 +43,11 @@ _TEXT = {"chat": "text", "plain": '"{{text}}\\nAnswer:"'}
 
 def _check_kind(directory: Path | str, key: str, kinds: tuple[str, ...], command: str) -> None:
     if read_manifest(directory).get("kind") not in kinds:
-        raise InputError(f"not an output of `{command}` (no manifest.json of kind "
-                         f"{' or '.join(kinds)})", key=key, value=directory)  # fmt: skip
+        raise InputError(
+            f"not an output of `{command}` (no manifest.json of kind {' or '.join(kinds)})",
+            key=key,
+            value=directory,
+        )
 
 
 def _contact_docs(prompts: Path | str, limit: int | None, seed: int) -> dict[str, list[dict]]:
@@ -54,17 +57,21 @@ def _contact_docs(prompts: Path | str, limit: int | None, seed: int) -> dict[str
     _check_kind(prompts, "prompts", ("contact_prompts", "heldout_prompts"), "scd generate contact")
     n = read_prompts(prompts).num_rows
     if limit is not None and limit > n:
-        raise InputError(f"above the {n:,} descriptor prompts of {prompts}", key="limit",
-                         value=limit)  # fmt: skip
+        raise InputError(
+            f"above the {n:,} descriptor prompts of {prompts}", key="limit", value=limit
+        )
     tasks: dict[str, list[dict]] = {}
     for r in load_work(prompts, limit, seed):
         options = list(r["options"])
         doc = {k: r[k] for k in ROW_KEYS}
         doc.update(
-            baseline=r["baseline"], text=user_text(r), options=options,
+            baseline=r["baseline"],
+            text=user_text(r),
+            options=options,
             target=options.index(r["unbiased_answer"]),
-            unbiased_answer=r["unbiased_answer"], biased_answer=r["biased_answer"],
-        )  # fmt: skip
+            unbiased_answer=r["unbiased_answer"],
+            biased_answer=r["biased_answer"],
+        )
         name = f"scd_contact_{r['scale']}" + ("_baseline" if r["baseline"] else "")
         tasks.setdefault(name, []).append(doc)
     return tasks
@@ -76,24 +83,33 @@ def _sds_docs(stigma: Path | str) -> list[dict]:
 
     _check_kind(stigma, "stigma_prompts", ("stigma_prompts",), "scd generate stigma")
     rows = read_stigma_table(stigma, "sds")
-    return [{**{k: r[k] for k in RECORD_KEYS}, "text": causal_text(r["prompt"]),
-             "options": list(OPTIONS), "target": 0} for r in rows]  # fmt: skip
+    return [
+        {
+            **{k: r[k] for k in RECORD_KEYS},
+            "text": causal_text(r["prompt"]),
+            "options": list(OPTIONS),
+            "target": 0,
+        }
+        for r in rows
+    ]
 
 
 def _metric(name: str, aggregation: str) -> str:
-    return (f"  - metric: {name}\n    aggregation: {aggregation}\n"
-            "    higher_is_better: false\n")  # fmt: skip
+    return f"  - metric: {name}\n    aggregation: {aggregation}\n    higher_is_better: false\n"
 
 
 def _task_yaml(name: str, fmt: str, process: str, metrics: list[str]) -> str:
-    aggregations = "".join(_metric(m, "mean" if m == "bias" else f"!function utils.{m}")
-                           for m in metrics)  # fmt: skip
-    return (f"task: {name}\ncustom_dataset: !function utils.load_docs\n"
-            f"dataset_kwargs:\n  file: {name}.jsonl\ntest_split: test\n"
-            f"output_type: multiple_choice\ndoc_to_text: {_TEXT[fmt]}\n"
-            "doc_to_choice: options\ndoc_to_target: target\ntarget_delimiter: \" \"\n"
-            f"process_results: !function utils.{process}\nmetric_list:\n{aggregations}"
-            "metadata:\n  version: 1.0\n")  # fmt: skip
+    aggregations = "".join(
+        _metric(m, "mean" if m == "bias" else f"!function utils.{m}") for m in metrics
+    )
+    return (
+        f"task: {name}\ncustom_dataset: !function utils.load_docs\n"
+        f"dataset_kwargs:\n  file: {name}.jsonl\ntest_split: test\n"
+        f"output_type: multiple_choice\ndoc_to_text: {_TEXT[fmt]}\n"
+        'doc_to_choice: options\ndoc_to_target: target\ntarget_delimiter: " "\n'
+        f"process_results: !function utils.{process}\nmetric_list:\n{aggregations}"
+        "metadata:\n  version: 1.0\n"
+    )
 
 
 def _group_yaml(name: str, tasks: list[str], metrics: list[str]) -> str:
@@ -147,8 +163,9 @@ def export_lm_eval(
         if not names:
             continue
         per_contact = [f"bias_{c}" for c in CONTACTS]
-        balanced = all(len(set(Counter(d["contact"] for d in docs[n]).values())) == 1
-                       for n in names)  # fmt: skip
+        balanced = all(
+            len(set(Counter(d["contact"] for d in docs[n]).values())) == 1 for n in names
+        )
         for n in names:
             yamls[n] = _task_yaml(n, fmt, "process_contact", ["bias", *per_contact])
         groups[f"scd_contact{suffix}"] = (names, ["bias", *(per_contact if balanced else [])])
@@ -156,15 +173,21 @@ def export_lm_eval(
         metrics = ["sds_gap", "sds_stigmatized", "sds_non_stigmatized"]
         yamls["scd_sds"] = _task_yaml("scd_sds", fmt, "process_sds", metrics)
     info = {
-        "kind": KIND, "scd_version": __version__, "lm_eval_version": LM_EVAL_VERSION,
-        "format": fmt, "limit": limit, "seed": seed,
-        "prompts": None if prompts is None else {
-            "path": str(prompts), "sha256": sha256_file(Path(prompts) / "prompts.parquet")},
-        "stigma_prompts": None if stigma is None else {
-            "path": str(stigma), "sha256": sha256_file(Path(stigma) / "sds.parquet")},
+        "kind": KIND,
+        "scd_version": __version__,
+        "lm_eval_version": LM_EVAL_VERSION,
+        "format": fmt,
+        "limit": limit,
+        "seed": seed,
+        "prompts": None
+        if prompts is None
+        else {"path": str(prompts), "sha256": sha256_file(Path(prompts) / "prompts.parquet")},
+        "stigma_prompts": None
+        if stigma is None
+        else {"path": str(stigma), "sha256": sha256_file(Path(stigma) / "sds.parquet")},
         "tasks": {name: len(rows) for name, rows in docs.items()},
         "groups": {name: names for name, (names, _) in groups.items()},
-    }  # fmt: skip
+    }
     with atomic_output_dir(out, KIND) as tmp:
         for name, rows in docs.items():
             with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as fh:

@@ -10,5 +10,9 @@ from scd.models.resolve import (
 )
 
 __all__ = [
-    "check_model_available", "check_model_spec", "is_gguf", "model_fingerprint", "resolve_model",
-]  # fmt: skip
+    "check_model_available",
+    "check_model_spec",
+    "is_gguf",
+    "model_fingerprint",
+    "resolve_model",
+]

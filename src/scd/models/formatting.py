@@ -38,8 +38,12 @@ from typing import Any
 from scd.errors import InputError, first_line
 
 __all__ = [
-    "PLAIN_FORMAT", "TEMPLATE_KWARGS", "Formatter", "load_tokenizer", "parse_answer",
-]  # fmt: skip
+    "PLAIN_FORMAT",
+    "TEMPLATE_KWARGS",
+    "Formatter",
+    "load_tokenizer",
+    "parse_answer",
+]
 
 PLAIN_FORMAT = "{user}\nAnswer:"
 TEMPLATE_KWARGS = {"enable_thinking": False}  # Qwen3-style thinking off: scoring and training
@@ -193,8 +197,11 @@ class Formatter:
         ``" " + answer`` (TRL appends EOS), the same text :meth:`text` scores.
         """
         if self.chat:
-            return {"prompt": prompt, "completion": completion,
-                    "chat_template_kwargs": dict(TEMPLATE_KWARGS)}  # fmt: skip
+            return {
+                "prompt": prompt,
+                "completion": completion,
+                "chat_template_kwargs": dict(TEMPLATE_KWARGS),
+            }
         users = [m["content"] for m in prompt if m["role"] == "user"]
         answer = " ".join(m["content"] for m in completion)
         return {"prompt": self.text("\n\n".join(users)), "completion": f" {answer}"}

@@ -86,8 +86,9 @@ class Protocol:
 
     def user_text(self, row: dict[str, Any]) -> str:
         instruction = str(row["instruction"])
-        return self.user.format(prompt=row["prompt"], instruction=instruction,
-                                instruction_bare=instruction.rstrip(". "))  # fmt: skip
+        return self.user.format(
+            prompt=row["prompt"], instruction=instruction, instruction_bare=instruction.rstrip(". ")
+        )
 
     def formatter(self, fmt: Any) -> Any:
         """The :class:`~scd.models.formatting.Formatter` that renders this protocol's chat text:

@@ -25,9 +25,12 @@ from scd.hub import hub_problem
 from scd.io import looks_local
 
 __all__ = [
-    "check_model_available", "check_model_spec", "is_gguf", "model_fingerprint",
+    "check_model_available",
+    "check_model_spec",
+    "is_gguf",
+    "model_fingerprint",
     "resolve_model",
-]  # fmt: skip
+]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name
 
@@ -60,8 +63,10 @@ def check_model_spec(spec: str, key: str = "--model") -> str:
     if path.is_file():
         if is_gguf(spec):
             return "gguf"
-        raise InputError(f"{key} {spec}: a file, but not a .gguf file (expected a model "
-                         "directory, a .gguf file or a Hub id)")  # fmt: skip
+        raise InputError(
+            f"{key} {spec}: a file, but not a .gguf file (expected a model "
+            "directory, a .gguf file or a Hub id)"
+        )
     if _looks_local(spec):
         kind = "file" if is_gguf(spec) else "directory"
         raise InputError(f"{key} {spec}: no such {kind}")

@@ -260,13 +260,19 @@ def build_toy_model(
 
 
 def ensure_toy_model(
-    bias_axes: Sequence[str], seed: int, cache: Path, say: Callable[[str], None] = print,
+    bias_axes: Sequence[str],
+    seed: int,
+    cache: Path,
+    say: Callable[[str], None] = print,
     progress: bool = False,
-) -> Path:  # fmt: skip
+) -> Path:
     """The toy model of these axes and seed (a recipe's ``toy_model`` section), built once into
     ``cache/toy-model/<key>`` and reused (``scd run``, ``scd train`` and ``scd eval`` share it)."""
-    path = Path(cache) / "toy-model" / cache_key(kind="toy_model", bias_axes=list(bias_axes),
-                                                  seed=seed)  # fmt: skip
+    path = (
+        Path(cache)
+        / "toy-model"
+        / cache_key(kind="toy_model", bias_axes=list(bias_axes), seed=seed)
+    )
     if (path / "manifest.json").is_file():
         say(f"  toy model: cached ({path})")
         return path

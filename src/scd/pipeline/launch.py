@@ -106,8 +106,10 @@ def run_recipe(
         pending = [s for s in plan.stages() if not run.state.done(s)]
         if done and pending:  # a resumed run says what it will not do again
             more = ", ..." if len(done) > 5 else ""
-            say(f"  resuming: {len(done)} stages finished earlier are kept "
-                f"({', '.join(done[:5])}{more}); {len(pending)} to run")  # fmt: skip
+            say(
+                f"  resuming: {len(done)} stages finished earlier are kept "
+                f"({', '.join(done[:5])}{more}); {len(pending)} to run"
+            )
         chosen.execute(run, plan)
         return run.finish(plan, started)
     except InputError as err:

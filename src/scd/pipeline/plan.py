@@ -239,13 +239,16 @@ def make_plan(run: Any) -> Plan:
             capability = run.dir / where / "capability" if arena else None
             if capability is not None:
                 jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
-            before = tuple((j.name, base.evals[k]) for j in evals
-                           if (k := _base_job(j.name, sft)) in base.evals)  # fmt: skip
+            before = tuple(
+                (j.name, base.evals[k])
+                for j in evals
+                if (k := _base_job(j.name, sft)) in base.evals
+            )
             if adapter is not None and r.wandb.enabled:
                 jobs.append(
                     TrackJob(
                         n, arm, adapter, tuple((j.name, j.stage, j.out) for j in evals), before
-                    )  # fmt: skip
+                    )
                 )
             if adapter is not None and r.train.push_to_hub:
                 repo = _hub_repo(r.train.hub_model_id, n, arm, trained)
@@ -292,8 +295,12 @@ def _evals(
             elif run.state.done(stage):  # where it went then (the cache may have moved since)
                 out = run.state.output(stage).parent
             else:
-                digest = cache_key(kind=job.name, model=model_fingerprint(run.model),
-                                   **run.engine.cache_identity(), **job.key)  # fmt: skip
+                digest = cache_key(
+                    kind=job.name,
+                    model=model_fingerprint(run.model),
+                    **run.engine.cache_identity(),
+                    **job.key,
+                )
                 out = run.cache / "base" / f"{job.name}-{digest}"
             jobs.append(
                 EvalJob(

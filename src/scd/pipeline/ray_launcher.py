@@ -47,16 +47,20 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError(f"Ray is not installed ({INSTALL_HINT})", key="launcher",
-                         value="ray") from None  # fmt: skip
+        raise InputError(
+            f"Ray is not installed ({INSTALL_HINT})", key="launcher", value="ray"
+        ) from None
     return ray
 
 
 def _worker_env() -> dict[str, str]:
     """The driver's HF/W&B/scd settings for the workers; secrets stay on each node."""
     secret = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-    return {k: v for k, v in os.environ.items()
-            if k.startswith(_ENV) and not any(s in k for s in secret)}  # fmt: skip
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(_ENV) and not any(s in k for s in secret)
+    }
 
 
 class RayLauncher:

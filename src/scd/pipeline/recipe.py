@@ -17,8 +17,9 @@ from scd.eval.benchmarks import REGISTRY, recipe_sections
 __all__ = ["in_recipe_terms", "load_recipe", "recipe_from_dict", "validate_inputs"]
 
 
-def load_recipe(path: Path | str, overrides: list[str] | None = None, say: loader.Say | None = None
-                ) -> Recipe:  # fmt: skip
+def load_recipe(
+    path: Path | str, overrides: list[str] | None = None, say: loader.Say | None = None
+) -> Recipe:
     """Read, override (``key=value`` items) and check a recipe file; ``say`` gets the notices
     of renamed keys (default: a ``FutureWarning``).
 
@@ -67,8 +68,10 @@ def validate_inputs(recipe: Recipe) -> None:
     """
     d = recipe.data
     if d.sft:
-        raise InputError("data.sft: scd run generates its SFT data per setting; give "
-                         "data.descriptors or data.prompts instead")  # fmt: skip
+        raise InputError(
+            "data.sft: scd run generates its SFT data per setting; give "
+            "data.descriptors or data.prompts instead"
+        )
     for key, value in {"data.prompts": d.prompts, "data.eval_prompts": d.eval_prompts}.items():
         if value and not (Path(value) / "prompts.parquet").is_file():
             raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")

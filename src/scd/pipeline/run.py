@@ -43,12 +43,12 @@ from scd.pipeline.plan import (
     EvalJob,
     Job,
     Plan,
-    PushJob,
     Task,
     TrackJob,
     TrainJob,
     make_plan,
 )
+from scd.pipeline.publish import push, track
 from scd.pipeline.state import RunState
 
 __all__ = ["Run", "duration"]
@@ -89,8 +89,15 @@ class Run:
         self.eval_prompts: Path | None = None
         self.benchmarks: list[tuple[Any, Any]] = []  # (benchmark, its options), enabled ones
 
-    def stage(self, name: str, outputs: list[Path], work: Callable[[], Any], cached: bool = False,
-              section: str | None = None, **info: Any) -> None:  # fmt: skip
+    def stage(
+        self,
+        name: str,
+        outputs: list[Path],
+        work: Callable[[], Any],
+        cached: bool = False,
+        section: str | None = None,
+        **info: Any,
+    ) -> None:
         """Run ``work`` unless the stage finished in this run directory; print its name and,
         when done, its time. A ``cached`` stage (its outputs live in the shared cache) whose
         outputs exist is taken from the cache, not run again (and the cache is not rewritten).
@@ -182,9 +189,9 @@ class Run:
         elif isinstance(job, CapabilityJob):
             self._capability(job)
         elif isinstance(job, TrackJob):
-            self._track(job)
+            track(self, job)
         else:
-            self._push(job)
+            push(self, job)
 
     def execute_task(self, task: Task, *, launch: Any = None, processes: int = 1) -> None:
         """One task of the plan in a process of its own (a Ray task; a Slurm job would do the
@@ -232,12 +239,15 @@ class Run:
 
         r, d = self.recipe, self.recipe.data
         tuned = dataclasses.replace(
-            r, model=self.model, output_dir=str(job.adapter),
-            data=dataclasses.replace(d, sft=str(job.data), prompts=None, descriptors=None,
-                                     setting=job.setting),
+            r,
+            model=self.model,
+            output_dir=str(job.adapter),
+            data=dataclasses.replace(
+                d, sft=str(job.data), prompts=None, descriptors=None, setting=job.setting
+            ),
             wandb=self.wandb_of(job.setting, job.arm),
             train=dataclasses.replace(r.train, push_to_hub=False),  # a push job, once evaluated
-        )  # fmt: skip
+        )
         resume = (job.adapter / "checkpoints").is_dir()
         if processes > 1:  # one process per GPU of the task
             work = partial(torchrun_train, tuned, processes, resume, job.adapter.parent, job.method)
@@ -282,42 +292,37 @@ class Run:
         c, e = self.recipe.capability, self.engine
         cuda = torch.cuda.is_available
         adapter = str(job.adapter) if job.adapter else None
-        where = {"adapter": adapter, "system_prompt": job.system_prompt, "device": e.device,
-                 "dtype": e.dtype, "batch_size": c.batch_size}  # fmt: skip
+        where = {
+            "adapter": adapter,
+            "system_prompt": job.system_prompt,
+            "device": e.device,
+            "dtype": e.dtype,
+            "batch_size": c.batch_size,
+        }
 
         def work() -> None:
-            kl = kl_from_base(self.model, job.out / "kl", prompts=c.neutral_prompts,
-                              progress=self.progress, **where)  # fmt: skip
+            kl = kl_from_base(
+                self.model,
+                job.out / "kl",
+                prompts=c.neutral_prompts,
+                progress=self.progress,
+                **where,
+            )
             scores = None
             if c.lm_eval_tasks:
                 scores = lm_eval_scores(
-                    self.model, job.out / "lm_eval", tasks=list(c.lm_eval_tasks),
-                    include_path=c.lm_eval_include_path, limit=c.lm_eval_limit,
+                    self.model,
+                    job.out / "lm_eval",
+                    tasks=list(c.lm_eval_tasks),
+                    include_path=c.lm_eval_include_path,
+                    limit=c.lm_eval_limit,
                     **{**where, "device": e.device or ("cuda" if cuda() else "cpu")},
-                )  # fmt: skip
-            write_json(job.out / "summary.json", {"kind": "capability", "kl": kl,
-                                                  "lm_eval": scores})  # fmt: skip
+                )
+            write_json(
+                job.out / "summary.json", {"kind": "capability", "kl": kl, "lm_eval": scores}
+            )
 
         self.stage(job.stage, [job.out / "summary.json"], work, section="capability")
-
-    def _track(self, job: TrackJob) -> None:
-        if not any(stage in self.ran_stages for _, stage, _ in job.evals):
-            return
-        from scd.report.wandb_log import log_tuned_results
-
-        recipe = dataclasses.replace(self.recipe, wandb=self.wandb_of(job.setting, job.arm))
-        log_tuned_results(recipe, job.adapter, {name: str(out) for name, _, out in job.evals},
-                          before={name: str(out) for name, out in job.before})  # fmt: skip
-
-    def _push(self, job: PushJob) -> None:
-        from scd.report.model_card import PUSHED, push_adapter
-        from scd.report.tuned import tuned_results
-
-        evaluated = tuned_results({name: str(out) for name, out in job.evals},
-                                  {name: str(out) for name, out in job.before})  # fmt: skip
-        private = self.recipe.train.hub_private_repo
-        work = partial(push_adapter, job.adapter, job.repo, private=private, results=evaluated)
-        self.stage(job.stage, [job.adapter / PUSHED], work)
 
     def wandb_of(self, n: int, arm: str = "sft") -> Any:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
@@ -357,11 +362,13 @@ class Run:
             if a.arm == "sft"
         }
         layout = {
-            "model": self.model, "fingerprint": model_fingerprint(self.model),
+            "model": self.model,
+            "fingerprint": model_fingerprint(self.model),
             "prompts": str(self.prompts),
             "eval_prompts": str(self.eval_prompts) if self.eval_prompts else None,
-            "base": base, "settings": settings,
-        }  # fmt: skip
+            "base": base,
+            "settings": settings,
+        }
         if plan.arena:
             layout["arms"] = [a.to_dict() for a in plan.arms]
         path = self.dir / "layout.json"

@@ -78,9 +78,13 @@ class RunState:
         from filelock import FileLock
 
         seconds, now = time.perf_counter() - started, time.time()
-        entry = {"outputs": [str(p) for p in outputs], "seconds": round(seconds, 1),
-                 "started_at": round(now - seconds, 3), "finished_at": round(now, 3),
-                 **info}  # fmt: skip
+        entry = {
+            "outputs": [str(p) for p in outputs],
+            "seconds": round(seconds, 1),
+            "started_at": round(now - seconds, 3),
+            "finished_at": round(now, 3),
+            **info,
+        }
         with FileLock(str(self.path / ".state.lock")):
             path = self.path / "state.json"
             if path.is_file():  # other processes' stages too (ours keep their order)

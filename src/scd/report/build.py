@@ -19,6 +19,7 @@ from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import markdown_table
 from scd.io import read_json
 from scd.report.html import anchor
+from scd.tracking import offline_folders
 
 __all__ = ["build_report"]
 
@@ -61,8 +62,11 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
     d, t, lora, ev = recipe["data"], recipe["train"], recipe["lora"], recipe["eval"]
     built = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     loaded = f"loaded from `{layout['model']}`, fingerprint `{layout.get('fingerprint', '–')}`"
-    rows = [("Report built", built), ("scd", __version__),
-            ("Model", f"`{recipe['model']}` ({loaded})")]  # fmt: skip
+    rows = [
+        ("Report built", built),
+        ("scd", __version__),
+        ("Model", f"`{recipe['model']}` ({loaded})"),
+    ]
     toy = Path(layout["model"]) / "toy_model.json"
     if toy.is_file():
         axes = ", ".join(read_json(toy)["bias_axes"]) or "none"
@@ -77,8 +81,11 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
         sha = _fingerprint(Path(adapter) / "adapter_model.safetensors")
         rows.append((f"Adapter, {what}", f"`{adapter}` (sha256 `{sha}`)"))
     epochs = t["num_train_epochs"]
-    steps = (f"{t['max_steps']} steps" if t["max_steps"] > 0
-             else f"{epochs:g} epoch" + ("" if epochs == 1 else "s"))  # fmt: skip
+    steps = (
+        f"{t['max_steps']} steps"
+        if t["max_steps"] > 0
+        else f"{epochs:g} epoch" + ("" if epochs == 1 else "s")
+    )
     training = (
         f"LoRA r={lora['r']}, alpha={lora['alpha']}, dropout={lora['dropout']}; {steps}, batch "
         f"{t['per_device_train_batch_size']} x {t['gradient_accumulation_steps']}, lr "
@@ -101,10 +108,15 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
         if "bias" in layout["base"]:
             s = read_json(Path(layout["base"]["bias"]) / "summary.json")
             b = ev["bias"]
-            subset = (f"a stratified subset: limit {b['limit']:,}, seed {b['seed']}"
-                      if b["limit"] else "all")  # fmt: skip
-            text += (f"; the base model answered {s['overall']['n']:,} of them ({subset}) and "
-                     f"{s['n_baseline_records']:,} descriptor-free baselines")  # fmt: skip
+            subset = (
+                f"a stratified subset: limit {b['limit']:,}, seed {b['seed']}"
+                if b["limit"]
+                else "all"
+            )
+            text += (
+                f"; the base model answered {s['overall']['n']:,} of them ({subset}) and "
+                f"{s['n_baseline_records']:,} descriptor-free baselines"
+            )
         rows.append(("Contact prompts", text))
     ran = None
     if "bias" in layout["base"]:
@@ -147,8 +159,9 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
             body += bench.report(layout, tables, figures)
     headings = [x[3:].strip() for x in "\n".join(body).splitlines() if x.startswith("## ")]
     contents = ["## Contents", "", *(f"- [{h}](#{anchor(h)})" for h in headings), ""]
-    return write_report(run_dir, f"SCD run {run_dir.name}", "\n".join(lines + contents + body),
-                        figures)  # fmt: skip
+    return write_report(
+        run_dir, f"SCD run {run_dir.name}", "\n".join(lines + contents + body), figures
+    )
 
 
 def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
@@ -171,23 +184,45 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
         curves[f"Setting {n}"] = history
         wandb = m.get("wandb_run_id") or "–"
         segments = Path(adapter) / "wandb"
-        if any(segments.glob(f"offline-run-*-{wandb}")):  # every segment, oldest first
-            wandb += f" (offline: `wandb sync {segments}/offline-run-*-{wandb}`)"
+        if offline_folders(segments, wandb):  # every process's folder of the run
+            wandb += f" (offline: `wandb sync {segments}/offline-run-*-{wandb}*`)"
         resumed = f", resumed from {m['resumed_from']}" if m.get("resumed_from") else ""
         final = f"{history[-1][1]:.4f}" if history else "–"
         chosen = m.get("selected") or {"step": m["global_step"], "rule": "last"}
-        rows.append([n, f"{m['global_step']:,}{resumed}", f"{m['train_seconds']:.0f} s",
-                     f"{m.get('tokens_per_second') or 0:,.0f}", final, f"{m['train_loss']:.4f}",
-                     f"{chosen['step']:,} ({chosen['rule']})", wandb])  # fmt: skip
+        rows.append(
+            [
+                n,
+                f"{m['global_step']:,}{resumed}",
+                f"{m['train_seconds']:.0f} s",
+                f"{m.get('tokens_per_second') or 0:,.0f}",
+                final,
+                f"{m['train_loss']:.4f}",
+                f"{chosen['step']:,} ({chosen['rule']})",
+                wandb,
+            ]
+        )
         if chosen.get("why") and chosen["rule"] == "best":
             kept.append(f"- Setting {n}: step {chosen['step']:,} kept: {chosen['why']}.")
     if not rows:
         return []
-    head = ["Setting", "Steps", "Time (this session)", "Tokens/s", "Final loss",
-            "Mean loss (all steps)", "Adapter of step", "W&B run"]  # fmt: skip
+    head = [
+        "Setting",
+        "Steps",
+        "Time (this session)",
+        "Tokens/s",
+        "Final loss",
+        "Mean loss (all steps)",
+        "Adapter of step",
+        "W&B run",
+    ]
     lines = ["## Training", "", *markdown_table(head, rows), *kept, *([""] if kept else [])]
     if any(curves.values()):
         figures["loss"] = loss_png(curves, title="Training loss")
-        lines += ["{{figure:loss}}", "", "*Figure 0. Training loss by step, per setting (the "
-                  "mean loss of each logging interval).*", ""]  # fmt: skip
+        lines += [
+            "{{figure:loss}}",
+            "",
+            "*Figure 0. Training loss by step, per setting (the "
+            "mean loss of each logging interval).*",
+            "",
+        ]
     return lines

@@ -17,14 +17,18 @@ from typing import Any
 
 from scd.io import atomic_file, looks_local, write_json
 from scd.report.tuned import TunedResults
-from scd.train.trainer import SERVING_FILES
+from scd.train.saving import SERVING_FILES
 
 __all__ = ["CARD", "PUSHED", "card_text", "push_adapter"]
 
 CARD = "README.md"
 PUSHED = "hub.json"  # written in the adapter directory once its upload went through
 UPLOADED = [f"{prefix}*" for prefix in SERVING_FILES] + [
-    CARD, "recipe.yaml", "train_manifest.json", "data_manifest.json"]  # fmt: skip
+    CARD,
+    "recipe.yaml",
+    "train_manifest.json",
+    "data_manifest.json",
+]
 
 
 def _number(value: Any) -> str:
@@ -38,8 +42,10 @@ def _before_after(results: TunedResults) -> list[str]:
     for job, after in results.after.items():
         before = results.before.get(job, {})
         lines += [f"### {job}", "", "| measure | base model | this adapter |", "|---|---|---|"]
-        lines += [f"| {key} | {_number(before.get(key))} | {_number(value)} |"
-                  for key, value in after.items()]  # fmt: skip
+        lines += [
+            f"| {key} | {_number(before.get(key))} | {_number(value)} |"
+            for key, value in after.items()
+        ]
         lines.append("")
     return lines
 
@@ -75,23 +81,45 @@ def card_text(adapter: Path | str, repo: str, results: TunedResults | None = Non
         "",
     ]
     if results is not None and results.after:
-        lines += ["Each benchmark on the same items for the base model and this adapter; `*_p`: "
-                  "the paired test against the base model.", ""]  # fmt: skip
+        lines += [
+            "Each benchmark on the same items for the base model and this adapter; `*_p`: "
+            "the paired test against the base model.",
+            "",
+        ]
         lines += _before_after(results)
     else:
-        lines += ["Not measured yet: `scd run` with this recipe evaluates the adapter against its "
-                  "base model on the same items and updates this card.", ""]  # fmt: skip
+        lines += [
+            "Not measured yet: `scd run` with this recipe evaluates the adapter against its "
+            "base model on the same items and updates this card.",
+            "",
+        ]
     recipe = (adapter / "recipe.yaml").read_text() if (adapter / "recipe.yaml").is_file() else ""
-    lines += ["## Recipe", "", "```yaml", recipe.rstrip(), "```", "", "## Use", "", "```python",
-              "from peft import AutoPeftModelForCausalLM", "",
-              f'model = AutoPeftModelForCausalLM.from_pretrained("{repo}")', "```", ""]  # fmt: skip
+    lines += [
+        "## Recipe",
+        "",
+        "```yaml",
+        recipe.rstrip(),
+        "```",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from peft import AutoPeftModelForCausalLM",
+        "",
+        f'model = AutoPeftModelForCausalLM.from_pretrained("{repo}")',
+        "```",
+        "",
+    ]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 
 def push_adapter(
-    adapter: Path | str, repo: str, *, private: bool | None = None,
+    adapter: Path | str,
+    repo: str,
+    *,
+    private: bool | None = None,
     results: TunedResults | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """Write ``adapter``'s model card (:func:`card_text`) and upload the adapter to ``repo``
     (:func:`scd.hub.upload`); record the upload in ``adapter/hub.json``; return the URL."""
     from scd.hub import upload
@@ -100,8 +128,17 @@ def push_adapter(
     with atomic_file(adapter / CARD) as tmp:
         tmp.write_text(card_text(adapter, repo, results), encoding="utf-8")
     measured = "with its before/after tables" if results and results.after else "trained"
-    url = upload(adapter, repo, repo_type="model", key="train.hub_model_id", private=private,
-                 message=f"scd: adapter and model card ({measured})", allow=UPLOADED)  # fmt: skip
-    write_json(adapter / PUSHED, {"repo": repo, "url": url, "evaluated": sorted(
-        results.after) if results else []})  # fmt: skip
+    url = upload(
+        adapter,
+        repo,
+        repo_type="model",
+        key="train.hub_model_id",
+        private=private,
+        message=f"scd: adapter and model card ({measured})",
+        allow=UPLOADED,
+    )
+    write_json(
+        adapter / PUSHED,
+        {"repo": repo, "url": url, "evaluated": sorted(results.after) if results else []},
+    )
     return url

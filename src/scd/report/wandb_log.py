@@ -53,10 +53,16 @@ def log_tuned_results(
         summary.update({f"before/{name}/{k}": v for k, v in tuned.before[name].items()})
     if not manifest.get("wandb_run_id") or not summary:
         return False
-    run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name,
-                    group=recipe.wandb.group, entity=recipe.wandb.entity, config={},
-                    directory=Path(adapter), job_type="train",
-                    run_id=manifest["wandb_run_id"])  # fmt: skip
+    run = start_run(
+        project=recipe.wandb.project,
+        name=recipe.wandb.run_name,
+        group=recipe.wandb.group,
+        entity=recipe.wandb.entity,
+        config={},
+        directory=Path(adapter),
+        job_type="train",
+        run_id=manifest["wandb_run_id"],
+    )
     if tuned.flips:  # in the summary: history of this run is the training's steps alone
         import wandb
 
@@ -74,9 +80,13 @@ def log_evaluation(bench: Any, out: Path | str, summary: dict[str, Any], project
     import wandb
 
     out = Path(out)
-    run = start_run(project=project, name=f"{bench.name}/{out.name}", job_type="eval",
-                    config={"benchmark": bench.name, "run": summary["run"]},
-                    directory=out)  # fmt: skip
+    run = start_run(
+        project=project,
+        name=f"{bench.name}/{out.name}",
+        job_type="eval",
+        config={"benchmark": bench.name, "run": summary["run"]},
+        directory=out,
+    )
     run.summary.update({f"{bench.name}/{k}": v for k, v in bench.headline(summary).items()})
     table = bench.table({out.name: out})
     if table.rows:

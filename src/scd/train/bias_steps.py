@@ -45,10 +45,18 @@ from scd.io import read_manifest
 __all__ = ["KEYS", "bias_callback", "bias_line", "bias_measures", "selection", "validation_rows"]
 
 KEYS = (
-    "eval_bias_pct", "eval_bias_ci_low", "eval_bias_ci_high", "eval_bias_n",
-    "eval_baseline_pct", "eval_descriptor_effect_pts", "eval_first_option_pct", "eval_kl",
-    "eval_kl_ci_low", "eval_kl_ci_high", "eval_bias_seconds",
-)  # fmt: skip
+    "eval_bias_pct",
+    "eval_bias_ci_low",
+    "eval_bias_ci_high",
+    "eval_bias_n",
+    "eval_baseline_pct",
+    "eval_descriptor_effect_pts",
+    "eval_first_option_pct",
+    "eval_kl",
+    "eval_kl_ci_low",
+    "eval_kl_ci_high",
+    "eval_bias_seconds",
+)
 
 
 def validation_rows(sft_dir: Path | str, n_prompts: int, seed: int) -> list[dict[str, Any]]:
@@ -67,13 +75,16 @@ def validation_rows(sft_dir: Path | str, n_prompts: int, seed: int) -> list[dict
     if not directory.is_dir() and source:
         directory = Path(source) / "validation"
     if not (directory / "prompts.parquet").is_file():
-        raise InputError(f"train.eval_every_steps: {sft_dir} has no validation prompts (SFT data "
-                         "from an older scd: generate it again)")  # fmt: skip
+        raise InputError(
+            f"train.eval_every_steps: {sft_dir} has no validation prompts (SFT data "
+            "from an older scd: generate it again)"
+        )
     rows = load_work(directory, n_prompts, seed)
     if not any(not r["baseline"] for r in rows):
-        raise InputError("train.eval_every_steps: no validation prompts: every training-side "
-                         "prompt of the setting is a training row (lower data.max_train)"
-                         )  # fmt: skip
+        raise InputError(
+            "train.eval_every_steps: no validation prompts: every training-side "
+            "prompt of the setting is a training row (lower data.max_train)"
+        )
     return rows
 
 
@@ -85,9 +96,13 @@ def bias_measures(records: list[dict[str, Any]]) -> dict[str, float]:
     df = records_frame(records)
     desc, baseline = df[~df["baseline"]], df[df["baseline"]]
     cell = bias_rate(desc)
-    out = {"eval_bias_pct": cell["pct"], "eval_bias_ci_low": cell["ci_low"],
-           "eval_bias_ci_high": cell["ci_high"], "eval_bias_n": cell["n"],
-           "eval_first_option_pct": 100.0 * float(desc["first_option"].mean())}  # fmt: skip
+    out = {
+        "eval_bias_pct": cell["pct"],
+        "eval_bias_ci_low": cell["ci_low"],
+        "eval_bias_ci_high": cell["ci_high"],
+        "eval_bias_n": cell["n"],
+        "eval_first_option_pct": 100.0 * float(desc["first_option"].mean()),
+    }
     if len(baseline):
         out["eval_baseline_pct"] = bias_rate(baseline)["pct"]
         out["eval_descriptor_effect_pts"] = out["eval_bias_pct"] - out["eval_baseline_pct"]
@@ -97,12 +112,16 @@ def bias_measures(records: list[dict[str, Any]]) -> dict[str, float]:
 def bias_line(step: int, max_steps: int, logs: dict[str, Any]) -> str:
     """``bias 10/50  validation 23.3% [15.2, 33.1] (n=60)  baseline 20.0%  descriptor effect
     +3.3 pts  first option 55.0%``."""
-    parts = [f"bias {step}/{max_steps}",
-             f"validation {logs['eval_bias_pct']:.1f}% [{logs.get('eval_bias_ci_low', 0):.1f}, "
-             f"{logs.get('eval_bias_ci_high', 0):.1f}] (n={int(logs['eval_bias_n'])})"]  # fmt: skip
+    parts = [
+        f"bias {step}/{max_steps}",
+        f"validation {logs['eval_bias_pct']:.1f}% [{logs.get('eval_bias_ci_low', 0):.1f}, "
+        f"{logs.get('eval_bias_ci_high', 0):.1f}] (n={int(logs['eval_bias_n'])})",
+    ]
     if "eval_baseline_pct" in logs:
-        parts += [f"baseline {logs['eval_baseline_pct']:.1f}%",
-                  f"descriptor effect {logs['eval_descriptor_effect_pts']:+.1f} pts"]  # fmt: skip
+        parts += [
+            f"baseline {logs['eval_baseline_pct']:.1f}%",
+            f"descriptor effect {logs['eval_descriptor_effect_pts']:+.1f} pts",
+        ]
     parts.append(f"first option {logs['eval_first_option_pct']:.1f}%")
     if "eval_kl" in logs:
         parts.append(f"KL {logs['eval_kl']:.4f}")
@@ -118,8 +137,11 @@ def _rank(entry: dict[str, Any]) -> tuple[float, float, int]:
 
 
 def _best(state: Any, max_kl: float | None) -> dict[str, Any] | None:
-    within = [e for e in _measured(state).values()
-              if max_kl is None or e.get("eval_kl", math.inf) <= max_kl]  # fmt: skip
+    within = [
+        e
+        for e in _measured(state).values()
+        if max_kl is None or e.get("eval_kl", math.inf) <= max_kl
+    ]
     return min(within, key=_rank, default=None)
 
 
@@ -131,9 +153,12 @@ def selection(recipe: Recipe, state: Any) -> dict[str, Any]:
     measured, best = _measured(state), _best(state, t.max_kl)
     bound = f" with KL <= {t.max_kl}" if t.max_kl is not None else ""
     if best is None:
-        return {"rule": "best", "step": state.global_step, "max_kl": t.max_kl,
-                "why": f"no measured step of {len(measured)} had KL <= {t.max_kl}: the last "
-                       "step kept"}  # fmt: skip
+        return {
+            "rule": "best",
+            "step": state.global_step,
+            "max_kl": t.max_kl,
+            "why": f"no measured step of {len(measured)} had KL <= {t.max_kl}: the last step kept",
+        }
     why = f"the lowest validation bias of {len(measured)} measured steps{bound}"
     return {
         "rule": "best",
@@ -188,8 +213,9 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
                 measures = bias_measures(task.score(rows))
                 if neutral is not None:
                     kl = kl_in_memory(model, tokenizer, neutral, recipe.eval.batch_size or 8)
-                    measures.update({f"eval_{k}": round(v, 6) for k, v in kl.items()
-                                     if v is not None})  # fmt: skip
+                    measures.update(
+                        {f"eval_{k}": round(v, 6) for k, v in kl.items() if v is not None}
+                    )
             finally:
                 model.train(training)
             measures["eval_bias_seconds"] = round(time.perf_counter() - started, 3)

@@ -52,8 +52,12 @@ def merge_adapter(adapter: Path | str, out: Path | str, base: str | None = None)
         ) from None
     tok_source = adapter if (adapter / "tokenizer_config.json").is_file() else base
     tokenizer = AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=False)
-    info = {"kind": "merged_model", "base_model": base, "adapter": str(adapter),
-            "dtype": str(dtype).removeprefix("torch.")}  # fmt: skip
+    info = {
+        "kind": "merged_model",
+        "base_model": base,
+        "adapter": str(adapter),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
     with atomic_output_dir(out, "merged_model") as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

@@ -49,8 +49,9 @@ def trl_config(
     del keys["device"]  # scd's own: where training runs
     for key in ("push_to_hub", "hub_model_id", "hub_private_repo"):
         del keys[key]  # scd uploads the adapter it kept (the trainer: its checkpoint folder)
-    keys["per_device_eval_batch_size"] = (keys["per_device_eval_batch_size"]
-                                          or keys["per_device_train_batch_size"])  # fmt: skip
+    keys["per_device_eval_batch_size"] = (
+        keys["per_device_eval_batch_size"] or keys["per_device_train_batch_size"]
+    )
     if not cuda:
         keys.update(bf16=False, gradient_checkpointing=False)
         if keys["optim"].startswith("paged_"):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from scd.io import atomic_file, write_json
 from scd.tracking import finish_run, held_step, redact, start_run
 from scd.train.bias_steps import KEYS as BIAS_KEYS
 from scd.train.bias_steps import selection
+from scd.train.saving import keep_checkpoint, log_adapter, save_adapter
 from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
 from scd.train.sft_rows import (
     check_trained_tokens,
@@ -43,12 +43,10 @@ from scd.train.sft_rows import (
 )
 from scd.train.training_log import log_history, mean_loss, wandb_at_steps
 
-__all__ = ["METHODS", "SERVING_FILES", "build_trainer", "sft_config", "train"]
+__all__ = ["METHODS", "build_trainer", "sft_config", "train"]
 
 
 METHODS = TRAIN_METHODS  # how an adapter is trained: TRL's SFT, DPO or KTO trainer
-# what serving the adapter alone needs, by file name prefix: weights, config, tokenizer, template
-SERVING_FILES = ("adapter_", "tokenizer", "special_tokens_map", "chat_template")
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -74,8 +72,11 @@ def _last_checkpoint(out: Path) -> str | None:
     A run killed while writing a checkpoint leaves a partial directory; resuming skips it.
     """
     ckpt = out / "checkpoints"  # none yet: glob finds nothing
-    steps = [(int(p.name.removeprefix("checkpoint-")), p) for p in ckpt.glob("checkpoint-*")
-             if p.name.removeprefix("checkpoint-").isdigit()]  # fmt: skip
+    steps = [
+        (int(p.name.removeprefix("checkpoint-")), p)
+        for p in ckpt.glob("checkpoint-*")
+        if p.name.removeprefix("checkpoint-").isdigit()
+    ]
     for _, path in sorted(steps, reverse=True):
         with contextlib.suppress(OSError, ValueError):
             json.loads((path / "trainer_state.json").read_text())
@@ -195,14 +196,17 @@ def train(
     out = Path(recipe.output_dir)
     ours = ("checkpoints", "data", "recipe.yaml", "train_manifest.json", "adapter_config.json")
     if out.is_dir() and any(out.iterdir()) and not any((out / x).exists() for x in ours):
-        raise InputError(f"output_dir {out}: not empty and holds no scd training; choose a new "
-                         "output_dir")  # fmt: skip
+        raise InputError(
+            f"output_dir {out}: not empty and holds no scd training; choose a new output_dir"
+        )
     if out.exists() and not out.is_dir():
         raise InputError(f"output_dir {out}: exists and is not a directory")
     checkpoint = _last_checkpoint(out)
     if checkpoint and not resume:
-        raise InputError(f"output_dir {out}: holds checkpoints; pass --resume to continue, "
-                         "or choose a new output_dir")  # fmt: skip
+        raise InputError(
+            f"output_dir {out}: holds checkpoints; pass --resume to continue, "
+            "or choose a new output_dir"
+        )
     if method not in METHODS:
         raise InputError(f"expected one of {', '.join(METHODS)}", key="method", value=method)
     if method == "kto" and recipe.train.per_device_train_batch_size < 2:
@@ -235,11 +239,20 @@ def train(
     run, id_file, held = None, out / "wandb_run_id", -1  # one W&B run across kills and resumes
     if enabled and state.is_main_process:
         known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
-        run = start_run(project=recipe.wandb.project, name=recipe.wandb.run_name or out.name,
-                        group=recipe.wandb.group, entity=recipe.wandb.entity,
-                        config={"recipe": resolved, "data_manifest": manifest,
-                                "protocol": recipe.bias_protocol},
-                        directory=out, job_type="train", run_id=known)  # fmt: skip
+        run = start_run(
+            project=recipe.wandb.project,
+            name=recipe.wandb.run_name or out.name,
+            group=recipe.wandb.group,
+            entity=recipe.wandb.entity,
+            config={
+                "recipe": resolved,
+                "data_manifest": manifest,
+                "protocol": recipe.bias_protocol,
+            },
+            directory=out,
+            job_type="train",
+            run_id=known,
+        )
         with atomic_file(id_file) as tmp:
             tmp.write_text(run.id + "\n")
         if known:  # what the killed process had not written to W&B: its steps again
@@ -287,12 +300,12 @@ def train(
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint)  # None unless --resume
     seconds = time.perf_counter() - start
-    _save_adapter(trainer, out, state.is_main_process)
+    save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
         selected = selection(recipe, trainer.state)
         if selected["step"] != trainer.state.global_step:  # train.select best: an earlier step
-            _keep_checkpoint(Path(args.output_dir) / f"checkpoint-{selected['step']}", out)
+            keep_checkpoint(Path(args.output_dir) / f"checkpoint-{selected['step']}", out)
         trainer.processing_class.save_pretrained(str(out))
         tokens = int(trainer.state.num_input_tokens_seen)  # every step, across resumes
         loss = mean_loss(trainer.state.log_history)  # every step, across resumes
@@ -307,17 +320,24 @@ def train(
             "train_seconds": round(seconds, 3),
             "tokens_seen": tokens,
             "tokens_per_second": round((tokens - earlier) / seconds, 1)
-            if seconds > 0 and tokens > earlier else None,
+            if seconds > 0 and tokens > earlier
+            else None,
             "resumed_from": Path(checkpoint).name if checkpoint else None,
             "selected": selected,
             "world_size": state.num_processes,
             "token_check_rows": checked,
             "wandb_run_id": run.id if run is not None else None,
-            "log_history": [{k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm")
-                             if k in e} for e in trainer.state.log_history if "loss" in e],
-            "bias_history": [{k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
-                             for e in trainer.state.log_history if BIAS_KEYS[0] in e],
-        }  # fmt: skip
+            "log_history": [
+                {k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm") if k in e}
+                for e in trainer.state.log_history
+                if "loss" in e
+            ],
+            "bias_history": [
+                {k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
+                for e in trainer.state.log_history
+                if BIAS_KEYS[0] in e
+            ],
+        }
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
         write_json(out / "data_manifest.json", manifest)
         write_json(out / "train_manifest.json", info)
@@ -327,7 +347,7 @@ def train(
             run.summary.update({f"scd/{k}": v for k, v in meta.items() if v is not None})
             run.summary["train_loss"] = info["train_loss"]  # every step's (not this process's)
             if recipe.wandb.log_adapter:
-                _log_adapter(
+                log_adapter(
                     run,
                     out,
                     {
@@ -339,46 +359,3 @@ def train(
             finish_run(run)
     state.wait_for_everyone()
     return info
-
-
-def _keep_checkpoint(checkpoint: Path, out: Path) -> None:
-    """The adapter weights of ``checkpoint`` in place of the last step's."""
-    weights = checkpoint / "adapter_model.safetensors"
-    if not weights.is_file():
-        raise RuntimeError(f"train.select best: {weights} is missing; the last step's adapter "
-                           f"is in {out}")  # fmt: skip
-    shutil.copyfile(weights, out / "adapter_model.safetensors")
-
-
-def _log_adapter(run: Any, out: Path, meta: dict[str, Any]) -> None:
-    """The adapter as a W&B ``model`` artifact with what serving it alone needs: its weights and
-    config, the tokenizer and chat template, and the base model's id and fingerprint."""
-    import wandb
-
-    name = f"adapter-{run.name or out.name}".replace("/", "-")  # e.g. <run>-setting-1
-    artifact = wandb.Artifact(name, type="model", metadata=meta)
-    for f in sorted(out.iterdir()):
-        if f.is_file() and f.name.startswith(SERVING_FILES):
-            artifact.add_file(str(f))
-    run.log_artifact(artifact)
-
-
-def _save_adapter(trainer: Any, out: Path, main: bool) -> None:
-    """Save the adapter (every rank takes part: FSDP and ZeRO-3 gather the weights) and check
-    that it was written.
-
-    Under FSDP, ``Trainer.save_model`` writes nothing unless the state dict type is FULL, so a
-    sharded set-up (good for checkpoints) is switched to a full state dict for this save.
-
-    Raises:
-        RuntimeError: no ``adapter_model.safetensors`` after the save.
-    """
-    if getattr(trainer, "is_fsdp_enabled", False):
-        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(out))
-    trainer.accelerator.wait_for_everyone()
-    if main and not (out / "adapter_model.safetensors").is_file():
-        raise RuntimeError(
-            f"training finished but no adapter was written to {out}/adapter_model.safetensors "
-            "(the checkpoints under checkpoints/ hold the trained weights)"
-        )

@@ -14,8 +14,14 @@ from scd.train.bias_steps import bias_line
 __all__ = ["log_history", "log_line", "log_lines", "mean_loss", "wandb_at_steps"]
 # not history: the step (logged as train/global_step), and what transformers puts into the
 # summary at the end of a training
-END_OF_TRAINING = {"step", "train_runtime", "train_samples_per_second", "train_steps_per_second",
-                   "train_loss", "total_flos"}  # fmt: skip
+END_OF_TRAINING = {
+    "step",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "total_flos",
+}
 
 
 def log_line(state: Any, logs: dict[str, Any]) -> str:
@@ -27,9 +33,14 @@ def log_line(state: Any, logs: dict[str, Any]) -> str:
         return bias_line(state.global_step, state.max_steps, logs)
     head = "eval" if any(k.startswith("eval_") for k in logs) else "step"
     parts = [f"{head} {state.global_step}/{state.max_steps}"]
-    names = {"loss": "loss", "eval_loss": "loss", "learning_rate": "lr",
-             "grad_norm": "grad norm", "mean_token_accuracy": "token acc",
-             "eval_mean_token_accuracy": "token acc"}  # fmt: skip
+    names = {
+        "loss": "loss",
+        "eval_loss": "loss",
+        "learning_rate": "lr",
+        "grad_norm": "grad norm",
+        "mean_token_accuracy": "token acc",
+        "eval_mean_token_accuracy": "token acc",
+    }
     for key, name in names.items():
         if key in logs:
             value = float(logs[key])

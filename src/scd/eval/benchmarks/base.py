@@ -29,9 +29,16 @@ from scd.eval.tasks import CausalModel, EvalTask, Launch, run_task
 from scd.io import json_text, read_json
 
 __all__ = [
-    "Benchmark", "BenchmarkOptions", "Job", "RunData", "Table", "evaluated", "markdown_table",
-    "read_summaries", "read_summary",
-]  # fmt: skip
+    "Benchmark",
+    "BenchmarkOptions",
+    "Job",
+    "RunData",
+    "Table",
+    "evaluated",
+    "markdown_table",
+    "read_summaries",
+    "read_summary",
+]
 
 
 @dataclass
@@ -45,8 +52,10 @@ class BenchmarkOptions(Options):
     def problems(self) -> Iterator[tuple[str, str]]:
         yield from super().problems()
         if self.enabled and self.scores_only:
-            yield "enabled", (f"scores {self.scores_only} only; scd run tunes and evaluates a "
-                              "causal LM")  # fmt: skip
+            yield (
+                "enabled",
+                (f"scores {self.scores_only} only; scd run tunes and evaluates a causal LM"),
+            )
 
 
 class RunData(Protocol):
@@ -144,10 +153,19 @@ class Benchmark:
         """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`)."""
         raise NotImplementedError
 
-    def evaluate(self, model: str, out: Path | str, *, adapter: str | None = None,
-                 engine: EngineSpec | None = None, shared: SharedEngine | None = None,
-                 progress: bool = True, shards: int = 1, launch: Launch | None = None,
-                 **options: Any) -> dict[str, Any]:  # fmt: skip
+    def evaluate(
+        self,
+        model: str,
+        out: Path | str,
+        *,
+        adapter: str | None = None,
+        engine: EngineSpec | None = None,
+        shared: SharedEngine | None = None,
+        progress: bool = True,
+        shards: int = 1,
+        launch: Launch | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
         """Evaluate (or resume evaluating) ``model`` (+ ``adapter``, unmerged) into ``out``;
         ``options`` are :attr:`Options`' fields. Returns the summary (``OUT/summary.json``).
 
@@ -178,8 +196,10 @@ class Benchmark:
 
     def describe(self, summary: dict[str, Any]) -> str:
         """The command's last line, before ``-> OUT/tables.md``."""
-        return ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in self.headline(summary).items())  # fmt: skip
+        return ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in self.headline(summary).items()
+        )
 
     def table(self, runs: dict[str, Path | str]) -> Table:
         """Finished runs side by side (``scd report <name> --runs NAME=DIR ...``)."""

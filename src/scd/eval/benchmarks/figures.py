@@ -148,8 +148,15 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             if f"{col}_low" in sub:  # the 95% interval
                 low, high = sub[f"{col}_low"].to_numpy(float), sub[f"{col}_high"].to_numpy(float)
                 err = np.nan_to_num([sub[col] - low, high - sub[col]])
-            bars = ax.bar(x + offset, sub[col], width, color=color, yerr=err, capsize=2,
-                          error_kw={"elinewidth": 0.8, "ecolor": "#404040"})  # fmt: skip
+            bars = ax.bar(
+                x + offset,
+                sub[col],
+                width,
+                color=color,
+                yerr=err,
+                capsize=2,
+                error_kw={"elinewidth": 0.8, "ecolor": "#404040"},
+            )
             labels = ["" if np.isnan(v) else f"{v:.1f}" for v in sub[col].to_numpy()]
             ax.bar_label(bars, labels, fontsize=8, padding=2, rotation=90 if n > 4 else 0)
             for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
@@ -293,8 +300,13 @@ def figure2_png(
                 color = "white" if luminance < 0.5 else "black"
                 ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize=9, color=color)
         names = [_label(r).capitalize() for r in rows] if i == 0 else []
-        ax.set_xticks(range(len(cols)), [_label(c).capitalize() for c in cols], rotation=30,
-                      ha="right", fontsize=9)  # fmt: skip
+        ax.set_xticks(
+            range(len(cols)),
+            [_label(c).capitalize() for c in cols],
+            rotation=30,
+            ha="right",
+            fontsize=9,
+        )
         ax.set_yticks(range(len(rows)), names, fontsize=9)
         ax.tick_params(length=0)
         ax.set_title(title, fontsize=11)
@@ -348,8 +360,9 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             sub = frame[frame["model"] == model].set_index("category").reindex(categories)
             values = sub[col].to_numpy()
             bars = ax.barh(y - 0.4 + band * (m + 0.5), values, band, color=color)
-            labels = ["" if np.isnan(v) else f"{v:+.2f}" if xlim[0] < 0 else f"{v:.2f}"
-                      for v in values]  # fmt: skip
+            labels = [
+                "" if np.isnan(v) else f"{v:+.2f}" if xlim[0] < 0 else f"{v:.2f}" for v in values
+            ]
             ax.bar_label(bars, labels, fontsize=7.5, padding=2)
         ax.set_title(name, fontsize=10)
         ax.set_xlim(xlim[0] - (0.15 if xlim[0] < 0 else 0), xlim[1] + 0.15)
@@ -362,8 +375,9 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         ax.set_yticks(y, [_label(c) for c in categories], fontsize=9)
     axes[0, 0].invert_yaxis()  # the first category on top (the y axis is shared)
     handles = [Patch(color=c, label=_label(m)) for m, c in zip(models, palette)]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
-               frameon=False)  # fmt: skip
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False
+    )
     if title:
         fig.suptitle(title, fontsize=12)
     return _png(fig)

@@ -32,6 +32,11 @@ from scd.eval.capability.kl import (
 from scd.eval.capability.lm_eval import KIND_LM_EVAL, lm_eval_scores
 
 __all__ = [
-    "KIND_KL", "KIND_LM_EVAL", "NEUTRAL_PROMPTS", "kl_from_base", "kl_in_memory",
-    "lm_eval_scores", "load_neutral_prompts",
-]  # fmt: skip
+    "KIND_KL",
+    "KIND_LM_EVAL",
+    "NEUTRAL_PROMPTS",
+    "kl_from_base",
+    "kl_in_memory",
+    "lm_eval_scores",
+    "load_neutral_prompts",
+]

@@ -14,9 +14,13 @@ from scd.errors import InputError, first_line
 from scd.io import atomic_file, read_json, read_yaml, sha256_file, write_json
 
 __all__ = [
-    "KIND_KL", "NEUTRAL_PROMPTS", "kl_from_base", "kl_in_memory", "load_neutral_prompts",
+    "KIND_KL",
+    "NEUTRAL_PROMPTS",
+    "kl_from_base",
+    "kl_in_memory",
+    "load_neutral_prompts",
     "same_config",
-]  # fmt: skip
+]
 
 KIND_KL = "capability_kl"  # summary.json's kind
 NEUTRAL_PROMPTS = "neutral_prompts.yaml"  # packaged in scd/data_gen/data
@@ -69,9 +73,11 @@ def _reply_ids(fmt: Any, user: str, reply: str, prompt_ids: list[int], item_id: 
     full_ids = fmt.tokenizer(full_text, add_special_tokens=not fmt.chat)["input_ids"]
     n = len(prompt_ids)
     if list(full_ids[:n]) != list(prompt_ids) or len(full_ids) == n:
-        raise InputError(f"neutral prompt {item_id}: the chat template renders the prompt "
-                         "differently when a reply follows it (or renders no reply); the reply "
-                         "cannot be teacher-forced")  # fmt: skip
+        raise InputError(
+            f"neutral prompt {item_id}: the chat template renders the prompt "
+            "differently when a reply follows it (or renders no reply); the reply "
+            "cannot be teacher-forced"
+        )
     return list(full_ids[n:])
 
 
@@ -111,8 +117,9 @@ def _load(model_dir: str, adapter: str | None, device: str, dtype: str) -> Any:
     try:
         lm = PeftModel.from_pretrained(lm, adapter)
     except (RuntimeError, ValueError, KeyError) as err:
-        raise InputError(f"does not fit the model {model_dir} ({first_line(err)})",
-                         key="adapter", value=adapter) from None  # fmt: skip
+        raise InputError(
+            f"does not fit the model {model_dir} ({first_line(err)})", key="adapter", value=adapter
+        ) from None
     return lm.to(device).eval()
 
 
@@ -129,18 +136,29 @@ def _reply_logprobs(model: Any, seqs: Seqs, spans: list[int], pad_id: int) -> An
     mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side="left")
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     span = max(spans)
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                   position_ids=positions.to(device), logits_to_keep=span + 1,
-                   ).logits[:, :-1]  # position t predicts token t + 1: drop the last  # fmt: skip
+    logits = model(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+        logits_to_keep=span + 1,
+    ).logits[:, :-1]  # position t predicts token t + 1: drop the last
     out = torch.log_softmax(logits.float(), dim=-1)
     # row i's reply occupies its last spans[i] tokens: predicted by the last spans[i] kept rows
     index = torch.stack([torch.arange(span) + span - s for s in spans]).clamp(max=span - 1)
     return out.gather(1, index.to(out.device)[..., None].expand(-1, -1, out.shape[-1]))
 
 
-def _score(model: Any, base_seqs: Seqs, arm_seqs: Seqs, spans: list[int],
-           *, pad_id: int, batch_size: int, arm_differs: bool,
-           update: Callable[[int], None]) -> list[dict[str, float]]:  # fmt: skip
+def _score(
+    model: Any,
+    base_seqs: Seqs,
+    arm_seqs: Seqs,
+    spans: list[int],
+    *,
+    pad_id: int,
+    batch_size: int,
+    arm_differs: bool,
+    update: Callable[[int], None],
+) -> list[dict[str, float]]:
     """Per prompt: mean KL(arm || base) over reply positions and both mean log-likelihoods."""
     import contextlib
 
@@ -169,8 +187,11 @@ def _score(model: Any, base_seqs: Seqs, arm_seqs: Seqs, spans: list[int],
                 if arm_differs:  # D_KL(p_arm || p_base) per position; rounding can dip below 0
                     kl = F.kl_div(lp_base, lp_arm, reduction="none", log_target=True).sum(-1)
                     kl = kl.clamp(min=0).mean().item()
-                results[i] = {"kl": kl, "logp_arm": lp_arm.gather(1, targets).mean().item(),
-                              "logp_base": lp_base.gather(1, targets).mean().item()}  # fmt: skip
+                results[i] = {
+                    "kl": kl,
+                    "logp_arm": lp_arm.gather(1, targets).mean().item(),
+                    "logp_base": lp_base.gather(1, targets).mean().item(),
+                }
             update(len(batch))
     return results
 
@@ -182,17 +203,21 @@ def _interval(values: list[float]) -> tuple[float | None, float | None]:
     import numpy as np
     from scipy import stats
 
-    ci = stats.bootstrap((np.asarray(values),), np.mean, n_resamples=N_RESAMPLES,
-                         method="percentile", rng=SEED).confidence_interval  # fmt: skip
+    ci = stats.bootstrap(
+        (np.asarray(values),), np.mean, n_resamples=N_RESAMPLES, method="percentile", rng=SEED
+    ).confidence_interval
     return float(ci.low), float(ci.high)
 
 
 def same_config(old: Any, config: dict[str, Any], out: Path) -> Any:
     """``old``, a finished result in ``out``; refused if it has another configuration."""
     if differ := [k for k in config if not isinstance(old, dict) or old.get(k) != config[k]]:
-        raise InputError(f"holds a capability result of another configuration "
-                         f"({', '.join(differ)} differ); choose another out (or remove it)",
-                         key="out", value=out)  # fmt: skip
+        raise InputError(
+            f"holds a capability result of another configuration "
+            f"({', '.join(differ)} differ); choose another out (or remove it)",
+            key="out",
+            value=out,
+        )
     return old
 
 
@@ -204,17 +229,33 @@ def kl_in_memory(
     base): the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval."""
     base_seqs, arm_seqs, spans = _sequences(tokenizer, None, items)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    scores = _score(model, base_seqs, arm_seqs, spans, pad_id=pad or 0, batch_size=batch_size,
-                    arm_differs=True, update=lambda _: None)  # fmt: skip
+    scores = _score(
+        model,
+        base_seqs,
+        arm_seqs,
+        spans,
+        pad_id=pad or 0,
+        batch_size=batch_size,
+        arm_differs=True,
+        update=lambda _: None,
+    )
     kls = [s["kl"] for s in scores]
     low, high = _interval(kls)
     return {"kl": fmean(kls), "kl_ci_low": low, "kl_ci_high": high}
 
 
-def kl_from_base(model: str, out: Path | str, *, adapter: str | None = None,
-                 system_prompt: str | None = None, prompts: Path | str | None = None,
-                 batch_size: int = 8, device: str | None = None, dtype: str = "auto",
-                 progress: bool = False) -> dict[str, Any]:  # fmt: skip
+def kl_from_base(
+    model: str,
+    out: Path | str,
+    *,
+    adapter: str | None = None,
+    system_prompt: str | None = None,
+    prompts: Path | str | None = None,
+    batch_size: int = 8,
+    device: str | None = None,
+    dtype: str = "auto",
+    progress: bool = False,
+) -> dict[str, Any]:
     """Drift of an arm from its base model on neutral prompts (see the module doc).
 
     Args:
@@ -255,9 +296,14 @@ def kl_from_base(model: str, out: Path | str, *, adapter: str | None = None,
     source, items = load_neutral_prompts(prompts)
     require_adapter(adapter)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    config = {"kind": KIND_KL, "model": model, "adapter": adapter, "system_prompt": system_prompt,
-              "prompts_sha256": sha256_file(prompts),
-              "dtype": resolve_dtype(dtype, device)}  # fmt: skip
+    config = {
+        "kind": KIND_KL,
+        "model": model,
+        "adapter": adapter,
+        "system_prompt": system_prompt,
+        "prompts_sha256": sha256_file(prompts),
+        "dtype": resolve_dtype(dtype, device),
+    }
     if (out / "summary.json").is_file():  # finished before: the same configuration, or refuse
         return same_config(read_json(out / "summary.json"), config, out)
 
@@ -269,27 +315,48 @@ def kl_from_base(model: str, out: Path | str, *, adapter: str | None = None,
     base_seqs, arm_seqs, spans = _sequences(tokenizer, system_prompt, items)
     lm = _load(model_dir, adapter, device, config["dtype"])
     limit = getattr(lm.config, "max_position_embeddings", None) or float("inf")
-    if too_long := [it["id"] for it, a, b in zip(items, arm_seqs, base_seqs)
-                    if max(len(a), len(b)) > limit]:  # fmt: skip
+    if too_long := [
+        it["id"] for it, a, b in zip(items, arm_seqs, base_seqs) if max(len(a), len(b)) > limit
+    ]:
         raise InputError(f"{prompts}: items {too_long}: longer than the model's context ({limit})")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     bar = Progress("capability KL", len(items), unit="prompt", enabled=progress)
-    scores = _score(lm, base_seqs, arm_seqs, spans, pad_id=pad or 0, batch_size=batch_size,
-                    arm_differs=bool(adapter or system_prompt), update=bar.update)  # fmt: skip
+    scores = _score(
+        lm,
+        base_seqs,
+        arm_seqs,
+        spans,
+        pad_id=pad or 0,
+        batch_size=batch_size,
+        arm_differs=bool(adapter or system_prompt),
+        update=bar.update,
+    )
     bar.close()
 
-    records = [{"id": it["id"], "topic": it["topic"], "n_tokens": n, **s}
-               for it, n, s in zip(items, spans, scores)]  # fmt: skip
+    records = [
+        {"id": it["id"], "topic": it["topic"], "n_tokens": n, **s}
+        for it, n, s in zip(items, spans, scores)
+    ]
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "records.jsonl") as tmp:
         tmp.write_text("".join(dump_record(r) + "\n" for r in records), encoding="utf-8")
     mean = {k: fmean(r[k] for r in records) for k in ("kl", "logp_arm", "logp_base")}
     low, high = _interval([r["kl"] for r in records])
-    summary = {**config, "prompts": str(prompts), "source": source, "n_prompts": len(records),
-               "n_tokens": sum(spans), "kl_mean": mean["kl"], "kl_ci_low": low, "kl_ci_high": high,
-               "logp_arm": mean["logp_arm"], "logp_base": mean["logp_base"],
-               "logp_delta": mean["logp_arm"] - mean["logp_base"], "device": device,
-               "batch_size": batch_size,
-               "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
+    summary = {
+        **config,
+        "prompts": str(prompts),
+        "source": source,
+        "n_prompts": len(records),
+        "n_tokens": sum(spans),
+        "kl_mean": mean["kl"],
+        "kl_ci_low": low,
+        "kl_ci_high": high,
+        "logp_arm": mean["logp_arm"],
+        "logp_base": mean["logp_base"],
+        "logp_delta": mean["logp_arm"] - mean["logp_base"],
+        "device": device,
+        "batch_size": batch_size,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
     write_json(out / "summary.json", summary)
     return summary

@@ -42,10 +42,19 @@ def _flat(results: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def lm_eval_scores(model: str, out: Path | str, *, tasks: list[str], adapter: str | None = None,
-                   system_prompt: str | None = None, include_path: str | None = None,
-                   limit: int | None = None, batch_size: int = 8, device: str = "cpu",
-                   dtype: str = "auto") -> dict[str, float]:  # fmt: skip
+def lm_eval_scores(
+    model: str,
+    out: Path | str,
+    *,
+    tasks: list[str],
+    adapter: str | None = None,
+    system_prompt: str | None = None,
+    include_path: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 8,
+    device: str = "cpu",
+    dtype: str = "auto",
+) -> dict[str, float]:
     """Score an arm on lm-evaluation-harness tasks (lm-eval's own HF model and metrics).
 
     Args:
@@ -75,10 +84,17 @@ def lm_eval_scores(model: str, out: Path | str, *, tasks: list[str], adapter: st
     if not tasks:
         raise InputError("capability.lm_eval_tasks: expected at least one lm-eval task")
     require_adapter(adapter)
-    config = {"kind": KIND_LM_EVAL, "model": model, "adapter": adapter,
-              "system_prompt": system_prompt, "tasks": tasks, "include_path": include_path,
-              "include_sha256": _tree_sha256(include_path), "limit": limit,
-              "dtype": resolve_dtype(dtype, device)}  # fmt: skip
+    config = {
+        "kind": KIND_LM_EVAL,
+        "model": model,
+        "adapter": adapter,
+        "system_prompt": system_prompt,
+        "tasks": tasks,
+        "include_path": include_path,
+        "include_sha256": _tree_sha256(include_path),
+        "limit": limit,
+        "dtype": resolve_dtype(dtype, device),
+    }
     results_path, flat_path = out / "lm_eval_results.json", out / "lm_eval.json"
     if flat_path.is_file() and results_path.is_file():
         old = read_json(results_path)
@@ -95,15 +111,29 @@ def lm_eval_scores(model: str, out: Path | str, *, tasks: list[str], adapter: st
     manager = TaskManager(include_path=include_path)
     if unknown := [t for t in tasks if t not in manager.all_tasks]:
         where = f" or those under {include_path}" if include_path else ""
-        raise InputError(f"capability.lm_eval_tasks: unknown lm-eval task {unknown[0]!r} (not "
-                         f"among lm-eval's tasks{where})")  # fmt: skip
-    lm = HFLM(pretrained=resolve_model(model, say=lambda _: None), peft=adapter,
-              dtype=config["dtype"], device=device, batch_size=batch_size,
-              trust_remote_code=False, enable_thinking=False)  # fmt: skip
+        raise InputError(
+            f"capability.lm_eval_tasks: unknown lm-eval task {unknown[0]!r} (not "
+            f"among lm-eval's tasks{where})"
+        )
+    lm = HFLM(
+        pretrained=resolve_model(model, say=lambda _: None),
+        peft=adapter,
+        dtype=config["dtype"],
+        device=device,
+        batch_size=batch_size,
+        trust_remote_code=False,
+        enable_thinking=False,
+    )
     chat = bool(getattr(lm.tokenizer, "chat_template", None))
-    results = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit,
-                                      system_instruction=system_prompt, apply_chat_template=chat,
-                                      log_samples=False)  # fmt: skip
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        task_manager=manager,
+        limit=limit,
+        system_instruction=system_prompt,
+        apply_chat_template=chat,
+        log_samples=False,
+    )
     safe = json.loads(json.dumps(results or {}, default=handle_non_serializable))
     write_json(results_path, {"scd_config": config, **safe})
     write_json(flat_path, flat := _flat(safe))  # written last: the stage's "finished" mark

@@ -27,9 +27,15 @@ from scd.config.engine import ENGINES, EngineSpec
 from scd.errors import InputError
 
 __all__ = [
-    "MAX_LOGPROB_TOKEN_IDS", "ChoiceRequest", "Engine", "SharedEngine", "make_engine",
-    "next_token_reads", "require_adapter", "summed_options",
-]  # fmt: skip
+    "MAX_LOGPROB_TOKEN_IDS",
+    "ChoiceRequest",
+    "Engine",
+    "SharedEngine",
+    "make_engine",
+    "next_token_reads",
+    "require_adapter",
+    "summed_options",
+]
 
 MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids (vllm.sampling_params)
 
@@ -60,29 +66,36 @@ def next_token_reads(requests: list[ChoiceRequest]) -> Reads:
                 tokens = wanted.setdefault(tuple(r.prompt_ids) + tuple(option[:i]), [])
                 if token not in tokens:
                     tokens.append(token)
-    return [(prefix, tokens[lo : lo + MAX_LOGPROB_TOKEN_IDS])
-            for prefix, tokens in wanted.items()
-            for lo in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS)]  # fmt: skip
+    return [
+        (prefix, tokens[lo : lo + MAX_LOGPROB_TOKEN_IDS])
+        for prefix, tokens in wanted.items()
+        for lo in range(0, len(tokens), MAX_LOGPROB_TOKEN_IDS)
+    ]
 
 
-def summed_options(requests: list[ChoiceRequest], reads: Reads,
-                   found: list[list[float]]) -> list[list[float]]:  # fmt: skip
+def summed_options(
+    requests: list[ChoiceRequest], reads: Reads, found: list[list[float]]
+) -> list[list[float]]:
     """Each request's option log-probabilities: the sums over its tokens of what ``found`` holds
     for each read of :func:`next_token_reads` (one value per id read, in order)."""
-    logprob = {(prefix, t): v for (prefix, ids), values in zip(reads, found)
-               for t, v in zip(ids, values)}  # fmt: skip
+    logprob = {
+        (prefix, t): v for (prefix, ids), values in zip(reads, found) for t, v in zip(ids, values)
+    }
     return [
-        [sum(logprob[tuple(r.prompt_ids) + tuple(o[:i]), t] for i, t in enumerate(o))
-         for o in r.option_ids]
+        [
+            sum(logprob[tuple(r.prompt_ids) + tuple(o[:i]), t] for i, t in enumerate(o))
+            for o in r.option_ids
+        ]
         for r in requests
-    ]  # fmt: skip
+    ]
 
 
 class Engine(Protocol):
     """What every engine provides."""
 
-    def __init__(self, model: str, spec: EngineSpec, *, tokenizer: Any = None,
-                 adapters: Sequence[str] = ()) -> None: ...  # fmt: skip
+    def __init__(
+        self, model: str, spec: EngineSpec, *, tokenizer: Any = None, adapters: Sequence[str] = ()
+    ) -> None: ...
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]: ...
 

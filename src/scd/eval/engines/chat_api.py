@@ -24,12 +24,20 @@ __all__ = ["TOP_LOGPROBS", "chat_body", "option_logprobs", "reply_text"]
 TOP_LOGPROBS = 20  # the most the OpenAI API gives (top_logprobs: 0..20)
 
 
-def chat_body(model: str, messages: tuple[tuple[str, str], ...], max_tokens: int,
-              top_logprobs: int | None = None) -> dict[str, Any]:  # fmt: skip
+def chat_body(
+    model: str,
+    messages: tuple[tuple[str, str], ...],
+    max_tokens: int,
+    top_logprobs: int | None = None,
+) -> dict[str, Any]:
     """A greedy chat completion of ``messages`` ((role, content) pairs)."""
     turns = [{"role": role, "content": content} for role, content in messages]
-    body: dict[str, Any] = {"model": model, "messages": turns, "max_tokens": max_tokens,
-                            "temperature": 0.0}  # fmt: skip
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": turns,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+    }
     if top_logprobs:
         body.update(logprobs=True, top_logprobs=top_logprobs)
     return body

@@ -90,8 +90,16 @@ class ServerClient:
             in flight at once.
     """
 
-    def __init__(self, base_url: str, *, api_key: str | None, key_hint: str, timeout: float,
-                 retries: int, concurrency: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        key_hint: str,
+        timeout: float,
+        retries: int,
+        concurrency: int,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._key = api_key
@@ -103,9 +111,17 @@ class ServerClient:
             detail = detail.replace(self._key, "<redacted>")
         return kind(detail, key="base_url", value=self.base_url)
 
-    def request(self, method: str, path: str, body: Any = None, *, parse: Callable[[Any], Any]
-                = lambda x: x, retry: bool = True, retry_malformed: bool = True,
-                missing: Any = _FAIL) -> Any:  # fmt: skip
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        parse: Callable[[Any], Any] = lambda x: x,
+        retry: bool = True,
+        retry_malformed: bool = True,
+        missing: Any = _FAIL,
+    ) -> Any:
         """One request, parsed; ``retry``: retry transient faults, ``retry_malformed``: an
         answer ``parse`` refuses too; ``missing``: what a 404/405 (no such route) returns instead
         of failing."""
@@ -124,8 +140,14 @@ class ServerClient:
         """
         return _run(self._all("POST", path, asks, (True, True), _FAIL))
 
-    async def _all(self, method: str, path: str, asks: Sequence[tuple[Any, Callable]],
-                   retry: tuple[bool, bool], missing: Any) -> list:  # fmt: skip
+    async def _all(
+        self,
+        method: str,
+        path: str,
+        asks: Sequence[tuple[Any, Callable]],
+        retry: tuple[bool, bool],
+        missing: Any,
+    ) -> list:
         import httpx
 
         gate = asyncio.Semaphore(self.concurrency)
@@ -151,8 +173,16 @@ class ServerClient:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
 
-    async def _retried(self, http: Any, method: str, path: str, body: Any, parse: Callable,
-                       retry: tuple[bool, bool], missing: Any) -> Any:  # fmt: skip
+    async def _retried(
+        self,
+        http: Any,
+        method: str,
+        path: str,
+        body: Any,
+        parse: Callable,
+        retry: tuple[bool, bool],
+        missing: Any,
+    ) -> Any:
         tries = 1 + (self.retries if retry[0] else 0)
         for attempt in range(tries):
             try:
@@ -161,15 +191,22 @@ class ServerClient:
                 if isinstance(err, _BadAnswer) and not retry[1]:
                     raise self._fail(err.reason, ServerRefused) from None
                 if attempt + 1 == tries:
-                    again = (f" after {tries} tries ({method} {path}); a re-run resumes where "
-                             "this one stopped") if tries > 1 else ""  # fmt: skip
+                    again = (
+                        (
+                            f" after {tries} tries ({method} {path}); a re-run resumes where "
+                            "this one stopped"
+                        )
+                        if tries > 1
+                        else ""
+                    )
                     raise self._fail(err.reason + again) from None
                 backoff = min(BACKOFF_CAP_S, BACKOFF_S * 2**attempt) * random.uniform(0.75, 1.25)
                 await asyncio.sleep(backoff if err.wait is None else err.wait)
         raise AssertionError("unreachable")
 
-    async def _once(self, http: Any, method: str, path: str, body: Any, parse: Callable,
-                    missing: Any) -> Any:  # fmt: skip
+    async def _once(
+        self, http: Any, method: str, path: str, body: Any, parse: Callable, missing: Any
+    ) -> Any:
         import httpx
 
         # "/tokenize": a route of the server beside its OpenAI API (.../v1)
@@ -182,8 +219,10 @@ class ServerClient:
                 f"no connection to the server within {CONNECT_TIMEOUT_S:g} s"
             ) from None
         except httpx.TimeoutException:
-            raise _Transient(f"no answer within {self.timeout:g} s (raise --request-timeout "
-                             "or lower --concurrency)") from None  # fmt: skip
+            raise _Transient(
+                f"no answer within {self.timeout:g} s (raise --request-timeout "
+                "or lower --concurrency)"
+            ) from None
         except httpx.RequestError as err:  # connection refused or dropped, a bad answer stream
             raise _Transient(f"no connection to the server ({first_line(err, 120)})") from None
         except httpx.InvalidURL as err:
@@ -195,11 +234,15 @@ class ServerClient:
         if status in (404, 405) and missing is not _FAIL:
             return missing
         if status in (401, 403):
-            raise self._fail(f"the server refused the API key ({status}: "
-                             f"{_server_message(response)}; {self.key_hint})")  # fmt: skip
+            raise self._fail(
+                f"the server refused the API key ({status}: "
+                f"{_server_message(response)}; {self.key_hint})"
+            )
         if status >= 400:
-            raise self._fail(f"the server answered {status} to {method} {path}: "
-                             f"{_server_message(response)}", ServerRefused)  # fmt: skip
+            raise self._fail(
+                f"the server answered {status} to {method} {path}: {_server_message(response)}",
+                ServerRefused,
+            )
         try:
             answer = response.json()
         except ValueError:

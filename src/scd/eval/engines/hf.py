@@ -244,13 +244,18 @@ class HFEngine:
         k = max(len(r.option_ids) for r in reqs)
         ids, mask, positions = self._pad([r.prompt_ids[:-1] for r in reqs])
         cache = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
             logits_to_keep=1,
-        ).past_key_values  # fmt: skip
+        ).past_key_values
         cache.batch_repeat_interleave(k)
         options = [list(r.option_ids[j % len(r.option_ids)]) for r in reqs for j in range(k)]
-        feeds = [[r.prompt_ids[-1], *o[:-1]] for r, o in zip(
-            (r for r in reqs for _ in range(k)), options)]  # fmt: skip
+        feeds = [
+            [r.prompt_ids[-1], *o[:-1]]
+            for r, o in zip((r for r in reqs for _ in range(k)), options)
+        ]
         feed_ids, feed_mask, _ = self._pad(feeds, "right")
         targets = pad_sequence([torch.tensor(o) for o in options], batch_first=True)
         start = mask.sum(-1).repeat_interleave(k)[:, None]  # each row's prompt length
@@ -274,8 +279,9 @@ class HFEngine:
         return [list(itertools.islice(flat, len(r.option_ids))) for r in reqs]
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
-                 messages: Any = None) -> list[str]:  # fmt: skip
+    def generate(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
+    ) -> list[str]:
         """Greedy continuations (left-padded batches), decoded without special tokens."""
         texts: list[Any] = [None] * len(prompt_ids)
         order = sorted(range(len(prompt_ids)), key=lambda i: -len(prompt_ids[i]))

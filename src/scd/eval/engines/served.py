@@ -96,10 +96,13 @@ class ServedEngine:
         key = os.environ.get(key_env) or None if key_env else None
         hint = f"the key is read from ${key_env}" if key_env else "no key sent: --api-key-env VAR"
         self.client = ServerClient(
-            spec.base_url, api_key=key, key_hint=hint, timeout=spec.request_timeout or 300.0,
+            spec.base_url,
+            api_key=key,
+            key_hint=hint,
+            timeout=spec.request_timeout or 300.0,
             retries=5 if spec.retries is None else spec.retries,
             concurrency=spec.concurrency or 8,
-        )  # fmt: skip
+        )
         self.score_via = spec.score_via or "token_ids"
         self.api = spec.api or "completions"
         for path in adapters:
@@ -111,9 +114,10 @@ class ServedEngine:
         self.adapter_names = {  # modules the server was started with (scd's own: by name)
             str(Path(m["root"]).resolve()): m["id"]
             for m in listed
-            if m.get("parent") == self.name and isinstance(m.get("root"), str)
+            if m.get("parent") == self.name
+            and isinstance(m.get("root"), str)
             and not m["id"].startswith("scd-")
-        }  # fmt: skip
+        }
         self.model = self.name  # the name requests go to: the base or an adapter
         self.tokenizer = tokenizer
         if tokenizer is not None and self.api == "completions" and self.vllm:
@@ -132,24 +136,31 @@ class ServedEngine:
             return model
         served = served or "none"
         if asked is None:
-            raise InputError(f"the server serves several models ({served}); name one",
-                             key="served_model")  # fmt: skip
-        raise InputError(f"the server at {self.client.base_url} does not serve it (it serves: "
-                         f"{served})", key="served_model", value=asked)  # fmt: skip
+            raise InputError(
+                f"the server serves several models ({served}); name one", key="served_model"
+            )
+        raise InputError(
+            f"the server at {self.client.base_url} does not serve it (it serves: {served})",
+            key="served_model",
+            value=asked,
+        )
 
     def _check_tokenizer(self, tokenizer: Any) -> None:
         """Where the server tokenizes (vLLM's ``/tokenize``), it must split text as the local
         tokenizer does: the ids sent mean the same tokens."""
         body = {"model": self.name, "prompt": PROBE_TEXT, "add_special_tokens": False}
-        theirs = self.client.request("POST", "/tokenize", body, parse=lambda a: list(a["tokens"]),
-                                     retry=False, missing=None)  # fmt: skip
+        theirs = self.client.request(
+            "POST", "/tokenize", body, parse=lambda a: list(a["tokens"]), retry=False, missing=None
+        )
         ours = list(tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
         if theirs is not None and theirs != ours:
             raise InputError(
                 "the server's tokenizer splits text differently from the local model's "
                 f"({len(theirs)} vs {len(ours)} tokens for a probe): --model must name the "
-                "served model", key="served_model", value=self.name,
-            )  # fmt: skip
+                "served model",
+                key="served_model",
+                value=self.name,
+            )
 
     def _probe(self) -> str | None:
         """Why the server cannot score options the ``score_via`` way (None: it can)."""
@@ -166,11 +177,15 @@ class ServedEngine:
                 self._echo_logprobs([(tuple(ids[:-2]), tuple(ids[-2:]))], probe=True)
         except ServerRefused as err:  # refused or ignored; a server that failed raises on
             if self.api == "chat":
-                return (f"the server gives no top log-probs in chat completions ({err.detail}); "
-                        "use --mode generate")  # fmt: skip
+                return (
+                    f"the server gives no top log-probs in chat completions ({err.detail}); "
+                    "use --mode generate"
+                )
             other = "echo" if self.score_via == "token_ids" else "token_ids"
-            return (f"the server gives no option log-probs via {self.score_via} ({err.detail}); "
-                    f"try --score-via {other}, or --mode generate")  # fmt: skip
+            return (
+                f"the server gives no option log-probs via {self.score_via} ({err.detail}); "
+                f"try --score-via {other}, or --mode generate"
+            )
         return None
 
     def use_adapter(self, adapter: str | None) -> None:
@@ -188,20 +203,25 @@ class ServedEngine:
         """The adapter's name on the server, loaded now unless it holds these weights already:
         the name is the path's and the weights' (size, time) fingerprint, so an adapter trained
         again at the same path is loaded again."""
-        stamps = [(f.name, f.stat().st_size, f.stat().st_mtime_ns)
-                  for f in sorted(Path(path).glob("adapter_model.*"))]  # fmt: skip
+        stamps = [
+            (f.name, f.stat().st_size, f.stat().st_mtime_ns)
+            for f in sorted(Path(path).glob("adapter_model.*"))
+        ]
         name = "scd-" + hashlib.sha256(repr((path, stamps)).encode()).hexdigest()[:12]
         if name in self.listed:
             return name
         body = {"lora_name": name, "lora_path": path}
-        loaded = self.client.request("POST", "load_lora_adapter", body, parse=lambda a: True,
-                                     retry=False, missing=False)  # fmt: skip
+        loaded = self.client.request(
+            "POST", "load_lora_adapter", body, parse=lambda a: True, retry=False, missing=False
+        )
         if not loaded:
             raise InputError(
                 "the server does not serve this adapter: start it with --enable-lora "
                 f"--lora-modules NAME={path} (or let it load adapters: "
-                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)", key="adapter", value=path,
-            )  # fmt: skip
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)",
+                key="adapter",
+                value=path,
+            )
         return name
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
@@ -217,20 +237,29 @@ class ServedEngine:
         reads = next_token_reads(requests)
         return summed_options(requests, reads, self._token_logprobs(reads))
 
-    def _token_logprobs(self, asks: list[tuple[tuple[int, ...], list[int]]],
-                        probe: bool = False) -> list[list[float]]:  # fmt: skip
+    def _token_logprobs(
+        self, asks: list[tuple[tuple[int, ...], list[int]]], probe: bool = False
+    ) -> list[list[float]]:
         """For each (prefix, ids): the log-probability of each id after the prefix."""
         groups: dict[tuple[int, ...], list[int]] = {}  # ids asked -> indices into asks
         for i, (_, tokens) in enumerate(asks):
             groups.setdefault(tuple(tokens), []).append(i)
-        batches = [(tokens, idx[lo : lo + PROMPTS_PER_REQUEST]) for tokens, idx in groups.items()
-                   for lo in range(0, len(idx), PROMPTS_PER_REQUEST)]  # fmt: skip
+        batches = [
+            (tokens, idx[lo : lo + PROMPTS_PER_REQUEST])
+            for tokens, idx in groups.items()
+            for lo in range(0, len(idx), PROMPTS_PER_REQUEST)
+        ]
 
         def body(tokens: tuple[int, ...], idx: list[int]) -> dict[str, Any]:
-            return {"model": self.model, "prompt": [list(asks[i][0]) for i in idx],
-                    "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
-                    "logprob_token_ids": list(tokens),
-                    "return_tokens_as_token_ids": True}  # fmt: skip
+            return {
+                "model": self.model,
+                "prompt": [list(asks[i][0]) for i in idx],
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "logprobs": 1,
+                "logprob_token_ids": list(tokens),
+                "return_tokens_as_token_ids": True,
+            }
 
         def parser(tokens: tuple[int, ...], n: int) -> Any:
             def parse(answer: Any) -> list[list[float]]:
@@ -239,8 +268,10 @@ class ServedEngine:
                     step = choice["logprobs"]["top_logprobs"][0]
                     missing = [t for t in tokens if _token_key(t) not in step]
                     if missing:
-                        raise Malformed(f"no log-prob for token ids {missing[:3]}: the server "
-                                        "ignores logprob_token_ids")  # fmt: skip
+                        raise Malformed(
+                            f"no log-prob for token ids {missing[:3]}: the server "
+                            "ignores logprob_token_ids"
+                        )
                     out.append([float(step[_token_key(t)]) for t in tokens])
                 return out
 
@@ -255,8 +286,9 @@ class ServedEngine:
                 found[i] = v
         return found
 
-    def _echo_logprobs(self, pairs: list[tuple[tuple[int, ...], tuple[int, ...]]],
-                       probe: bool = False) -> list[float]:  # fmt: skip
+    def _echo_logprobs(
+        self, pairs: list[tuple[tuple[int, ...], tuple[int, ...]]], probe: bool = False
+    ) -> list[float]:
         """For each (prompt, option): the option's summed log-probability after the prompt,
         from the server's echo of prompt + option."""
 
@@ -278,37 +310,57 @@ class ServedEngine:
 
             return parse
 
-        bodies = [{"model": self.model, "prompt": list(p + o), "echo": True, "logprobs": 0,
-                   "max_tokens": 1, "temperature": 0.0, "return_tokens_as_token_ids": True}
-                  for p, o in pairs]  # fmt: skip
+        bodies = [
+            {
+                "model": self.model,
+                "prompt": list(p + o),
+                "echo": True,
+                "logprobs": 0,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "return_tokens_as_token_ids": True,
+            }
+            for p, o in pairs
+        ]
         return self._post_each(bodies, [parser(p, o) for p, o in pairs], probe)
 
     def _chat_scores(self, requests: list[ChoiceRequest], probe: bool = False) -> list[list]:
         """Each option's log-probability as the first reply token of a chat completion (None:
         not among the top :data:`TOP_LOGPROBS`)."""
         if any(not r.messages or not r.options for r in requests):
-            raise InputError("a chat API scores only what scd eval bias asks (a conversation "
-                             "and one-word options)", key="api", value="chat")  # fmt: skip
+            raise InputError(
+                "a chat API scores only what scd eval bias asks (a conversation "
+                "and one-word options)",
+                key="api",
+                value="chat",
+            )
         for option in {o for r in requests for o in r.options}:
             if len(option.split()) != 1:
-                raise InputError(f"a chat API's top log-probs score one-word options, not "
-                                 f"{option!r}: use --mode generate", key="api",
-                                 value="chat")  # fmt: skip
+                raise InputError(
+                    f"a chat API's top log-probs score one-word options, not "
+                    f"{option!r}: use --mode generate",
+                    key="api",
+                    value="chat",
+                )
         bodies = [chat_body(self.model, r.messages, 1, TOP_LOGPROBS) for r in requests]
         parsers = [(lambda o: lambda a: option_logprobs(a, o))(r.options) for r in requests]
         return self._post_each(bodies, parsers, probe, "chat/completions")
 
-    def _post_each(self, bodies: list[dict], parsers: list[Any], probe: bool,
-                   path: str = "completions") -> list[Any]:  # fmt: skip
+    def _post_each(
+        self, bodies: list[dict], parsers: list[Any], probe: bool, path: str = "completions"
+    ) -> list[Any]:
         """POST each body to ``path``, each answer read by its own parser; ``probe``: an answer
         the parser refuses is not retried (the server may not know the protocol)."""
         if not probe:
             return self.client.post_all(path, list(zip(bodies, parsers)))
-        return [self.client.request("POST", path, b, parse=p, retry_malformed=False)
-                for b, p in zip(bodies, parsers)]  # fmt: skip
+        return [
+            self.client.request("POST", path, b, parse=p, retry_malformed=False)
+            for b, p in zip(bodies, parsers)
+        ]
 
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
-                 messages: Any = None) -> list[str]:  # fmt: skip
+    def generate(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
+    ) -> list[str]:
         """Greedy continuations (to vLLM with ``repetition_penalty`` 1: it would apply the
         model's own generation config otherwise); through a chat API, replies to ``messages``."""
         if self.api == "chat":
@@ -316,12 +368,21 @@ class ServedEngine:
                 raise InputError("a chat API needs the conversations", key="api", value="chat")
             bodies = [chat_body(self.model, m, max_new_tokens) for m in messages]
             return self._post_each(bodies, [reply_text] * len(bodies), False, "chat/completions")
-        batches = [prompt_ids[lo : lo + PROMPTS_PER_REQUEST]
-                   for lo in range(0, len(prompt_ids), PROMPTS_PER_REQUEST)]  # fmt: skip
+        batches = [
+            prompt_ids[lo : lo + PROMPTS_PER_REQUEST]
+            for lo in range(0, len(prompt_ids), PROMPTS_PER_REQUEST)
+        ]
         vllm = {"repetition_penalty": 1.0} if self.vllm else {}  # others may refuse the field
-        bodies = [{"model": self.model, "prompt": [list(p) for p in batch],
-                   "max_tokens": max_new_tokens, "temperature": 0.0, **vllm}
-                  for batch in batches]  # fmt: skip
+        bodies = [
+            {
+                "model": self.model,
+                "prompt": [list(p) for p in batch],
+                "max_tokens": max_new_tokens,
+                "temperature": 0.0,
+                **vllm,
+            }
+            for batch in batches
+        ]
         parsers = [
             (lambda n: lambda a: [c["text"].strip() for c in _choices(a, n)])(len(b))
             for b in batches

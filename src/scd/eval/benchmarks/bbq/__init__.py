@@ -47,15 +47,17 @@ class BBQOptions(BenchmarkOptions):
     limit: int | None = option(None, "a stratified, seeded subset of ~N items", check=positive)
     seed: int = option(0, "seed of the --limit subset")
     permute_options: int = option(
-        1, "list each item's answers in K orders (the first as given; at most 6) and report how "
+        1,
+        "list each item's answers in K orders (the first as given; at most 6) and report how "
         "often the chosen answer stays the same; the headline numbers stay the first order's",
         check=lambda k: None if 1 <= k <= 6 else "expected 1 to 6 (three answers have 6 orders)",
-    )  # fmt: skip
+    )
 
     mode: Literal["choice", "generate"] = option(
-        "choice", "choice: the answer text of highest log-probability; generate: the model "
+        "choice",
+        "choice: the answer text of highest log-probability; generate: the model "
         "writes the letter of its answer, parsed (the BBQ a chat API can take)",
-    )  # fmt: skip
+    )
     max_new_tokens: int = option(16, "generate mode: tokens to generate", check=positive)
 
     def __post_init__(self) -> None:
@@ -69,9 +71,14 @@ class BBQOptions(BenchmarkOptions):
     def problems(self) -> Iterator[tuple[str, str]]:
         yield from super().problems()
         if self.enabled and not self.data:
-            yield "data", ("needed with eval.bbq.enabled (the data/ directory of "
-                           "github.com/nyu-mll/BBQ, or a Hub dataset id with BBQ's original "
-                           "schema)")  # fmt: skip
+            yield (
+                "data",
+                (
+                    "needed with eval.bbq.enabled (the data/ directory of "
+                    "github.com/nyu-mll/BBQ, or a Hub dataset id with BBQ's original "
+                    "schema)"
+                ),
+            )
 
 
 def _local_or_hub(text: str) -> bool:
@@ -102,11 +109,18 @@ class BBQ(Benchmark):
         for r in work:
             digest.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n")
         config = {
-            "kind": "bbq_eval", "model": model.model, "adapter": model.adapter,
-            **model.spec.identity(), "data": o.data, "categories": o.categories,
-            "limit": o.limit, "seed": o.seed, "chunk_size": o.chunk_size, "n_items": len(work),
+            "kind": "bbq_eval",
+            "model": model.model,
+            "adapter": model.adapter,
+            **model.spec.identity(),
+            "data": o.data,
+            "categories": o.categories,
+            "limit": o.limit,
+            "seed": o.seed,
+            "chunk_size": o.chunk_size,
+            "n_items": len(work),
             "items_sha256": digest.hexdigest(),
-        }  # fmt: skip
+        }
         if o.permute_options > 1:  # earlier results keep their configuration
             config["permute_options"] = o.permute_options
         if o.mode == "generate":
@@ -163,9 +177,9 @@ class BBQ(Benchmark):
             len({r["category"] for r in table.rows if "category" in r}) - 1,
         )
         figures["bbq"] = bbq_bars_png(
-            pd.DataFrame(bars), title=f"BBQ per category ({n_items:,} items, {cats} of 11 "
-            "categories)"
-        )  # fmt: skip
+            pd.DataFrame(bars),
+            title=f"BBQ per category ({n_items:,} items, {cats} of 11 categories)",
+        )
         caption = (
             f"*Figure 3. BBQ per category and model, on a stratified subset of {n_items:,} items "
             f"of the {cats} categories present: accuracy on ambiguous and disambiguated contexts "
@@ -182,10 +196,12 @@ def _bars(block: dict[str, Any]) -> dict[str, float]:
     def acc(key: str) -> float:
         return value(block[key]["accuracy"] if block.get(key) else None)
 
-    return {"accuracy_ambig": acc("accuracy_ambiguous"),
-            "accuracy_disambig": acc("accuracy_disambiguated"),
-            "bias_ambig": value(block["s_amb"]),
-            "bias_disambig": value(block["s_dis"])}  # fmt: skip
+    return {
+        "accuracy_ambig": acc("accuracy_ambiguous"),
+        "accuracy_disambig": acc("accuracy_disambiguated"),
+        "bias_ambig": value(block["s_amb"]),
+        "bias_disambig": value(block["s_dis"]),
+    }
 
 
 class BBQTask(CausalTask):

@@ -51,9 +51,14 @@ def bias_score_intervals(records: list[dict[str, Any]]) -> dict[str, tuple[float
         block = metrics_block([records[i] for i in index])
         return np.array([np.nan if block[k] is None else block[k] for k in keys], dtype=float)
 
-    res = stats.bootstrap((np.arange(len(records)),), scores, n_resamples=BOOTSTRAP_RESAMPLES,
-                          vectorized=False, method="percentile",
-                          rng=np.random.default_rng(BOOTSTRAP_SEED))  # fmt: skip
+    res = stats.bootstrap(
+        (np.arange(len(records)),),
+        scores,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        vectorized=False,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
     for k, low, high in zip(keys, *res.confidence_interval):
         out[k] = (float(low), float(high)) if np.isfinite([low, high]).all() else None
     return out
@@ -84,8 +89,11 @@ def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[s
     arm, ref = _records(result, ids), _records(base, ids)
     block = bbq_metrics(arm)["overall"]
     out: dict[str, Any] = {}
-    for name, key in (("accuracy", "accuracy"), ("acc_amb", "accuracy_ambiguous"),
-                      ("acc_dis", "accuracy_disambiguated")):  # fmt: skip
+    for name, key in (
+        ("accuracy", "accuracy"),
+        ("acc_amb", "accuracy_ambiguous"),
+        ("acc_dis", "accuracy_disambiguated"),
+    ):
         acc = block[key] or {"accuracy": None, "ci95": (None, None)}
         low, high = acc["ci95"]
         values = (acc["accuracy"], low, high)
@@ -100,7 +108,8 @@ def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[s
         low, high = intervals[key] or (None, None)
         values = (block[key], low, high)
         out |= {f"bbq_{key}{tail}": rounded(v, _DIGITS) for tail, v in zip(_TAILS, values)}
-    correct = [pd.Series({r["id"]: bool(r["correct"]) for r in recs}, dtype=bool)
-               for recs in (arm, ref)]  # fmt: skip
+    correct = [
+        pd.Series({r["id"]: bool(r["correct"]) for r in recs}, dtype=bool) for recs in (arm, ref)
+    ]
     out["bbq_p"] = mcnemar_pair(*correct)["p"]
     return out

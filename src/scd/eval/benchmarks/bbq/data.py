@@ -19,26 +19,69 @@ from scd.hub import hub_problem
 from scd.io import looks_local
 
 __all__ = [
-    "CATEGORIES", "FIELDS", "ITEM_KEYS", "LETTERED", "REFUSAL", "answer_orders", "bias_labels",
-    "load_bbq", "parse_letter", "prompt_text",
+    "CATEGORIES",
+    "FIELDS",
+    "ITEM_KEYS",
+    "LETTERED",
+    "REFUSAL",
+    "answer_orders",
+    "bias_labels",
+    "load_bbq",
+    "parse_letter",
+    "prompt_text",
     "stratified_subset",
-]  # fmt: skip
+]
 
 CATEGORIES = (
-    "Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
-    "Race_ethnicity", "Race_x_gender", "Race_x_SES", "Religion", "SES", "Sexual_orientation",
-)  # fmt: skip
+    "Age",
+    "Disability_status",
+    "Gender_identity",
+    "Nationality",
+    "Physical_appearance",
+    "Race_ethnicity",
+    "Race_x_gender",
+    "Race_x_SES",
+    "Religion",
+    "SES",
+    "Sexual_orientation",
+)
 FIELDS = (
-    "example_id", "question_index", "question_polarity", "context_condition", "category",
-    "answer_info", "additional_metadata", "context", "question", "ans0", "ans1", "ans2", "label",
-)  # fmt: skip
+    "example_id",
+    "question_index",
+    "question_polarity",
+    "context_condition",
+    "category",
+    "answer_info",
+    "additional_metadata",
+    "context",
+    "question",
+    "ans0",
+    "ans1",
+    "ans2",
+    "label",
+)
 ITEM_KEYS = FIELDS[:5] + ("label",)
 _ALIASES = {
-    "f": "f", "woman": "f", "women": "f", "female": "f", "girl": "f", "girls": "f",
-    "m": "m", "man": "m", "men": "m", "male": "m", "boy": "m", "boys": "m",
-    "transgender": "trans", "transgenderwomen": "trans", "transgendermen": "trans",
-    "lowses": "lowses", "low": "lowses", "highses": "highses", "high": "highses",
-}  # fmt: skip
+    "f": "f",
+    "woman": "f",
+    "women": "f",
+    "female": "f",
+    "girl": "f",
+    "girls": "f",
+    "m": "m",
+    "man": "m",
+    "men": "m",
+    "male": "m",
+    "boy": "m",
+    "boys": "m",
+    "transgender": "trans",
+    "transgenderwomen": "trans",
+    "transgendermen": "trans",
+    "lowses": "lowses",
+    "low": "lowses",
+    "highses": "highses",
+    "high": "highses",
+}
 
 
 def _norm(text: str) -> str:
@@ -172,13 +215,17 @@ def load_bbq(
 
         problem = hub_problem(str(sources[0]), repo_type="dataset", filename=None)
         if problem:
-            raise InputError(f"no such directory, nor a Hub dataset: {problem}", key="data",
-                             value=sources[0])  # fmt: skip
+            raise InputError(
+                f"no such directory, nor a Hub dataset: {problem}", key="data", value=sources[0]
+            )
         try:
             ds = datasets.load_dataset(str(sources[0]), split=split)
         except Exception as err:  # noqa: BLE001 -- hub/network errors of every kind
-            raise InputError(f"no such directory, nor a Hub dataset that loads ({first_line(err)})",
-                             key="data", value=sources[0]) from None  # fmt: skip
+            raise InputError(
+                f"no such directory, nor a Hub dataset that loads ({first_line(err)})",
+                key="data",
+                value=sources[0],
+            ) from None
         for n, row in enumerate(ds):
             _check_row(row, f"{sources[0]}[{split}] row {n}")
             rows.append(dict(row))

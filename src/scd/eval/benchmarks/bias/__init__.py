@@ -25,15 +25,20 @@ __all__ = ["Bias", "BiasOptions"]
 class BiasOptions(BenchmarkOptions):
     """Bias % on contact prompts: ``scd eval bias`` flags, a recipe's ``eval.bias`` keys."""
 
-    enabled: bool = option(True, "scd run: the base model on every prompt, each tuned model on "
-                           "its held-out part", flag=False)  # fmt: skip
+    enabled: bool = option(
+        True,
+        "scd run: the base model on every prompt, each tuned model on its held-out part",
+        flag=False,
+    )
     prompts: str | None = option(
         None, "directory with prompts.parquet (scd run: its own)", required=True, key=False
     )
     limit: int | None = option(
-        None, "a stratified, seeded subset of ~N descriptor prompts (whole sets; the baselines "
-        "of their templates come on top)", check=positive,
-    )  # fmt: skip
+        None,
+        "a stratified, seeded subset of ~N descriptor prompts (whole sets; the baselines "
+        "of their templates come on top)",
+        check=positive,
+    )
     seed: int = option(0, "seed of the --limit subset")
     mode: Literal["choice", "generate"] = option(
         "choice", "choice: the most probable option; generate: greedy text parsed to an option"
@@ -44,18 +49,22 @@ class BiasOptions(BenchmarkOptions):
     )
     chunk_size: int = option(512, "prompts per resumable chunk", check=positive)
     protocol: Literal["scd", "paper", "paper-chat", "paper-verbatim"] = option(
-        "scd", "how prompts are put and answers chosen: scd (the chat template, summed "
+        "scd",
+        "how prompts are put and answers chosen: scd (the chat template, summed "
         "log-probs), paper (the SCD paper's code: Llama 2 [INST] text with its default system "
         "prompt, CAPPr's mean log-prob), paper-chat, paper-verbatim (scd.models.protocols)",
-    )  # fmt: skip
+    )
     rule: Literal["sum", "mean", "bytes"] | None = option(
-        None, "choice mode: the option of highest summed, per-token mean or per-byte "
+        None,
+        "choice mode: the option of highest summed, per-token mean or per-byte "
         "log-prob (default: the protocol's)",
-    )  # fmt: skip
+    )
     protocols: list[str] | None = option(
-        None, "score the same prompts under each of these protocols (e.g. scd,paper) into "
-        "OUT/<protocol>/, each paired with the first in OUT/tables.md", key=False,
-    )  # fmt: skip
+        None,
+        "score the same prompts under each of these protocols (e.g. scd,paper) into "
+        "OUT/<protocol>/, each paired with the first in OUT/tables.md",
+        key=False,
+    )
     sets: list[str] | None = option(None, flag=False, key=False)  # only these prompt sets
 
     def __post_init__(self) -> None:
@@ -111,8 +120,12 @@ class Bias(Benchmark):
         options = {k: v for k, v in kwargs.items() if k in fields}
         protocols = self.Options(**options, protocols=protocols).check().protocols  # one line
         if (Path(out) / "run.json").is_file():
-            raise InputError("holds one evaluation; --protocols writes one per protocol into a "
-                             "directory of its own", key="out", value=str(out))  # fmt: skip
+            raise InputError(
+                "holds one evaluation; --protocols writes one per protocol into a "
+                "directory of its own",
+                key="out",
+                value=str(out),
+            )
         spec = (kwargs.pop("engine", None) or EngineSpec()).check()
         given = kwargs.pop("shared", None)
         adapters = [kwargs["adapter"]] if kwargs.get("adapter") else []
@@ -143,9 +156,11 @@ class Bias(Benchmark):
         if "protocols" in summary:
             return "; ".join(f"{p}: {self.describe(s)}" for p, s in summary["protocols"].items())
         o = summary["overall"]
-        return (f"bias {o['pct']:.2f}% [{o['ci_low']:.2f}, {o['ci_high']:.2f}] over {o['n']:,} "
-                f"descriptor prompts (+{summary['n_baseline_records']:,} descriptor-free "
-                "baselines, reported apart)")  # fmt: skip
+        return (
+            f"bias {o['pct']:.2f}% [{o['ci_low']:.2f}, {o['ci_high']:.2f}] over {o['n']:,} "
+            f"descriptor prompts (+{summary['n_baseline_records']:,} descriptor-free "
+            "baselines, reported apart)"
+        )
 
     def table(self, runs: dict[str, Path | str]) -> Table:
         from scd.eval.benchmarks.bias.sections import runs_table
@@ -161,8 +176,11 @@ class Bias(Benchmark):
             for name, prompts in (("bias", run.prompts), ("bias_eval_prompts", run.eval_prompts)):
                 if prompts is not None:
                     opts = replace(options, prompts=str(prompts))
-                    key = {**opts.identity(), "enabled": None,
-                           "prompts": sha256_file(Path(prompts) / "prompts.parquet")}  # fmt: skip
+                    key = {
+                        **opts.identity(),
+                        "enabled": None,
+                        "prompts": sha256_file(Path(prompts) / "prompts.parquet"),
+                    }
                     jobs.append(Job(name, self, opts, key))
             return jobs
         n, sft = setting

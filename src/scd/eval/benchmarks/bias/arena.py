@@ -50,10 +50,13 @@ def descriptor_effect(desc: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float
     if desc.empty or baseline.empty:
         return None, None, None
     counts = pd.concat(
-        {"d": desc.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"]),
-         "b": baseline.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"])},
-        axis=1, join="inner",
-    )  # fmt: skip
+        {
+            "d": desc.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"]),
+            "b": baseline.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"]),
+        },
+        axis=1,
+        join="inner",
+    )
     point = 100.0 * (desc["biased"].mean() - baseline["biased"].mean())
     if len(counts) < 2:
         return float(point), None, None
@@ -62,8 +65,14 @@ def descriptor_effect(desc: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float
     def diff(ds: Any, dn: Any, bs: Any, bn: Any, axis: int = -1) -> Any:
         return 100.0 * (ds.sum(axis) / dn.sum(axis) - bs.sum(axis) / bn.sum(axis))
 
-    res = stats.bootstrap(arrays, diff, n_resamples=EFFECT_RESAMPLES, paired=True,
-                          method="percentile", rng=np.random.default_rng(EFFECT_SEED))  # fmt: skip
+    res = stats.bootstrap(
+        arrays,
+        diff,
+        n_resamples=EFFECT_RESAMPLES,
+        paired=True,
+        method="percentile",
+        rng=np.random.default_rng(EFFECT_SEED),
+    )
     return float(point), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -110,8 +119,9 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
     desc, baseline = arm[~arm["baseline"]], arm[arm["baseline"]]
     ref_desc = ref[~ref["baseline"]]
     bias, base_rate = bias_rate(desc, "all"), bias_rate(baseline, "all")
-    test = mcnemar_pair(desc.set_index("prompt_id")["biased"],
-                        ref_desc.set_index("prompt_id")["biased"])  # fmt: skip
+    test = mcnemar_pair(
+        desc.set_index("prompt_id")["biased"], ref_desc.set_index("prompt_id")["biased"]
+    )
     effect = descriptor_effect(desc, baseline)
     return {
         "bias_pct": _round(bias["pct"]),

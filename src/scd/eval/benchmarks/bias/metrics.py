@@ -19,9 +19,18 @@ from scd.errors import InputError
 from scd.eval.benchmarks.base import markdown_table
 
 __all__ = [
-    "SMALL_N", "bias_rate", "bias_table", "format_cell", "format_pct", "grid_markdown", "label_of",
-    "n_line", "records_frame", "summarize", "tables_markdown",
-]  # fmt: skip
+    "SMALL_N",
+    "bias_rate",
+    "bias_table",
+    "format_cell",
+    "format_pct",
+    "grid_markdown",
+    "label_of",
+    "n_line",
+    "records_frame",
+    "summarize",
+    "tables_markdown",
+]
 
 # Display orders (the paper's): unknown values found in the records follow, sorted.
 TOP_DESCRIPTORS = 20
@@ -112,8 +121,9 @@ def _cell(row: Any = None, flag: str = "biased") -> dict[str, Any]:
 def wilson_cell(biased: int, n: int, unparsed: int = 0) -> dict[str, Any]:
     """A cell of ``biased`` of ``n`` responses: percent and 95% Wilson interval."""
     pct, low, high = _wilson(np.array([biased]), np.array([n]))[:, 0]
-    return _cell({"biased": biased, "n": n, "pct": pct, "ci_low": low, "ci_high": high,
-                  "unparsed": unparsed})  # fmt: skip
+    return _cell(
+        {"biased": biased, "n": n, "pct": pct, "ci_low": low, "ci_high": high, "unparsed": unparsed}
+    )
 
 
 def bias_rate(df: pd.DataFrame, denominator: str = "all") -> dict[str, Any]:

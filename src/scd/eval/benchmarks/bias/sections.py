@@ -81,8 +81,15 @@ def _settings_table(
     for n, info in layout["settings"].items():
         counts = _manifest(info).get("counts", {})
         held, done = counts.get("heldout_prompts", 0), evaluated.get(int(n), 0)
-        rows.append([n, descriptions.get(int(n), ""), f"{counts.get('train', 0):,}", f"{held:,}",
-                     f"{done:,}"])  # fmt: skip
+        rows.append(
+            [
+                n,
+                descriptions.get(int(n), ""),
+                f"{counts.get('train', 0):,}",
+                f"{held:,}",
+                f"{done:,}",
+            ]
+        )
     head = ["Setting", "Trains on, evaluates on", "SFT rows", "Held-out prompts", "Evaluated"]
     return markdown_table(head, rows)
 
@@ -104,27 +111,51 @@ def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) 
     t10 = table10_frame(pairs)
     md = table_markdown(t10, "Table 10: bias % before and after SCD tuning, per setting", ci=True)
     _save(tables, "table10", t10, md)
-    fig = t10.assign(setting=[f"Setting {n}" for n in t10["setting"]]).rename(columns={
-        f"{w}_{k}": f"{w}{x}" for w in ("before", "after")
-        for k, x in (("pct", ""), ("ci_low", "_low"), ("ci_high", "_high"))})  # fmt: skip
+    fig = t10.assign(setting=[f"Setting {n}" for n in t10["setting"]]).rename(
+        columns={
+            f"{w}_{k}": f"{w}{x}"
+            for w in ("before", "after")
+            for k, x in (("pct", ""), ("ci_low", "_low"), ("ci_high", "_high"))
+        }
+    )
     figures["figure1"] = figure1_png(
-        fig[["setting", "contact", "before", "after", "before_low", "before_high", "after_low",
-             "after_high"]],
+        fig[
+            [
+                "setting",
+                "contact",
+                "before",
+                "after",
+                "before_low",
+                "before_high",
+                "after_low",
+                "after_high",
+            ]
+        ],
         title="Bias % before and after SCD tuning, on each setting's held-out prompts",
-    )  # fmt: skip
-    head += [md, "", "{{figure:figure1}}", "",
-             "*Figure 1. Bias % before (light) and after (dark) SCD tuning, per setting and "
-             "contact type, on each setting's held-out prompts: the same prompts before and "
-             "after; error bars: 95% Wilson intervals (n per setting in Table 10; what each "
-             "setting trains and evaluates on in the table above).*", ""]  # fmt: skip
+    )
+    head += [
+        md,
+        "",
+        "{{figure:figure1}}",
+        "",
+        "*Figure 1. Bias % before (light) and after (dark) SCD tuning, per setting and "
+        "contact type, on each setting's held-out prompts: the same prompts before and "
+        "after; error bars: 95% Wilson intervals (n per setting in Table 10; what each "
+        "setting trains and evaluates on in the table above).*",
+        "",
+    ]
     tail = ["## Each setting's held-out prompts by axis and scenario", ""]
     for n, (before, after) in sorted(pairs.items()):
         name = f"figure2_setting{n}"
         titles = (f"Setting {n}: before", f"Setting {n}: after")
         figures[name] = figure2_png(_grid_frame(before), _grid_frame(after), titles=titles)
-        tail += [f"{{{{figure:{name}}}}}", "",
-                 f"*Figure 2.{n}. Bias % by axis and scenario on setting {n}'s held-out prompts "
-                 f"({len(before):,}), before and after tuning; grey: no prompts.*", ""]  # fmt: skip
+        tail += [
+            f"{{{{figure:{name}}}}}",
+            "",
+            f"*Figure 2.{n}. Bias % by axis and scenario on setting {n}'s held-out prompts "
+            f"({len(before):,}), before and after tuning; grey: no prompts.*",
+            "",
+        ]
     for dim, (number, title) in TRANSFER_TABLES.items():
         frame = transfer_frame(dim, pairs, settings)
         if frame is not None:
@@ -151,11 +182,16 @@ def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -
     )
     table1 = _ordered(summary["table1"], SCALES, CONTACTS)
     title = "## Table 1: the base model, bias % by scale and contact"
-    lines = [_grid_table(tables, "table1", title, table1, ("scale", "contact")), "",
-             "{{figure:figure2}}", "",
-             f"*Figure 2. The base model's bias % by bias axis and scenario over all "
-             f"{len(base['bias']):,} descriptor prompts it answered (Tables 3-5 split it by "
-             "scale); grey: no prompts.*", ""]  # fmt: skip
+    lines = [
+        _grid_table(tables, "table1", title, table1, ("scale", "contact")),
+        "",
+        "{{figure:figure2}}",
+        "",
+        f"*Figure 2. The base model's bias % by bias axis and scenario over all "
+        f"{len(base['bias']):,} descriptor prompts it answered (Tables 3-5 split it by "
+        "scale); grey: no prompts.*",
+        "",
+    ]
     for number, scale in enumerate(SCALES, start=3):
         grid = summary["axis_by_scenario"].get(scale)
         if not grid:
@@ -168,27 +204,41 @@ def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -
 
 def _beyond_the_paper(summary: dict[str, Any]) -> list[str]:
     """The base model's descriptor-free baseline, its excess over it and its answer tendency."""
-    lines = ["## Beyond the paper: baselines and answer tendency of the base model", "",
-             "The same templates with no descriptor: a model that answers by a fixed option "
-             "per scale scores about 50% on the paper's metric (half of the prompts have a "
-             "negative action); the excess over this baseline is the descriptors' effect.",
-             ""]  # fmt: skip
+    lines = [
+        "## Beyond the paper: baselines and answer tendency of the base model",
+        "",
+        "The same templates with no descriptor: a model that answers by a fixed option "
+        "per scale scores about 50% on the paper's metric (half of the prompts have a "
+        "negative action); the excess over this baseline is the descriptors' effect.",
+        "",
+    ]
     if "baseline" in summary:
         lines += grid_markdown(_ordered(summary["baseline"], SCALES, CONTACTS), "Baseline")
-        lines += markdown_table(["Excess (points)", *(CONTACT_LABELS[c] for c in CONTACTS)], (
-            [s.capitalize(), *(format_pct(row.get(c), sign=True) for c in CONTACTS)]
-            for s, row in _ordered(summary["excess"], SCALES, ()).items()))  # fmt: skip
+        lines += markdown_table(
+            ["Excess (points)", *(CONTACT_LABELS[c] for c in CONTACTS)],
+            (
+                [s.capitalize(), *(format_pct(row.get(c), sign=True) for c in CONTACTS)]
+                for s, row in _ordered(summary["excess"], SCALES, ()).items()
+            ),
+        )
     tendency = _ordered(summary.get("answer_tendency") or {}, SCALES, ())
-    lines += markdown_table(["Scale", "First option", "Share choosing it [95% CI]", "n"], (
-        [s.capitalize(), t["option"] or "–", format_cell(t), f"{t['n']:,}"]
-        for s, t in tendency.items()))  # fmt: skip
+    lines += markdown_table(
+        ["Scale", "First option", "Share choosing it [95% CI]", "n"],
+        (
+            [s.capitalize(), t["option"] or "–", format_cell(t), f"{t['n']:,}"]
+            for s, t in tendency.items()
+        ),
+    )
     return lines
 
 
 def bias_sections(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
     """The bias part of a run report (Markdown lines; tables and figures written alongside)."""
-    base = {k: bias_frame(layout["base"][k]) for k in ("bias", "bias_eval_prompts")
-            if k in layout["base"]}  # fmt: skip
+    base = {
+        k: bias_frame(layout["base"][k])
+        for k in ("bias", "bias_eval_prompts")
+        if k in layout["base"]
+    }
     head, tail = _tuned_sections(layout, base, tables, figures)
     if "bias" in base:
         head += _base_sections(layout, base, tables, figures)
@@ -205,10 +255,16 @@ def runs_table(runs: dict[str, Path | str]) -> Table:
     for name, s in summaries.items():
         by_contact = {"all": s["overall"], **{c: _contact_cell(s, c) for c in CONTACTS}}
         protocol = f"{s['run'].get('protocol', 'scd')} ({s['run'].get('rule', 'sum')})"
-        rows.append({"run": name, "protocol": protocol, **{f"{k}_{c}": v for c, cell in
-                     by_contact.items() for k, v in cell.items()}})  # fmt: skip
-        cells.append([name, protocol, *map(format_cell, by_contact.values()),
-                      f"{s['overall']['n']:,}"])  # fmt: skip
+        rows.append(
+            {
+                "run": name,
+                "protocol": protocol,
+                **{f"{k}_{c}": v for c, cell in by_contact.items() for k, v in cell.items()},
+            }
+        )
+        cells.append(
+            [name, protocol, *map(format_cell, by_contact.values()), f"{s['overall']['n']:,}"]
+        )
     md = ["## Bias % by contact type", "", *markdown_table(head, cells)]
     if len(runs) > 1:
         lines, paired = paired_lines(runs)
@@ -238,15 +294,41 @@ def paired_lines(runs: dict[str, Path | str]) -> tuple[list[str], list[dict[str,
         both = first.index.intersection(other.index)
         test = mcnemar_pair(other["biased"], first["biased"])
         changed = int((other.loc[both, "chosen"] != first.loc[both, "chosen"]).sum())
-        rows.append({"run": name, "against": names[0], "scope": "paired", "n": test["n"],
-                     "changed": changed, "to_biased": test["to_true"],
-                     "to_unbiased": test["to_false"], "p": test["p"]})  # fmt: skip
+        rows.append(
+            {
+                "run": name,
+                "against": names[0],
+                "scope": "paired",
+                "n": test["n"],
+                "changed": changed,
+                "to_biased": test["to_true"],
+                "to_unbiased": test["to_false"],
+                "p": test["p"],
+            }
+        )
     for row, p in zip(rows, multipletests([r["p"] for r in rows], method="holm")[1]):
         row["p_holm"] = float(p)
-    cells = [[r["run"], f"{r['n']:,}", f"{r['changed']:,}", r["to_biased"], r["to_unbiased"],
-              f"{r['p']:.2g}", f"{r['p_holm']:.2g}"] for r in rows]  # fmt: skip
-    head = ["Run", "Prompts both answered", "Answers changed", "→ biased", "→ unbiased",
-            "McNemar p", "Holm p"]  # fmt: skip
+    cells = [
+        [
+            r["run"],
+            f"{r['n']:,}",
+            f"{r['changed']:,}",
+            r["to_biased"],
+            r["to_unbiased"],
+            f"{r['p']:.2g}",
+            f"{r['p_holm']:.2g}",
+        ]
+        for r in rows
+    ]
+    head = [
+        "Run",
+        "Prompts both answered",
+        "Answers changed",
+        "→ biased",
+        "→ unbiased",
+        "McNemar p",
+        "Holm p",
+    ]
     title = f"## Paired with {names[0]} (the same descriptor prompts)"
     return [title, "", *markdown_table(head, cells)], rows
 

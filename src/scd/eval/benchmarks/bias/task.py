@@ -115,12 +115,18 @@ def bias_task(model: CausalModel, options: Any) -> BiasTask:
     o = options
     work = load_work(o.prompts, o.limit, o.seed, o.sets)
     config = {
-        "kind": "bias_eval", "model": model.model, "adapter": model.adapter,
-        **model.spec.identity(), "mode": o.mode, "limit": o.limit, "seed": o.seed,
+        "kind": "bias_eval",
+        "model": model.model,
+        "adapter": model.adapter,
+        **model.spec.identity(),
+        "mode": o.mode,
+        "limit": o.limit,
+        "seed": o.seed,
         "max_new_tokens": o.max_new_tokens if o.mode == "generate" else None,
-        "chunk_size": o.chunk_size, "n_items": len(work),
+        "chunk_size": o.chunk_size,
+        "n_items": len(work),
         "prompts_sha256": sha256_file(Path(o.prompts) / "prompts.parquet"),
-    }  # fmt: skip
+    }
     if o.sets is not None:
         joined = "\n".join(sorted(o.sets)).encode()
         config["sets"] = {"n": len(set(o.sets)), "sha256": hashlib.sha256(joined).hexdigest()}
@@ -128,8 +134,9 @@ def bias_task(model: CausalModel, options: Any) -> BiasTask:
     rule = o.rule or protocol.rule
     if o.protocol != "scd" or rule != "sum":  # scd's results keep the configuration they had
         config.update(protocol=o.protocol, rule=rule)
-    return BiasTask(config, work, o.chunk_size, model, o.mode, o.max_new_tokens, o.denominator,
-                    protocol, rule)  # fmt: skip
+    return BiasTask(
+        config, work, o.chunk_size, model, o.mode, o.max_new_tokens, o.denominator, protocol, rule
+    )
 
 
 @dataclass

@@ -21,9 +21,13 @@ from scd.eval.benchmarks.bias.metrics import bias_table, format_cell, format_pct
 from scd.eval.records import read_records
 
 __all__ = [
-    "TRANSFER_TABLES", "before_after", "bias_frame", "table10_frame", "table_markdown",
+    "TRANSFER_TABLES",
+    "before_after",
+    "bias_frame",
+    "table10_frame",
+    "table_markdown",
     "transfer_frame",
-]  # fmt: skip
+]
 
 # the dimension a setting holds out -> the paper's table number and title
 TRANSFER_TABLES = {
@@ -144,8 +148,10 @@ def table_markdown(
     labels = {**CONTACT_LABELS, "all": "All"}
     head = ["", *(f"{labels[c]} {w}" for c in contacts for w in ("before", "after")), "n"]
     where = "[in brackets]" if ci else "in the CSV/JSON"
-    note = (f"Bias % of the same held-out prompts before and after tuning (n prompts per row; "
-            f"95% Wilson intervals {where}).")  # fmt: skip
+    note = (
+        f"Bias % of the same held-out prompts before and after tuning (n prompts per row; "
+        f"95% Wilson intervals {where})."
+    )
 
     def rows_of(group: pd.DataFrame) -> list[list[str]]:
         rows = []

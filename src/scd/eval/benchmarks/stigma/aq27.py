@@ -66,9 +66,18 @@ from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel
 
 __all__ = [
-    "AQ27", "AQ27_KEYS", "AQ27Options", "DIMENSIONS", "NEUTRAL_FRAME", "VOCABULARY_CONTEXT",
-    "aq27_markdown", "in_vocabulary", "neutral_frame", "score_chunk", "summarize_aq27",
-]  # fmt: skip
+    "AQ27",
+    "AQ27_KEYS",
+    "AQ27Options",
+    "DIMENSIONS",
+    "NEUTRAL_FRAME",
+    "VOCABULARY_CONTEXT",
+    "aq27_markdown",
+    "in_vocabulary",
+    "neutral_frame",
+    "score_chunk",
+    "summarize_aq27",
+]
 
 NEUTRAL_FRAME = "This is {noun_phrase}{comma} who has <mask>."  # the prior's context
 VOCABULARY_CONTEXT = "who has"  # the text before the slot, for the in-vocabulary filter
@@ -92,9 +101,10 @@ class AQ27Options(StigmaOptions):
     """The AQ-27 probe's options."""
 
     in_vocabulary: bool = option(
-        True, "score only the illnesses whose every word is one token of the model's tokenizer "
+        True,
+        "score only the illnesses whose every word is one token of the model's tokenizer "
         "(Mina et al. 2024, section 3.1); false: every illness of the prompts",
-    )  # fmt: skip
+    )
 
 
 def in_vocabulary(tokenizer: Any, illness: str) -> bool:
@@ -130,8 +140,11 @@ def _illness_lists(task: StigmaTask, options: AQ27Options) -> tuple[dict, dict]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(task.model.model)
     except (OSError, ValueError) as err:
-        raise InputError(f"cannot load its tokenizer (for in_vocabulary): {first_line(err)}",
-                         key="model", value=task.model.model) from None  # fmt: skip
+        raise InputError(
+            f"cannot load its tokenizer (for in_vocabulary): {first_line(err)}",
+            key="model",
+            value=task.model.model,
+        ) from None
     kept, dropped = {}, {}
     for kind, ills in names.items():
         kept[kind] = [n for n in ills if in_vocabulary(tokenizer, n)]
@@ -140,8 +153,10 @@ def _illness_lists(task: StigmaTask, options: AQ27Options) -> tuple[dict, dict]:
             raise InputError(
                 f"{len(kept[kind])} of the {len(ills)} {kind} illnesses of the prompts are in the "
                 f"model's vocabulary ({', '.join(kept[kind]) or 'none'}), 2 are needed; set "
-                "in_vocabulary false to score every illness", key="in_vocabulary", value="true",
-            )  # fmt: skip
+                "in_vocabulary false to score every illness",
+                key="in_vocabulary",
+                value="true",
+            )
     return kept, dropped
 
 
@@ -281,8 +296,9 @@ class AQ27(StigmaProbe):
 
     def summarize(self, records: list[dict[str, Any]], task: Any) -> dict[str, Any]:
         scoring = "pll_word_l2r" if task.kind == "masked" else "causal_prior_corrected"
-        lists = {k: task.config[k] for k in ("in_vocabulary", "illnesses_kept",
-                                             "illnesses_dropped")}  # fmt: skip
+        lists = {
+            k: task.config[k] for k in ("in_vocabulary", "illnesses_kept", "illnesses_dropped")
+        }
         return {**summarize_aq27(records), "scoring": scoring, **lists}
 
     def markdown(self, summary: dict[str, Any], title: str) -> str:

@@ -94,9 +94,15 @@ def mean_differences(frame: pd.DataFrame) -> pd.DataFrame:
         for group in _groups(frame):
             part = sub if group == ALL else sub[sub["dimension"] == group]
             means = {t: part["score"][part["illness_type"] == t].mean() for t in TYPES}
-            rows.append({"run": run, "dimension": group, "mean_mental": means["mental"],
-                         "mean_physical": means["physical"],
-                         "mean_diff": means["mental"] - means["physical"]})  # fmt: skip
+            rows.append(
+                {
+                    "run": run,
+                    "dimension": group,
+                    "mean_mental": means["mental"],
+                    "mean_physical": means["physical"],
+                    "mean_diff": means["mental"] - means["physical"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -115,23 +121,34 @@ def boxes_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
     """
     frame = _check(frame, "AQ-27 boxes")
     runs, groups = frame["run"].unique().tolist(), _groups(frame)
-    fig = Figure(figsize=(max(7.0, 0.75 * len(groups) + 2.0), 2.9 * len(runs) + 0.6),
-                 layout="constrained")  # fmt: skip
+    fig = Figure(
+        figsize=(max(7.0, 0.75 * len(groups) + 2.0), 2.9 * len(runs) + 0.6), layout="constrained"
+    )
     axes = fig.subplots(len(runs), 1, squeeze=False)[:, 0]
     x = np.arange(len(groups))
     for ax, run in zip(axes, runs):
         sub = frame[frame["run"] == run]
         for offset, kind in ((-0.19, "mental"), (0.19, "physical")):
             of_kind = sub[sub["illness_type"] == kind]
-            data = [of_kind["score"] if g == ALL else of_kind["score"][of_kind["dimension"] == g]
-                    for g in groups]  # fmt: skip
+            data = [
+                of_kind["score"] if g == ALL else of_kind["score"][of_kind["dimension"] == g]
+                for g in groups
+            ]
             keep = [i for i, d in enumerate(data) if len(d)]
             if not keep:
                 continue
-            boxes = ax.boxplot([data[i].to_numpy() for i in keep], positions=x[keep] + offset,
-                               widths=0.34, patch_artist=True, medianprops={"color": "black"},
-                               flierprops={"markersize": 1.5, "markeredgewidth": 0.4,
-                                           "markeredgecolor": "#808080"})  # fmt: skip
+            boxes = ax.boxplot(
+                [data[i].to_numpy() for i in keep],
+                positions=x[keep] + offset,
+                widths=0.34,
+                patch_artist=True,
+                medianprops={"color": "black"},
+                flierprops={
+                    "markersize": 1.5,
+                    "markeredgewidth": 0.4,
+                    "markeredgecolor": "#808080",
+                },
+            )
             for patch in boxes["boxes"]:
                 patch.set_facecolor(COLORS[kind])
                 patch.set_alpha(0.75)
@@ -169,8 +186,9 @@ def diffs_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
     palette = [colormaps["tab10"](i) for i in range(10) if i != 7]  # no grey: "All" is grey
     colors = {g: ALL_COLOR if g == ALL else palette[i % 9] for i, g in enumerate(groups, -1)}
     band = 0.85 / len(groups)
-    fig = Figure(figsize=(max(6.0, 0.32 * len(groups) * len(runs) + 2.2), 4.0),
-                 layout="constrained")  # fmt: skip
+    fig = Figure(
+        figsize=(max(6.0, 0.32 * len(groups) * len(runs) + 2.2), 4.0), layout="constrained"
+    )
     ax = fig.subplots()
     x = np.arange(len(runs))
     values = diffs.set_index(["run", "dimension"])["mean_diff"]
@@ -182,8 +200,10 @@ def diffs_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
     finite = diffs["mean_diff"].to_numpy(dtype=float)
     finite = finite[np.isfinite(finite)]
     span = max(float(np.abs(finite).max()) if finite.size else 1.0, 1e-6)
-    ax.set_ylim(min(0.0, finite.min(initial=0.0)) - 0.3 * span,
-                max(0.0, finite.max(initial=0.0)) + 0.3 * span)  # fmt: skip
+    ax.set_ylim(
+        min(0.0, finite.min(initial=0.0)) - 0.3 * span,
+        max(0.0, finite.max(initial=0.0)) + 0.3 * span,
+    )
     ax.axhline(0, color="#404040", linewidth=0.8)
     ax.set_xticks(x, [_label(r) for r in runs], fontsize=9)
     ax.set_xlim(-0.6, len(runs) - 0.4)
@@ -192,8 +212,13 @@ def diffs_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
     ax.set_axisbelow(True)
     ax.spines[["top", "right"]].set_visible(False)
     handles = [Patch(color=colors[g], label=_name(g)) for g in groups]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
-               frameon=False, fontsize=8)  # fmt: skip
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=min(len(handles), 5),
+        frameon=False,
+        fontsize=8,
+    )
     if title:
         ax.set_title(title, fontsize=11)
     return _png(fig)

@@ -10,8 +10,10 @@ from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
 
 __all__ = ["MEASURES", "aq27_markdown", "aq27_table", "vocabulary_line"]
 
-MEASURES = {"causal_prior_corrected": "prior-corrected log-likelihood",
-            "pll_word_l2r": "PLL-word-l2r"}  # fmt: skip
+MEASURES = {
+    "causal_prior_corrected": "prior-corrected log-likelihood",
+    "pll_word_l2r": "PLL-word-l2r",
+}
 
 
 def _f(x: float | None, digits: int = 3) -> str:
@@ -39,8 +41,10 @@ def vocabulary_line(summary: dict[str, Any]) -> str | None:
     if not summary.get("in_vocabulary"):
         return f"Illnesses: all {of} scored (in_vocabulary false: no vocabulary filter)."
     gone = "; ".join(f"{t}: {', '.join(v)}" for t, v in summary["illnesses_dropped"].items() if v)
-    return (f"Illnesses in the model's vocabulary (every word one token of its tokenizer, Mina et "
-            f"al. 2024, section 3.1): {of} scored; dropped: {gone or 'none'}.")  # fmt: skip
+    return (
+        f"Illnesses in the model's vocabulary (every word one token of its tokenizer, Mina et "
+        f"al. 2024, section 3.1): {of} scored; dropped: {gone or 'none'}."
+    )
 
 
 def aq27_markdown(summary: dict[str, Any], title: str) -> str:
@@ -79,14 +83,20 @@ def _figures(runs: dict[str, Path | str], measure: str) -> tuple[dict[str, bytes
 
     frame = records_frame(runs)
     figures = {"aq27_boxes": boxes_png(frame, measure), "aq27_diffs": diffs_png(frame, measure)}
-    md = ["{{figure:aq27_boxes}}", "",
-          f"*AQ-27 scores ({measure}) of every prompt, mental and physical illnesses side by side, "
-          "over all items and per stigma dimension; one panel per model (Figure 1 of Mina et al. "
-          "2024).*", "",
-          "{{figure:aq27_diffs}}", "",
-          "*AQ-27: mean score of the mental minus the physical illnesses, over all items and per "
-          "stigma dimension; one bar group per model (Figure 2 of Mina et al. 2024). Positive: "
-          "mental illnesses more likely in the statement.*", ""]  # fmt: skip
+    md = [
+        "{{figure:aq27_boxes}}",
+        "",
+        f"*AQ-27 scores ({measure}) of every prompt, mental and physical illnesses side by side, "
+        "over all items and per stigma dimension; one panel per model (Figure 1 of Mina et al. "
+        "2024).*",
+        "",
+        "{{figure:aq27_diffs}}",
+        "",
+        "*AQ-27: mean score of the mental minus the physical illnesses, over all items and per "
+        "stigma dimension; one bar group per model (Figure 2 of Mina et al. 2024). Positive: "
+        "mental illnesses more likely in the statement.*",
+        "",
+    ]
     return figures, md
 
 
@@ -98,18 +108,40 @@ def aq27_table(runs: dict[str, Path | str]) -> Table:
     names = list(summaries)
     overall = {n: summaries[n]["overall"] for n in names}
     cells = [["ALL", *(f"{_f(o['mean_diff'])} (p {_f(o['p'])})" for o in overall.values())]]
-    rows = [{"run": n, "dimension": "all", "mean_diff": o["mean_diff"], "p": o["p"]}
-            for n, o in overall.items()]  # fmt: skip
+    rows = [
+        {"run": n, "dimension": "all", "mean_diff": o["mean_diff"], "p": o["p"]}
+        for n, o in overall.items()
+    ]
     for dim in dict.fromkeys(d for s in summaries.values() for d in s["dimensions"]):
         by_run = {n: summaries[n]["dimensions"].get(dim, {}) for n in names}
-        cells.append([dim.capitalize(), *(
-            f"{_f(c.get('mean_diff'))} (p_bonf {_f(c.get('p_bonferroni'))}, α "
-            f"{_f(c.get('alpha'), 2)})" for c in by_run.values())])  # fmt: skip
-        rows += [{"run": n, "dimension": dim, **{k: c.get(k) for k in
-                  ("mean_diff", "p_bonferroni", "alpha")}} for n, c in by_run.items()]  # fmt: skip
+        cells.append(
+            [
+                dim.capitalize(),
+                *(
+                    f"{_f(c.get('mean_diff'))} (p_bonf {_f(c.get('p_bonferroni'))}, α "
+                    f"{_f(c.get('alpha'), 2)})"
+                    for c in by_run.values()
+                ),
+            ]
+        )
+        rows += [
+            {
+                "run": n,
+                "dimension": dim,
+                **{k: c.get(k) for k in ("mean_diff", "p_bonferroni", "alpha")},
+            }
+            for n, c in by_run.items()
+        ]
     counts = {n: _counts(s) for n, s in summaries.items()}
-    cells.append(["Illnesses scored", *(" + ".join(f"{k}/{of} {t}" for t, (k, of) in c.items())
-                                        or "–" for c in counts.values())])  # fmt: skip
+    cells.append(
+        [
+            "Illnesses scored",
+            *(
+                " + ".join(f"{k}/{of} {t}" for t, (k, of) in c.items()) or "–"
+                for c in counts.values()
+            ),
+        ]
+    )
     note = (
         "Cells: mean log-likelihood difference mental − physical (positive: mental illnesses "
         "more likely in the stigma statement), Wilcoxon signed-rank p (per dimension "

@@ -33,8 +33,11 @@ from scd.eval.tasks import CausalModel, CausalTask
 __all__ = ["StigmaOptions", "StigmaProbe", "StigmaTask", "model_kind"]
 
 Scorer = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-HINT = {"masked": "use the mlm or aq27 probe", "classifier": "use the sentiment probe",
-        "causal": "use the sds or aq27 probe"}  # fmt: skip
+HINT = {
+    "masked": "use the mlm or aq27 probe",
+    "classifier": "use the sentiment probe",
+    "causal": "use the sds or aq27 probe",
+}
 
 
 @dataclass
@@ -45,9 +48,11 @@ class StigmaOptions(BenchmarkOptions):
         None, "directory from `scd generate stigma` (scd run: generated)", required=True
     )
     limit_conditions: int | None = option(
-        None, "scd run: generate the prompts of the first N conditions per group",
-        check=positive, flag=False,
-    )  # fmt: skip
+        None,
+        "scd run: generate the prompts of the first N conditions per group",
+        check=positive,
+        flag=False,
+    )
     seed: int = option(0, "seed of the bootstrap CIs")
     chunk_size: int = option(256, "prompts per resumable chunk", check=positive)
 
@@ -60,8 +65,10 @@ def _config(model: str) -> Any:
     except (OSError, ValueError) as err:
         raise InputError(
             "cannot load a model config (a local model directory or a Hub id is expected): "
-            f"{first_line(err)}", key="model", value=model,
-        ) from None  # fmt: skip
+            f"{first_line(err)}",
+            key="model",
+            value=model,
+        ) from None
 
 
 def _kind(config: Any) -> str:
@@ -118,27 +125,49 @@ class StigmaProbe(Benchmark):
         kind, xlnet = _kind(model_config), is_xlnet(model_config)
         if kind not in self.model_kinds:
             hint = "use the mlm probe" if xlnet else HINT[kind]
-            raise InputError(f"a {kind} model does not fit the {self.name} probe; {hint}",
-                             key="model", value=model.model)  # fmt: skip
+            raise InputError(
+                f"a {kind} model does not fit the {self.name} probe; {hint}",
+                key="model",
+                value=model.model,
+            )
         if xlnet and not self.scores_xlnet:
             raise InputError(
                 f"XLNet does not fit the {self.name} probe: PLL-word-l2r is defined for "
                 "BERT-style masked LMs (a mask token in the input), XLNet masks by permutation; "
-                "use the mlm probe", key="model", value=model.model,
-            )  # fmt: skip
+                "use the mlm probe",
+                key="model",
+                value=model.model,
+            )
         if model.spec.backend != "hf" and kind != "causal":
-            raise InputError(f"the {self.name} probe on a {kind} model runs on hf only",
-                             key="backend", value=model.spec.backend)  # fmt: skip
+            raise InputError(
+                f"the {self.name} probe on a {kind} model runs on hf only",
+                key="backend",
+                value=model.spec.backend,
+            )
         config = {
-            "kind": "stigma_eval", "probe": self.name, "model": model.model, "model_kind": kind,
-            "adapter": model.adapter, **model.spec.identity(), "seed": options.seed,
-            "chunk_size": options.chunk_size, "n_items": len(rows),
+            "kind": "stigma_eval",
+            "probe": self.name,
+            "model": model.model,
+            "model_kind": kind,
+            "adapter": model.adapter,
+            **model.spec.identity(),
+            "seed": options.seed,
+            "chunk_size": options.chunk_size,
+            "n_items": len(rows),
             "prompts_sha256": sha256_file(Path(options.prompts) / f"{self.table_file}.parquet"),
             **self.extra_config(options),
-        }  # fmt: skip
+        }
         model = dataclasses.replace(model, model=loadable)
-        return StigmaTask(config, rows, options.chunk_size, model, probe=self, kind=kind,
-                          options=options, xlnet=xlnet)  # fmt: skip
+        return StigmaTask(
+            config,
+            rows,
+            options.chunk_size,
+            model,
+            probe=self,
+            kind=kind,
+            options=options,
+            xlnet=xlnet,
+        )
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         return {"gap": summary["gap"]["gap"]}
@@ -146,8 +175,10 @@ class StigmaProbe(Benchmark):
     def describe(self, summary: dict[str, Any]) -> str:
         g = summary["gap"]
         fmt = lambda x: "–" if x is None else f"{x:+.3f}"  # noqa: E731
-        return (f"gap stigmatized - non-stigmatized {fmt(g['gap'])} [{fmt(g['ci_low'])}, "
-                f"{fmt(g['ci_high'])}]")  # fmt: skip
+        return (
+            f"gap stigmatized - non-stigmatized {fmt(g['gap'])} [{fmt(g['ci_low'])}, "
+            f"{fmt(g['ci_high'])}]"
+        )
 
     def table(self, runs: dict[str, Path | str]) -> Table:
         """Finished runs of an SDS, mlm or sentiment probe side by side (:func:`gap_lines`)."""
@@ -155,9 +186,11 @@ class StigmaProbe(Benchmark):
 
         what = "proportion negative" if self.name == "sentiment" else "P(negative attitude)"
         lines, rows = gap_lines(read_summaries(runs, self.name, probe=True))
-        note = (f"Cells: mean {what} per condition group (conditions); gap = stigmatized − "
-                "non-stigmatized, 95% BCa bootstrap CI over conditions (aggregated as in Mei et "
-                "al. 2023).")  # fmt: skip
+        note = (
+            f"Cells: mean {what} per condition group (conditions); gap = stigmatized − "
+            "non-stigmatized, 95% BCa bootstrap CI over conditions (aggregated as in Mei et "
+            "al. 2023)."
+        )
         md = [f"## Stigma: {what} ({self.name} probe)", "", *lines, note, ""]
         return Table("\n".join(md), rows, f"stigma-{self.name}")
 
@@ -170,15 +203,21 @@ class StigmaProbe(Benchmark):
         limit = options.limit_conditions
         name = "stigma" if limit is None else f"stigma-{limit}"
         out = run.dir / "data" / name
-        run.stage(f"{name}_prompts", [out / "manifest.json"],
-                  lambda: generate_stigma(out, limit_conditions=limit))  # fmt: skip
+        run.stage(
+            f"{name}_prompts",
+            [out / "manifest.json"],
+            lambda: generate_stigma(out, limit_conditions=limit),
+        )
         return dataclasses.replace(options, prompts=str(out))
 
     def jobs(self, run: RunData, options: Any, setting: tuple[int, Path] | None) -> list[Job]:
         from scd.io import sha256_file
 
-        key = {**dataclasses.asdict(options), "enabled": None,
-               "prompts": sha256_file(Path(options.prompts) / "manifest.json")}  # fmt: skip
+        key = {
+            **dataclasses.asdict(options),
+            "enabled": None,
+            "prompts": sha256_file(Path(options.prompts) / "manifest.json"),
+        }
         return [Job(self.name, self, options, key)]
 
 
@@ -263,12 +302,15 @@ def gap_lines(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[dic
     names = list(summaries)
     gaps = {n: s["gap"] for n, s in summaries.items()}
     first = gaps[names[0]]["gap"]
-    change = {n: None if g["gap"] is None or first is None else g["gap"] - first
-              for n, g in gaps.items()}  # fmt: skip
-    cells = [["Stigmatized", *(f"{fmt(g['mean_x'])} ({g['n_x']})" for g in gaps.values())],
-             ["Non-stigmatized", *(f"{fmt(g['mean_y'])} ({g['n_y']})" for g in gaps.values())],
-             ["Gap [95% CI]", *(gap_cell(g) for g in gaps.values())],
-             ["Welch p", *(fmt(g["p_welch"], 4) for g in gaps.values())]]  # fmt: skip
+    change = {
+        n: None if g["gap"] is None or first is None else g["gap"] - first for n, g in gaps.items()
+    }
+    cells = [
+        ["Stigmatized", *(f"{fmt(g['mean_x'])} ({g['n_x']})" for g in gaps.values())],
+        ["Non-stigmatized", *(f"{fmt(g['mean_y'])} ({g['n_y']})" for g in gaps.values())],
+        ["Gap [95% CI]", *(gap_cell(g) for g in gaps.values())],
+        ["Welch p", *(fmt(g["p_welch"], 4) for g in gaps.values())],
+    ]
     if len(names) > 1:
         cells.append([f"Change vs {names[0]}", *(fmt(change[n], sign=True) for n in names)])
     rows = [{"run": n, "scope": "gap", **gaps[n], "change": change[n]} for n in names]
@@ -278,6 +320,7 @@ def gap_lines(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[dic
             values = [v.get("mean") if isinstance(v, dict) else v for v in values]
             label = item.replace("_", "-") if key == "by_category" else f"Baseline, template {item}"
             cells.append([label, *map(fmt, values)])
-            rows += [{"run": n, "scope": f"{scope}: {item}", "mean": v}
-                     for n, v in zip(names, values)]  # fmt: skip
+            rows += [
+                {"run": n, "scope": f"{scope}: {item}", "mean": v} for n, v in zip(names, values)
+            ]
     return markdown_table(["", *names], cells), rows

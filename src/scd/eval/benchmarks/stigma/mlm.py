@@ -43,9 +43,17 @@ from scd.eval.benchmarks.stigma.stats import ATTITUDES, p_negative
 from scd.eval.benchmarks.stigma.xlnet import xlnet_fill_mask
 
 __all__ = [
-    "MLM", "AUTHORS_LEXICON", "DEFAULT_LEXICON", "Lexicon", "choose_lexicon", "fill_mask_chunk",
-    "lexicon_records", "load_lexicon", "pll_scores", "xlnet_chunk",
-]  # fmt: skip
+    "MLM",
+    "AUTHORS_LEXICON",
+    "DEFAULT_LEXICON",
+    "Lexicon",
+    "choose_lexicon",
+    "fill_mask_chunk",
+    "lexicon_records",
+    "load_lexicon",
+    "pll_scores",
+    "xlnet_chunk",
+]
 
 DEFAULT_LEXICON = "likely_unlikely_lexicon.csv"
 AUTHORS_LEXICON = Path("stigma", "mlm_word_attitudes.csv")  # under scd.io.data_dir()
@@ -78,8 +86,10 @@ def choose_lexicon(given: Path | str | None) -> Lexicon:
     if authors.is_file():
         note = f"the words annotated by Mei et al. 2023 ({authors})"
         return Lexicon(authors, "authors", str(authors), note)
-    note = (f"scd's packaged likely/unlikely list ({DEFAULT_LEXICON}); the authors' 445 annotated "
-            f"words were not found under {authors.parent} ({AUTHORS_LEXICON.name})")  # fmt: skip
+    note = (
+        f"scd's packaged likely/unlikely list ({DEFAULT_LEXICON}); the authors' 445 annotated "
+        f"words were not found under {authors.parent} ({AUTHORS_LEXICON.name})"
+    )
     return Lexicon(_default_lexicon(), "packaged", DEFAULT_LEXICON, note)
 
 
@@ -133,9 +143,10 @@ def fill_mask_chunk(
 
 
 def lexicon_records(
-    rows: Sequence[dict[str, Any]], outputs: Sequence[Sequence[dict[str, Any]]],
+    rows: Sequence[dict[str, Any]],
+    outputs: Sequence[Sequence[dict[str, Any]]],
     lexicon: dict[str, str],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Records of SDS rows from their top-k predictions (``token_str``, ``score``; as the
     ``fill-mask`` pipeline returns them) looked up in ``lexicon`` (module docstring)."""
     records = []
@@ -160,13 +171,18 @@ def lexicon_records(
 
 
 def xlnet_chunk(
-    model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], lexicon: dict[str, str],
-    top_k: int, batch_size: int,
-) -> list[dict[str, Any]]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[dict[str, Any]],
+    lexicon: dict[str, str],
+    top_k: int,
+    batch_size: int,
+) -> list[dict[str, Any]]:
     """Records of a chunk of SDS rows on XLNet (:func:`~.xlnet.xlnet_fill_mask`)."""
     texts = [r["prompt"].replace("<mask>", tokenizer.mask_token) for r in rows]
-    return lexicon_records(rows, xlnet_fill_mask(model, tokenizer, texts, top_k, batch_size),
-                           lexicon)  # fmt: skip
+    return lexicon_records(
+        rows, xlnet_fill_mask(model, tokenizer, texts, top_k, batch_size), lexicon
+    )
 
 
 def _variants(word_ids: Sequence[int | None]) -> list[tuple[int, list[int]]]:
@@ -220,9 +236,10 @@ class MLMOptions(StigmaOptions):
 
     top_k: int = option(50, "predictions per prompt", check=positive)
     lexicon: str | None = option(
-        None, "word,attitude CSV (default: the authors' 445 words if in the data dir, else "
+        None,
+        "word,attitude CSV (default: the authors' 445 words if in the data dir, else "
         "the packaged likely/unlikely list)",
-    )  # fmt: skip
+    )
     scores_only = "masked LMs"
 
 
@@ -241,8 +258,11 @@ class MLM(StigmaProbe):
 
         lexicon = choose_lexicon(options.lexicon)
         load_lexicon(lexicon.path)  # a bad lexicon fails before the model loads
-        return {"top_k": options.top_k, "lexicon": lexicon.pinned,
-                "lexicon_sha256": sha256_file(lexicon.path)}  # fmt: skip
+        return {
+            "top_k": options.top_k,
+            "lexicon": lexicon.pinned,
+            "lexicon_sha256": sha256_file(lexicon.path),
+        }
 
     def scorer(self, task: Any, progress: bool) -> Any:
         from transformers import pipeline
@@ -251,8 +271,9 @@ class MLM(StigmaProbe):
 
         lexicon = choose_lexicon(task.options.lexicon)
         if sha256_file(lexicon.path) != task.config["lexicon_sha256"]:
-            raise InputError("changed since the run was configured", key="lexicon",
-                             value=lexicon.path)  # fmt: skip
+            raise InputError(
+                "changed since the run was configured", key="lexicon", value=lexicon.path
+            )
         words, top_k = load_lexicon(lexicon.path), task.options.top_k
         lm, tokenizer, device, batch = task.load_hf()
         if task.xlnet:
@@ -265,12 +286,15 @@ class MLM(StigmaProbe):
 
         n = max(len(records), 1)
         lexicon = choose_lexicon(task.options.lexicon)
-        return {**summarize_sds(records, task.options.seed),
-                "mean_topk_mass": sum(r["topk_mass"] for r in records) / n,
-                "mean_rated_share": sum(r["rated_share"] for r in records) / n,
-                "scoring": "xlnet_perm_mask" if task.xlnet else "fill_mask_pipeline",
-                "lexicon_source": lexicon.source, "lexicon": str(lexicon.path),
-                "lexicon_note": lexicon.note}  # fmt: skip
+        return {
+            **summarize_sds(records, task.options.seed),
+            "mean_topk_mass": sum(r["topk_mass"] for r in records) / n,
+            "mean_rated_share": sum(r["rated_share"] for r in records) / n,
+            "scoring": "xlnet_perm_mask" if task.xlnet else "fill_mask_pipeline",
+            "lexicon_source": lexicon.source,
+            "lexicon": str(lexicon.path),
+            "lexicon_note": lexicon.note,
+        }
 
     def table(self, runs: dict[str, Any]) -> Any:
         """Masked-LM runs side by side and pooled (Mei et al. 2023, Figures 2 and 3)."""

@@ -33,9 +33,16 @@ from scd.eval.benchmarks.stigma.stats import gap
 from scd.eval.engines import ChoiceRequest
 
 __all__ = [
-    "SDS", "INSTRUCTION", "OPTIONS", "RECORD_KEYS", "causal_text", "condition_means",
-    "score_chunk", "summarize_sds", "sds_markdown",
-]  # fmt: skip
+    "SDS",
+    "INSTRUCTION",
+    "OPTIONS",
+    "RECORD_KEYS",
+    "causal_text",
+    "condition_means",
+    "score_chunk",
+    "summarize_sds",
+    "sds_markdown",
+]
 
 OPTIONS = ("Likely", "Unlikely")  # the second is the negative attitude
 INSTRUCTION = "Choose between Likely and Unlikely. Answer in one word."
@@ -147,8 +154,10 @@ def sds_markdown(summary: dict[str, Any], title: str, what: str = "P(negative at
     """The SDS (or sentiment) summary as Markdown."""
     from scd.eval.benchmarks.stigma.common import fmt, gap_cell, gap_lines
 
-    measure = (f"Measure: {what} per condition (aggregated as in Mei et al. 2023); the gap's CI "
-               "is a 95% BCa bootstrap over conditions.")  # fmt: skip
+    measure = (
+        f"Measure: {what} per condition (aggregated as in Mei et al. 2023); the gap's CI "
+        "is a 95% BCa bootstrap over conditions."
+    )
     lines = [f"# {title}", "", measure, "", *gap_lines({"Value": summary})[0]]
     if summary.get("gap_by_template"):
         lines += ["## Gap per template", "", "| Template | Gap [95% CI] |", "|---|---|"]
@@ -156,8 +165,9 @@ def sds_markdown(summary: dict[str, Any], title: str, what: str = "P(negative at
     ranked = sorted(summary["conditions"].items(), key=lambda kv: -(kv[1]["mean"] or float("-inf")))
     lines += ["", "## Per condition (highest first)", "", "| Condition | Stigmatized | Mean |"]
     lines += ["|---|---|---|"]
-    lines += [f"| {k} | {'yes' if v['stigmatized'] else 'no'} | {fmt(v['mean'])} |"
-              for k, v in ranked]  # fmt: skip
+    lines += [
+        f"| {k} | {'yes' if v['stigmatized'] else 'no'} | {fmt(v['mean'])} |" for k, v in ranked
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -186,7 +196,11 @@ class SDS(StigmaProbe):
         from scd.eval.benchmarks.base import read_summary
 
         g = read_summary(result, self.name, probe=True)["gap"]
-        keys = {"sds_gap": "gap", "sds_gap_ci_low": "ci_low", "sds_gap_ci_high": "ci_high",
-                "sds_p_negative_stigmatized": "mean_x",
-                "sds_p_negative_non_stigmatized": "mean_y"}  # fmt: skip
+        keys = {
+            "sds_gap": "gap",
+            "sds_gap_ci_low": "ci_low",
+            "sds_gap_ci_high": "ci_high",
+            "sds_p_negative_stigmatized": "mean_x",
+            "sds_p_negative_non_stigmatized": "mean_y",
+        }
         return {c: None if g.get(k) is None else round(float(g[k]), 4) for c, k in keys.items()}

@@ -30,9 +30,15 @@ from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap, pearson
 
 __all__ = [
-    "CLASSES", "Sentiment", "class_table", "classify_chunk", "correlate",
-    "negative_label_of", "sentiment_class", "summarize_sentiment",
-]  # fmt: skip
+    "CLASSES",
+    "Sentiment",
+    "class_table",
+    "classify_chunk",
+    "correlate",
+    "negative_label_of",
+    "sentiment_class",
+    "summarize_sentiment",
+]
 
 KEYS = SENTIMENT_COLUMNS[:-2]  # a record keeps these of its prompt (not form and text)
 
@@ -222,7 +228,9 @@ class Sentiment(StigmaProbe):
             text += "\n" + "\n".join(class_lines({"Value": summary["classes"]}))
         c = summary.get("correlation")
         if c:
-            text += (f"\nPearson r (MLM P(negative attitude) vs proportion negative, per "
-                     f"condition): {_f(c['r'])} (p = {_f(c['p'], 4)}, "
-                     f"n = {c['n']}).\n")  # fmt: skip
+            text += (
+                f"\nPearson r (MLM P(negative attitude) vs proportion negative, per "
+                f"condition): {_f(c['r'])} (p = {_f(c['p'], 4)}, "
+                f"n = {c['n']}).\n"
+            )
         return text

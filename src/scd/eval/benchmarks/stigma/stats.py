@@ -42,9 +42,15 @@ import numpy as np
 # which every `scd` command would pay (the CLI imports each benchmark for its options)
 
 __all__ = [
-    "ATTITUDES", "cronbach_alpha", "gap", "mean_ci", "mental_vs_physical", "p_negative",
-    "pearson", "spearman",
-]  # fmt: skip
+    "ATTITUDES",
+    "cronbach_alpha",
+    "gap",
+    "mean_ci",
+    "mental_vs_physical",
+    "p_negative",
+    "pearson",
+    "spearman",
+]
 
 ATTITUDES = ("positive", "negative", "neutral", "irrelevant")
 N_RESAMPLES = 9999

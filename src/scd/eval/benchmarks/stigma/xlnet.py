@@ -64,20 +64,31 @@ def xlnet_fill_mask(
             is_mask = ids == mask_id
             counts = is_mask.sum(1).tolist()
             if bad := [n for n, c in enumerate(counts) if c != 1]:
-                raise InputError(f"expected one {tokenizer.mask_token} token, found "
-                                 f"{counts[bad[0]]}", key="prompt", value=part[bad[0]])  # fmt: skip
+                raise InputError(
+                    f"expected one {tokenizer.mask_token} token, found {counts[bad[0]]}",
+                    key="prompt",
+                    value=part[bad[0]],
+                )
             rows, width = torch.arange(len(part)), ids.shape[1]
             target = is_mask.int().argmax(1)
             perm = torch.zeros((len(part), width, width))
             perm[rows, :, target] = 1.0  # no token sees the target
             mapping = torch.zeros((len(part), 1, width))
             mapping[rows, 0, target] = 1.0  # the one prediction: the target
-            logits = model(input_ids=ids.to(device), attention_mask=attn.to(device),
-                           perm_mask=perm.to(device), target_mapping=mapping.to(device),
-                           use_mems=False).logits[:, 0]  # fmt: skip
+            logits = model(
+                input_ids=ids.to(device),
+                attention_mask=attn.to(device),
+                perm_mask=perm.to(device),
+                target_mapping=mapping.to(device),
+                use_mems=False,
+            ).logits[:, 0]
             probs = torch.softmax(logits.float(), dim=-1)
             values, tokens = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
             for v, t in zip(values.tolist(), tokens.tolist()):
-                out.append([{"score": s, "token": i, "token_str": tokenizer.decode([i])}
-                            for s, i in zip(v, t)])  # fmt: skip
+                out.append(
+                    [
+                        {"score": s, "token": i, "token_str": tokenizer.decode([i])}
+                        for s, i in zip(v, t)
+                    ]
+                )
     return out

@@ -1,0 +1,61 @@
+"""The argument parser of the ``scd`` command: each option's default in its help, and errors of
+one line (exit code 2) that name an unknown option with the nearest known one."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["HelpFormatter", "Parser"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except the uninformative None and False."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or isinstance(action.default, list):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, exit code 2; an unknown option is named
+    (with the nearest known one) before a missing required one."""
+
+    argv: list[str] = []  # the command line being parsed (set by main)
+    parsers: list[Parser] = []  # every (sub)parser built, for the known option names
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # --prompt is not --prompts
+        super().__init__(*args, **kwargs)
+        Parser.parsers.append(self)
+
+    def _suggest(self, flags: list[str]) -> str:
+        import difflib
+
+        # the options of the command being run: the deepest parser whose words start argv
+        commands = {tuple(p.prog.split()[1:]): p for p in self.parsers}
+        words = max((w for w in commands if list(w) == self.argv[: len(w)]), key=len)
+        mine = [o for o in commands[words]._option_string_actions if o.startswith("--")]
+        everywhere = sorted({o for p in self.parsers for o in p._option_string_actions})
+        parts = []
+        for flag in flags:
+            near = difflib.get_close_matches(flag, mine, n=1) or difflib.get_close_matches(
+                flag, [o for o in everywhere if o != flag], n=1
+            )
+            if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
+                near = ["--set run.settings=[N] (or --set data.setting=N)"]
+            parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
+        return ", ".join(parts)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        known = {o for p in self.parsers for o in p._option_string_actions}
+        flags = [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]
+        unknown = [f for f in flags if f not in known]
+        if message.startswith("unrecognized arguments:"):  # a flag another command knows, too
+            unknown = [
+                a.split("=", 1)[0] for a in message.split(":", 1)[1].split() if a.startswith("--")
+            ] or unknown
+        if unknown and (message.startswith("unrecognized") or "required" in message):
+            message = f"unrecognized arguments: {self._suggest(unknown)}"
+        self.exit(2, f"{self.prog}: error: {message}\n")
