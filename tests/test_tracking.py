@@ -28,6 +28,8 @@ def test_redact_hides_keys_and_the_values_of_key_variables(monkeypatch) -> None:
     assert shown["eval"]["system_prompt"] == "say <redacted> and <redacted>"
     assert shown["wandb"] == {"api_key": "<redacted>", "project": "scd"}
     assert config["eval"]["system_prompt"].startswith("say sk-server")  # a copy was redacted
+    trl = {"pad_token": "<|pad|>", "average_tokens_across_devices": True, "hub_token": "hf_x"}
+    assert redact({"train": trl})["train"] == {**trl, "hub_token": "<redacted>"}  # not tokens
 
 
 def test_scd_eval_with_wandb_logs_its_result_as_one_run(

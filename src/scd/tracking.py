@@ -77,9 +77,7 @@ def redact(data: Any, secrets: list[str] | None = None) -> Any:
         # a placeholder such as OPENAI_API_KEY=EMPTY (local servers) is no secret to hunt for
         secrets = [os.environ[k] for k in names if len(os.environ.get(k) or "") >= 8]
     if isinstance(data, dict):
-        return {
-            k: "<redacted>" if _secret_key(k) and v else redact(v, secrets) for k, v in data.items()
-        }
+        return {k: "<redacted>" if _secret(k, v) else redact(v, secrets) for k, v in data.items()}
     if isinstance(data, list):
         return [redact(v, secrets) for v in data]
     if isinstance(data, str):
@@ -88,8 +86,16 @@ def redact(data: Any, secrets: list[str] | None = None) -> Any:
     return data
 
 
-def _secret_key(key: Any) -> bool:
-    return bool(_SECRET_KEY.search(str(key))) and not str(key).endswith("_env")
+# keys that name a tokenizer's special tokens or count tokens: no secrets
+_NOT_SECRET = re.compile(r"(pad|eos|bos|unk|sep|cls|mask)_token(_id)?|.*tokens.*", re.IGNORECASE)
+
+
+def _secret(key: Any, value: Any) -> bool:
+    """Whether ``key: value`` holds a secret: a key named like one (not a variable's name,
+    ``*_env``; not a tokenizer's special token), with a value that is neither empty nor a flag."""
+    name = str(key)
+    named = _SECRET_KEY.search(name) and not _NOT_SECRET.fullmatch(name)
+    return bool(named and value) and not name.endswith("_env") and not isinstance(value, bool)
 
 
 def start_run(

@@ -64,7 +64,7 @@ def test_trained_adapter_gets_its_card_and_the_token_never_shows(
     assert card.startswith("---\n") and "library_name: peft" in card and "- scd" in card
     assert "# me/scd-adapter" in card and f"A LoRA adapter of `{toy_model}`" in card
     assert "base_model:" not in card  # a local path is no Hub id
-    assert "2 steps" in card and "Not measured yet: `scd run`" in card
+    assert "2 steps" in card and "Not measured yet: `scd run` evaluates" in card
     assert "```yaml\nmodel: " in card and "push_to_hub: true" in card  # the recipe
     assert secret not in "".join(
         p.read_text(errors="ignore")

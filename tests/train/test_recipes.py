@@ -105,22 +105,32 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     from scd.train.trainer import sft_config
 
     text = "train: {adam_beta2: 0.95, neftune_noise_alpha: 5, lr_scheduler_type: cosine}\n"
-    recipe = load_recipe(_recipe(tmp_path, text), ["train.weight_decay=0.01", "train.beta=0.2"])
-    assert recipe.train.trl == {"adam_beta2": 0.95, "neftune_noise_alpha": 5.0, "beta": 0.2}
+    keys = ["train.weight_decay=0.01", "train.label_smoothing=0.1"]
+    recipe = load_recipe(_recipe(tmp_path, text), keys)
+    trl = {"adam_beta2": 0.95, "neftune_noise_alpha": 5.0, "label_smoothing": 0.1}
+    assert recipe.train.trl == trl
     assert pinned(recipe.to_dict())["train"]["adam_beta2"] == 0.95  # it identifies the results
     args = sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
     assert (args.adam_beta2, args.neftune_noise_alpha, args.weight_decay) == (0.95, 5.0, 0.01)
-    assert not hasattr(args, "beta")  # a DPOConfig field: for the dpo arm only
+    assert not hasattr(args, "label_smoothing")  # a DPOConfig field: for the dpo arm only
     bad = {
         "train: {adam_beta2: high}": "train.adam_beta2: expected a number, got 'high'",
         "train: {adam_beta22: 0.9}": "unknown key 'train.adam_beta22' (did you mean "
         "'train.adam_beta2'?)",
         "train: {report_to: none}": "train.report_to: scd sets this key of TRL's config",
         "train: {eval_strategy: steps}": "train.eval_strategy: scd sets this key",
+        "train: {beta: 0.5}": "train.beta: scd sets this key",  # arena.beta
+        "train: {hub_token: hf_x}": "train.hub_token: scd sets this key",  # HF_TOKEN only
+        "train: {load_best_model_at_end: true, save_steps: 7, eval_steps: 5}": (
+            "train: SFTConfig refuses these keys"
+        ),
     }
     for body, message in bad.items():
         with pytest.raises(InputError, match=re.escape(message)):
-            load_recipe(_recipe(tmp_path, body + "\n"))
+            recipe = load_recipe(_recipe(tmp_path, body + "\n"))
+            sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
+    both = load_recipe(_recipe(tmp_path, "train: {loss_type: [sigmoid, sft]}\n"))  # DPO's list
+    assert both.train.trl["loss_type"] == ["sigmoid", "sft"]
 
 
 def test_overrides_are_typed(tmp_path: Path) -> None:

@@ -87,13 +87,17 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 @functools.cache
 def library_fields() -> dict[str, Any]:
     """The fields of TRL's configs (SFTConfig, DPOConfig, KTOConfig) and their types: the keys a
-    recipe's ``train:`` section takes beyond scd's own (TRL imported only when one is given)."""
+    recipe's ``train:`` section takes beyond scd's own (TRL is imported only when a ``train:``
+    key is not scd's own: one of these, or a typo to find the nearest name for)."""
     from trl import DPOConfig, KTOConfig, SFTConfig
 
     found: dict[str, Any] = {}
     for cls in (SFTConfig, DPOConfig, KTOConfig):
         hints = typing.get_type_hints(cls)
-        found.update({f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init})
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            if f.init:  # a field two configs type differently takes either type
+                found[f.name] = tp if found.get(f.name, tp) == tp else found[f.name] | tp
     return found
 
 

@@ -108,8 +108,12 @@ class LoraSpec:
     target_modules: str | list[str] = "all-linear"
 
 
-# TRL config fields scd sets itself (train.setup.trl_config); a recipe may not set them
+# TRL config fields scd sets itself (train.setup.trl_config; beta: arena.beta; the Hub token:
+# HF_TOKEN, never a recipe); a recipe may not set them
 TRL_DECIDED = (
+    "beta",
+    "train_sampling_strategy",
+    "hub_token",
     "output_dir",
     "report_to",
     "run_name",

@@ -6,7 +6,6 @@ the :class:`scd.pipeline.run.Run` executing the job."""
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Any
 
 from scd.pipeline.plan import PushJob, TrackJob
@@ -37,10 +36,12 @@ def push(run: Any, job: PushJob) -> None:
     from scd.report.model_card import PUSHED, push_adapter
     from scd.report.tuned import tuned_results
 
-    evaluated = tuned_results(
-        {name: str(out) for name, out in job.evals},
-        {name: str(out) for name, out in job.before},
-    )
-    private = run.recipe.train.hub_private_repo
-    work = partial(push_adapter, job.adapter, job.repo, private=private, results=evaluated)
+    def work() -> None:
+        evaluated = tuned_results(
+            {name: str(out) for name, out in job.evals},
+            {name: str(out) for name, out in job.before},
+        )
+        private = run.recipe.train.hub_private_repo
+        push_adapter(job.adapter, job.repo, private=private, results=evaluated)
+
     run.stage(job.stage, [job.adapter / PUSHED], work)

@@ -89,8 +89,8 @@ def card_text(adapter: Path | str, repo: str, results: TunedResults | None = Non
         lines += _before_after(results)
     else:
         lines += [
-            "Not measured yet: `scd run` with this recipe evaluates the adapter against its "
-            "base model on the same items and updates this card.",
+            "Not measured yet: `scd run` evaluates the adapters it trains against their "
+            "base model on the same items, and their cards hold those numbers.",
             "",
         ]
     recipe = (adapter / "recipe.yaml").read_text() if (adapter / "recipe.yaml").is_file() else ""

@@ -58,21 +58,24 @@ def trl_config(
             keys["optim"] = "adamw_torch"
     known = {f.name for f in dataclasses.fields(cls)}
     keys = {k: v for k, v in {**keys, **extra}.items() if k in known}
-    return cls(
-        output_dir=str(out / "checkpoints"),
-        **keys,
-        fp16=False,
-        use_cpu=not cuda,
-        data_seed=keys["seed"],
-        save_strategy="steps",
-        eval_strategy="steps" if keys["eval_steps"] else "no",
-        report_to=report_to,
-        project=recipe.wandb.project,  # transformers' own default is "huggingface"
-        run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
-        include_num_input_tokens_seen="non_padding",
-        dataloader_num_workers=0,
-        disable_tqdm=not (progress and sys.stderr.isatty()),  # in a log file: one line per log
-    )
+    try:
+        return cls(
+            output_dir=str(out / "checkpoints"),
+            **keys,
+            fp16=False,
+            use_cpu=not cuda,
+            data_seed=keys["seed"],
+            save_strategy="steps",
+            eval_strategy="steps" if keys["eval_steps"] else "no",
+            report_to=report_to,
+            project=recipe.wandb.project,  # transformers' own default is "huggingface"
+            run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
+            include_num_input_tokens_seen="non_padding",
+            dataloader_num_workers=0,
+            disable_tqdm=not (progress and sys.stderr.isatty()),  # a log file: a line per log
+        )
+    except ValueError as err:  # TRL's and transformers' own checks across fields
+        raise InputError(f"train: {cls.__name__} refuses these keys: {first_line(err)}") from None
 
 
 def load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
