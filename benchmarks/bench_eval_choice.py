@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
 
-    from scd.config.engine import EngineSpec
+    from scd.config.engine import engine_spec
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
     from scd.eval.benchmarks.bias.task import load_work
@@ -47,7 +47,7 @@ def main() -> None:
     work = [w for w in load_work(tmp / "prompts", args.prompts, seed=0) if not w["baseline"]]
     tokenizer = load_tokenizer(model)
     fmt = Formatter(tokenizer)
-    engine = HFEngine(model, EngineSpec(batch_size=args.batch_size), tokenizer=tokenizer)
+    engine = HFEngine(model, engine_spec(batch_size=args.batch_size), tokenizer=tokenizer)
     device = engine.device
     users = [f"{w['prompt']} {w['instruction']}" for w in work]
 

@@ -94,7 +94,7 @@ def bench_scoring(
 ) -> dict:
     import torch
 
-    from scd.config.engine import EngineSpec
+    from scd.config.engine import engine_spec
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
     from scd.eval.benchmarks.bias.task import load_work
@@ -110,7 +110,7 @@ def bench_scoring(
     fmt = Formatter(tok)
     ids = fmt.encode([f"{w['prompt']} {w['instruction']}" for w in work])
     reqs = [ChoiceRequest(tuple(i), fmt.option_ids(w["options"])) for i, w in zip(ids, work)]
-    engine = HFEngine(str(model), EngineSpec(dtype=dtype, batch_size=batch), tokenizer=tok)
+    engine = HFEngine(str(model), engine_spec(dtype=dtype, batch_size=batch), tokenizer=tok)
     engine.score(reqs[: batch * 2])  # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()

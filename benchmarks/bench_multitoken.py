@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
 
-    from scd.config.engine import EngineSpec
+    from scd.config.engine import engine_spec
     from scd.eval.engines import ChoiceRequest
     from scd.eval.engines.hf import HFEngine
     from scd.models import resolve_model
@@ -74,7 +74,7 @@ def main() -> None:
     model = resolve_model(args.model)
     tok = load_tokenizer(model)
     fmt = Formatter(tok)
-    spec = EngineSpec(batch_size=args.batch_size)
+    spec = engine_spec(batch_size=args.batch_size)
     engine = HFEngine(model, spec, tokenizer=tok, padding_side="left")
     sets = request_sets(REPO.parent / "shared/data", args.bbq, args.prompts, args.bbq_items)
     print(

@@ -108,7 +108,7 @@ def _lmeval(variant: str, model: str, tok: object, sets: dict[str, list]) -> dic
 
 
 def _child(variant: str, args: argparse.Namespace) -> None:
-    from scd.config.engine import EngineSpec
+    from scd.config.engine import engine_spec
     from scd.eval.engines import make_engine
     from scd.models import resolve_model
 
@@ -118,12 +118,12 @@ def _child(variant: str, args: argparse.Namespace) -> None:
         out = _lmeval(variant, model, tok, sets)
     else:
         spec = {
-            "scd-vllm": EngineSpec("vllm", dtype="float32", kv_cache_space=1.0),
-            "scd-served": EngineSpec("openai", base_url=os.environ.get("BENCH_SERVER")),
-            "scd-served-echo": EngineSpec(
+            "scd-vllm": engine_spec("vllm", dtype="float32", kv_cache_space=1.0),
+            "scd-served": engine_spec("openai", base_url=os.environ.get("BENCH_SERVER")),
+            "scd-served-echo": engine_spec(
                 "openai", base_url=os.environ.get("BENCH_SERVER"), score_via="echo"
             ),
-        }.get(variant, EngineSpec(dtype="float32", device="cpu", batch_size=32))
+        }.get(variant, engine_spec(dtype="float32", device="cpu", batch_size=32))
         start = time.perf_counter()
         engine = make_engine(spec, model, tokenizer=tok)
         out = {"start_s": time.perf_counter() - start}

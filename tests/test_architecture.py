@@ -109,15 +109,11 @@ def test_every_name_the_architecture_document_gives_exists() -> None:
 
 
 def test_every_engine_is_importable_by_its_name() -> None:
-    import typing
+    from scd.config.engine import ENGINES, EngineSpec, engine_class
 
-    from scd.config.engine import ENGINES, EngineSpec
-    from scd.config.options import literal_values
-
-    backends = literal_values(typing.get_type_hints(EngineSpec)["backend"])
-    assert backends == tuple(ENGINES)  # --backend's choices are the engines' names
-    for name, target in ENGINES.items():
-        module, cls = target.split(":")
-        engine = getattr(importlib.import_module(module), cls)
+    for name in ENGINES:
+        engine = engine_class(name)  # "module:Class", imported now
+        assert issubclass(engine.Options, EngineSpec) and engine.Options is not EngineSpec
+        assert engine.model_kinds and engine.help, name
         for method in ("__init__", "score", "generate", "use_adapter", "close"):
             assert callable(getattr(engine, method, None)), (name, method)

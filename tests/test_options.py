@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scd.cli import build_parser, main
-from scd.config.engine import EngineSpec
+from scd.config.engine import ENGINES, engine_class, engine_spec
 from scd.config.schema import SFTOptions
 from scd.errors import InputError
 
@@ -33,15 +33,19 @@ def _flag(name: str) -> str:
 @pytest.mark.parametrize("command", [("eval", "bias"), ("eval", "bbq"), ("eval", "stigma")])
 def test_every_evaluation_takes_every_engine_option_with_its_default(command) -> None:
     flags = _flags(*command)
-    for f in dataclasses.fields(EngineSpec):
-        assert flags[_flag(f.name)] == f.default, f.name
+    assert flags["--backend"] == "hf"
+    for name in ENGINES:
+        for f in dataclasses.fields(engine_class(name).Options):
+            if f.name != "backend":
+                assert flags[_flag(f.name)] == f.default, (name, f.name)
 
 
 def test_recipe_and_command_line_share_the_engine_and_sft_options() -> None:
-    from scd.config.schema import DataSpec, EvalSpec
+    from scd.config.schema import DataSpec, eval_spec_class
 
-    eval_keys = {f.name for f in dataclasses.fields(EvalSpec)}
-    assert {f.name for f in dataclasses.fields(EngineSpec)} <= eval_keys
+    for name in ENGINES:  # eval.backend: NAME takes that engine's options as keys
+        eval_keys = {f.name for f in dataclasses.fields(eval_spec_class(backend=name))}
+        assert {f.name for f in dataclasses.fields(engine_class(name).Options)} <= eval_keys
     sft = _flags("generate", "sft")
     for f in dataclasses.fields(SFTOptions):
         assert sft[_flag(f.name)] == f.default == getattr(DataSpec(), f.name), f.name
@@ -99,9 +103,11 @@ def test_engines_take_a_spec_and_no_loose_options() -> None:
     for fn in (make_engine, HFEngine, VLLMEngine, SharedEngine):
         kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
         assert inspect.Parameter.VAR_KEYWORD not in kinds, fn
+    with pytest.raises(InputError, match="--batch-sise 8: not an option of the hf engine"):
+        engine_spec(batch_sise=8)  # a typo cannot pass unnoticed
     with pytest.raises(TypeError):
-        EngineSpec(batch_sise=8)  # type: ignore[call-arg]  # a typo cannot pass unnoticed
-    assert EngineSpec("vllm", tensor_parallel_size=2).engine_options() == {
+        engine_class("hf").Options(batch_sise=8)  # type: ignore[call-arg]
+    assert engine_spec("vllm", tensor_parallel_size=2).engine_options() == {
         "dtype": "auto",
         "tensor_parallel_size": 2,
     }
@@ -110,11 +116,11 @@ def test_engines_take_a_spec_and_no_loose_options() -> None:
 def test_cache_keys_resolve_the_auto_dtype() -> None:
     import torch
 
-    assert EngineSpec(device="cpu").cache_identity()["dtype"] == "float32"
-    assert EngineSpec(device="cuda").cache_identity()["dtype"] == "bfloat16"  # no GPU needed
+    assert engine_spec(device="cpu").cache_identity()["dtype"] == "float32"
+    assert engine_spec(device="cuda").cache_identity()["dtype"] == "bfloat16"  # no GPU needed
     here = "bfloat16" if torch.cuda.is_available() else "float32"  # one rule for every engine
-    assert EngineSpec("vllm").cache_identity()["dtype"] == here
-    assert EngineSpec(device="cpu", dtype="float16").cache_identity()["dtype"] == "float16"
+    assert engine_spec("vllm").cache_identity()["dtype"] == here
+    assert engine_spec(device="cpu", dtype="float16").cache_identity()["dtype"] == "float16"
 
 
 def test_speed_options_are_recorded_and_a_run_resumes_with_others(
@@ -129,7 +135,7 @@ def test_speed_options_are_recorded_and_a_run_resumes_with_others(
         prompts=toy_prompts,
         limit=30,
         progress=False,
-        engine=EngineSpec(device="cpu", batch_size=4),
+        engine=engine_spec(device="cpu", batch_size=4),
     )
     pinned = json.loads((out / "run.json").read_text())
     assert pinned["dtype"] == "auto" and "batch_size" not in pinned
@@ -140,7 +146,7 @@ def test_speed_options_are_recorded_and_a_run_resumes_with_others(
         prompts=toy_prompts,
         limit=30,
         progress=False,
-        engine=EngineSpec(device="cpu", batch_size=16),
+        engine=engine_spec(device="cpu", batch_size=16),
     )
     assert again["overall"] == first["overall"] and again["run"]["engine"]["batch_size"] == 16
     with pytest.raises(InputError, match="another configuration .*system_prompt"):
@@ -150,7 +156,7 @@ def test_speed_options_are_recorded_and_a_run_resumes_with_others(
             prompts=toy_prompts,
             limit=30,
             progress=False,
-            engine=EngineSpec(device="cpu", system_prompt="Be fair."),
+            engine=engine_spec(device="cpu", system_prompt="Be fair."),
         )
 
 

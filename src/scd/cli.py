@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from scd import commands
-from scd.cli_parser import Parser
+from scd.cli_parser import Parser, add_engine_options
 from scd.config.engine import EngineSpec
 from scd.config.options import add_options, argument_type, positive
 from scd.config.schema import TRAIN_METHODS, SFTOptions
 from scd.errors import InputError, RunFailed
 from scd.eval.benchmarks import REGISTRY
+from scd.eval.engines.hf import HFOptions
 from scd.models.catalog import catalog
 
 __all__ = ["main", "build_parser"]
@@ -113,25 +114,27 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     esub = _command_group(sub, "eval", "evaluate a model: " + ", ".join(REGISTRY))
     for name, bench in REGISTRY.items():
         parser = esub.add_parser(name, help=bench.help.replace("%", "%%"))
-        _add_eval_args(parser, [bench.Options])
+        _add_eval_args(parser, [bench])
     probes = commands.stigma_probes()
     st = esub.add_parser("stigma", help=f"a stigma probe: the same as scd eval {'|'.join(probes)}")
     st.add_argument("--probe", required=True, choices=probes, help="which probe")
-    _add_eval_args(st, [REGISTRY[p].Options for p in probes])
+    _add_eval_args(st, [REGISTRY[p] for p in probes])
 
 
-def _add_eval_args(parser: argparse.ArgumentParser, options: list[type]) -> None:
-    """What every evaluation takes (model, adapter, engine, output) and its benchmark's options
-    (several benchmarks' for an alias: each flag once)."""
+def _add_eval_args(parser: argparse.ArgumentParser, benchmarks: list[Any]) -> None:
+    """What every evaluation takes (model, adapter, engine, output), its benchmark's options
+    (several benchmarks' for an alias: each flag once) and the options of each engine that runs
+    its models, in a group per engine."""
     import dataclasses
 
     parser.add_argument("--model", required=True, help=MODEL_HELP)
     parser.add_argument("--adapter", help="PEFT LoRA adapter directory (kept unmerged)")
     added = {"model", "adapter"}
-    for cls in (EngineSpec, *options):
+    for cls in (EngineSpec, *(bench.Options for bench in benchmarks)):
         names = [f.name for f in dataclasses.fields(cls) if f.name not in added]
         add_options(parser, cls, names)
         added.update(names)
+    add_engine_options(parser, [kind for bench in benchmarks for kind in bench.model_kinds])
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
     parser.add_argument(
         "--quiet",
@@ -197,7 +200,7 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
         help="5-fold cross-validation of the SCM model on the seed sentences (into summary.json)",
     )
     scm.add_argument("--cache", default="outputs/cache", help="SCM models and embeddings")
-    add_options(scm, EngineSpec, ["device"])
+    add_options(scm, HFOptions, ["device"])
     scm.add_argument("--batch-size", type=_positive, default=64, help="sentences per batch")
     scm.add_argument("--no-progress", action="store_true", help="no progress bars")
     scm.add_argument("--out", required=True, help="output directory")

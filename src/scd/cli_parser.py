@@ -1,11 +1,38 @@
-"""The argument parser of the ``scd`` command: each option's default in its help, and errors of
-one line (exit code 2) that name an unknown option with the nearest known one."""
+"""The argument parser of the ``scd`` command: each option's default in its help, errors of one
+line (exit code 2) that name an unknown option with the nearest known one, and the engine flags
+of an evaluation."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Sequence
 
-__all__ = ["HelpFormatter", "Parser"]
+from scd.config.engine import DEFAULT_BACKEND, EngineSpec
+from scd.config.options import add_options
+from scd.eval.engines import engines_for
+
+__all__ = ["HelpFormatter", "Parser", "add_engine_options"]
+
+
+def add_engine_options(parser: argparse.ArgumentParser, kinds: Sequence[str]) -> None:
+    """``--backend``: the engines that run a model of one of ``kinds``, and each one's own
+    options in a group of its own (a flag two engines share: once, in the first group)."""
+    engines = engines_for(kinds)
+    parser.add_argument(
+        "--backend",
+        choices=list(engines),
+        default=DEFAULT_BACKEND,
+        help="the engine that runs the model: "
+        + "; ".join(f"{name}: {cls.help}" for name, cls in engines.items()),
+    )
+    added = {f.name for f in dataclasses.fields(EngineSpec)}
+    for name, engine in engines.items():
+        names = [f.name for f in dataclasses.fields(engine.Options) if f.name not in added]
+        if names:
+            group = parser.add_argument_group(f"{name} engine (--backend {name})")
+            add_options(group, engine.Options, names)
+            added.update(names)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

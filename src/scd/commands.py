@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from scd.errors import InputError
 
 if TYPE_CHECKING:
+    from scd.config.engine import EngineSpec
     from scd.config.schema import Recipe
 
 
@@ -110,12 +111,28 @@ def stigma_probes() -> list[str]:
     return [name for name, b in REGISTRY.items() if isinstance(b, StigmaProbe)]
 
 
-def _eval(args: argparse.Namespace) -> None:
-    """``scd eval <benchmark>``: its options from its flags, the engine's from theirs (an option
-    of the other backend is refused when the engine is made)."""
+def _engine_from_flags(args: argparse.Namespace) -> EngineSpec:
+    """The options of the engine ``--backend`` names, from its flags; a flag of another engine
+    is refused (naming whose it is)."""
     import dataclasses
 
-    from scd.config.engine import EngineSpec
+    from scd.config.engine import ENGINES, engine_class, engine_spec
+
+    own = {f.name for f in dataclasses.fields(engine_class(args.backend).Options)} - {"backend"}
+    values = {name: getattr(args, name) for name in own}
+    for engine in ENGINES:  # the flags of the other engines the command offers
+        for f in dataclasses.fields(engine_class(engine).Options):
+            value = getattr(args, f.name, None)
+            if f.name not in own and f.name != "backend" and value is not None:
+                values[f.name] = value  # engine_spec refuses it, naming its engine
+    return engine_spec(args.backend, **values)
+
+
+def _eval(args: argparse.Namespace) -> None:
+    """``scd eval <benchmark>``: its options from its flags, the engine's from theirs (an option
+    of another engine is refused when its options are made)."""
+    import dataclasses
+
     from scd.config.options import flag_values
     from scd.eval.benchmarks import REGISTRY
 
@@ -131,7 +148,7 @@ def _eval(args: argparse.Namespace) -> None:
                         key=f.name,
                         value=value,
                     )
-    engine = EngineSpec(**flag_values(args, EngineSpec))
+    engine = _engine_from_flags(args)
     summary = bench.evaluate(
         args.model,
         args.out,

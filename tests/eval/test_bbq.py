@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bbq.data import bias_labels, load_bbq, prompt_text
@@ -164,7 +164,7 @@ def test_loader_errors(shared_data: Path, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(toy_model: Path, shared_data: Path, tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("bbq")
-    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))
+    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=engine_spec(batch_size=32))
     for name in ("a", "b"):
         get("bbq").evaluate(str(toy_model), base / name, data=shared_data / "bbq" / "data", **kw)
     return base / "a", base / "b"
@@ -199,7 +199,7 @@ def test_runner_end_to_end(runs: tuple[Path, Path], toy_model: Path, shared_data
         seed=3,
         chunk_size=64,
         progress=False,
-        engine=EngineSpec(batch_size=32),
+        engine=engine_spec(batch_size=32),
     )
     assert (a / "records.jsonl").read_bytes() == raw
     with pytest.raises(InputError, match="another configuration"):
@@ -388,7 +388,7 @@ def test_permuted_answer_orders(
     from scd.eval.benchmarks.bbq.data import answer_orders
 
     out = tmp_path / "orders"
-    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=EngineSpec(batch_size=32))
+    kw = dict(limit=300, seed=3, chunk_size=64, progress=False, engine=engine_spec(batch_size=32))
     data = shared_data / "bbq" / "data"
     get("bbq").evaluate(str(toy_model), out, data=data, permute_options=3, **kw)
     plain = [json.loads(x) for x in (runs[0] / "records.jsonl").open()]
@@ -445,7 +445,7 @@ def test_generate_mode_with_lettered_options(toy_model: Path, shared_data: Path,
     count an unparsed answer as wrong, and the summary gives the unparsed and refusal rates."""
     out = tmp_path / "gen"
     data = shared_data / "bbq" / "data"
-    kw = dict(limit=60, seed=3, progress=False, engine=EngineSpec(batch_size=16))
+    kw = dict(limit=60, seed=3, progress=False, engine=engine_spec(batch_size=16))
     get("bbq").evaluate(str(toy_model), out, data=data, mode="generate", max_new_tokens=6, **kw)
     recs = [json.loads(x) for x in (out / "records.jsonl").open()]
     assert len(recs) == 60 and all(isinstance(r["generated"], str) for r in recs)
@@ -475,7 +475,7 @@ def test_generate_mode_maps_letters_back_under_every_order(
             assert all(m[-1][1].endswith("(A, B or C).") for m in messages)
             return ["B" for _ in prompt_ids]
 
-    spec = EngineSpec(device="cpu")
+    spec = engine_spec(device="cpu")
     shared = SharedEngine(spec, str(toy_model))
     shared.engine = AlwaysB()
     out = tmp_path / "always-b"

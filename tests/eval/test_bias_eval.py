@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bias.task import load_work, stratified_sets
 from scd.eval.engines import ChoiceRequest
@@ -24,7 +24,7 @@ def _records(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def full_eval(toy_model: Path, toy_prompts: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval") / "full"
-    spec = EngineSpec(batch_size=64)
+    spec = engine_spec(batch_size=64)
     get("bias").evaluate(str(toy_model), out, prompts=toy_prompts, engine=spec, progress=False)
     return out
 
@@ -91,7 +91,7 @@ def test_padding_side_and_batch_size_change_no_answer(toy_model: Path, toy_promp
     results = []
     for side in ("left", "right"):
         for batch in (1, 7, 64):
-            spec = EngineSpec(device="cpu", batch_size=batch)
+            spec = engine_spec(device="cpu", batch_size=batch)
             engine = HFEngine(str(toy_model), spec, tokenizer=tokenizer, padding_side=side)
             results.append((engine.score(requests), engine.score(multi[:40])))
     ref_single, ref_multi = results[0]
@@ -108,7 +108,7 @@ def test_a_batch_out_of_gpu_memory_is_scored_in_halves(
     (A fault no CPU shows: the model raises CUDA's out-of-memory error above 8 rows.)"""
     tokenizer = load_tokenizer(str(toy_model))
     requests, multi = _requests(tokenizer, toy_prompts, 100, seed=5)
-    spec = EngineSpec(device="cpu", batch_size=64)
+    spec = engine_spec(device="cpu", batch_size=64)
     reference = HFEngine(str(toy_model), spec, tokenizer=tokenizer)
     expected = reference.score(requests), reference.score(multi)
     engine = HFEngine(str(toy_model), spec, tokenizer=tokenizer)

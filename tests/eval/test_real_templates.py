@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text
@@ -154,7 +154,7 @@ def test_choice_scores_equal_a_naive_forward(name, batch_size, side, models, nai
     reqs, expected = naive_scores(name)
     assert {len(o) for r in reqs for o in r.option_ids} != {1}  # multi-token options covered
     path = str(models(name))
-    spec = EngineSpec(device="cpu", dtype="float32", batch_size=batch_size)
+    spec = engine_spec(device="cpu", dtype="float32", batch_size=batch_size)
     engine = HFEngine(path, spec, tokenizer=load_tokenizer(path), padding_side=side)
     got = engine.score(reqs)
     singles = [r for r in reqs if all(len(o) == 1 for o in r.option_ids)]
@@ -204,7 +204,7 @@ def test_generate_mode_stops_at_the_end_of_turn_and_parses(name, models, toy_pro
         limit=30,
         seed=0,
         progress=False,
-        engine=EngineSpec(device="cpu"),
+        engine=engine_spec(device="cpu"),
     )
     records = [json.loads(x) for x in (tmp_path / "gen/records.jsonl").read_text().splitlines()]
     assert token.lstrip("▁Ġ") == "Yes"

@@ -8,7 +8,6 @@ tests/vllm_tier/test_served.py.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import socket
@@ -18,13 +17,13 @@ import pytest
 from served_stub import StubServer  # tests/eval/served_stub.py
 
 from scd.cli import main
-from scd.config.engine import EngineSpec
+from scd.config.engine import EngineSpec, engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest
 from scd.eval.engines.served import ServedEngine
 
-HF = EngineSpec(dtype="float32", device="cpu")
+HF = engine_spec(dtype="float32", device="cpu")
 LIMIT, CHUNK = 48, 16
 TOLERANCE = 1e-4  # |Δ log-prob|: hf batches and pads, the stub runs one sequence per forward
 
@@ -59,7 +58,7 @@ def _eval(model: Path, prompts: Path, out: Path, spec: EngineSpec, **options) ->
 
 
 def _served(stub: StubServer, **options) -> EngineSpec:
-    return EngineSpec("openai", base_url=stub.url, **options)
+    return engine_spec("openai", base_url=stub.url, **options)
 
 
 @pytest.fixture(scope="module")
@@ -395,8 +394,8 @@ def test_the_api_key_is_sent_and_never_written(
 
 def test_options_of_the_served_engine_belong_to_it() -> None:
     with pytest.raises(InputError, match="an option of the openai backend"):
-        dataclasses.replace(HF, base_url="http://127.0.0.1:8000/v1").check()
-    served = EngineSpec("openai", base_url="http://x/v1", score_via="echo", concurrency=2)
+        engine_spec("hf", base_url="http://127.0.0.1:8000/v1")
+    served = engine_spec("openai", base_url="http://x/v1", score_via="echo", concurrency=2)
     assert served.identity()["base_url"] == "http://x/v1"  # another server: another run
     assert served.identity()["score_via"] == "echo" and "concurrency" not in served.identity()
     assert set(HF.identity()) == {"backend", "dtype", "system_prompt"}  # earlier runs' keys

@@ -11,7 +11,7 @@ import fake_vllm  # tests/eval/fake_vllm.py (pytest puts this directory on sys.p
 import pytest
 from vllm_reference import reference_score  # tests/eval/vllm_reference.py
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest, SharedEngine, make_engine
@@ -59,8 +59,8 @@ def _requests(toy_model: Path) -> list[ChoiceRequest]:
     return single + multi
 
 
-CPU32 = EngineSpec(device="cpu", dtype="float32")
-VLLM = EngineSpec("vllm")
+CPU32 = engine_spec(device="cpu", dtype="float32")
+VLLM = engine_spec("vllm")
 
 
 def _close(a: list[list[float]], b: list[list[float]]) -> None:
@@ -120,12 +120,14 @@ def test_max_model_len_and_lora_rank_are_derived(fake, toy_model: Path, adapters
     make_engine(VLLM, str(toy_model), tokenizer=tok, adapters=[str(adapters["a"])])
     assert fake.instances[-1].kwargs["max_lora_rank"] == 8
     both = [str(adapters["a"]), str(adapters["b"])]
-    make_engine(EngineSpec("vllm", max_model_len=128), str(toy_model), tokenizer=tok, adapters=both)
+    make_engine(
+        engine_spec("vllm", max_model_len=128), str(toy_model), tokenizer=tok, adapters=both
+    )
     kwargs = fake.instances[-1].kwargs
     assert kwargs["enable_lora"] and kwargs["max_lora_rank"] == 32  # rank_pattern 24 -> 32
     assert kwargs["max_model_len"] == 128
     with pytest.raises(InputError, match="max-model-len 512: above the model's context length 256"):
-        make_engine(EngineSpec("vllm", max_model_len=512), str(toy_model), tokenizer=tok)
+        make_engine(engine_spec("vllm", max_model_len=512), str(toy_model), tokenizer=tok)
     big = tmp_path / "big"
     big.mkdir()
     (big / "adapter_config.json").write_text(json.dumps({"r": 600}))
@@ -193,13 +195,13 @@ def test_options_of_the_other_backend_are_refused(fake, toy_model: Path) -> None
     with pytest.raises(
         InputError, match="--batch-size 8: an option of the hf backend, not of vllm"
     ):
-        make_engine(EngineSpec("vllm", batch_size=8), str(toy_model), tokenizer=tok)
+        make_engine(engine_spec("vllm", batch_size=8), str(toy_model), tokenizer=tok)
     with pytest.raises(
         InputError, match="--tensor-parallel-size 2: an option of the vllm backend, not of hf"
     ):
-        make_engine(EngineSpec("hf", tensor_parallel_size=2), str(toy_model), tokenizer=tok)
+        make_engine(engine_spec("hf", tensor_parallel_size=2), str(toy_model), tokenizer=tok)
     make_engine(
-        EngineSpec("hf", tensor_parallel_size=None, device="cpu"), str(toy_model), tokenizer=tok
+        engine_spec("hf", tensor_parallel_size=None, device="cpu"), str(toy_model), tokenizer=tok
     )
 
 
@@ -211,7 +213,7 @@ def test_evaluate_bias_on_vllm_equals_hf(
         tmp_path / "hf",
         prompts=toy_prompts,
         limit=60,
-        engine=EngineSpec(device="cpu"),
+        engine=engine_spec(device="cpu"),
         progress=False,
     )
     vl = get("bias").evaluate(

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from scd.cli import main
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.stigma.mlm import load_lexicon, pll_scores
@@ -172,7 +172,7 @@ def test_wrong_model_for_probe_and_bad_lexicon(
     with pytest.raises(InputError, match="causal model does not fit the mlm probe"):
         get("mlm").evaluate(str(toy_causal), tmp_path / "b", prompts=tiny_prompts, progress=False)
     with pytest.raises(InputError, match="runs on hf only"):
-        vllm = EngineSpec("vllm")
+        vllm = engine_spec("vllm")
         get("mlm").evaluate(str(toy_mlm), tmp_path / "c", prompts=tiny_prompts, engine=vllm)
     bad = tmp_path / "lex.csv"
     bad.write_text("token,label\nfine,positive\n")

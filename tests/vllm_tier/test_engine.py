@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TOLERANCE  # tests/vllm/conftest.py
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest, make_engine
 from scd.models.formatting import load_tokenizer
@@ -21,7 +21,7 @@ from scd.progress import Progress
 sys.path.insert(0, str(Path(__file__).parents[1] / "eval"))
 from vllm_reference import reference_score  # noqa: E402  tests/eval/vllm_reference.py
 
-VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=0.5)
+VLLM = engine_spec("vllm", dtype="float32", kv_cache_space=0.5)
 
 
 def test_next_token_scores_equal_the_prompt_logprobs_reference(toy_model, vllm_device) -> None:
@@ -48,7 +48,7 @@ def test_next_token_scores_equal_the_prompt_logprobs_reference(toy_model, vllm_d
 def test_the_toy_model_answers_as_on_transformers(toy_model, toy_prompts, tmp_path, vllm_device):
     kw = {"prompts": toy_prompts, "limit": 300, "progress": False}
     hf = get("bias").evaluate(
-        str(toy_model), tmp_path / "hf", **kw, engine=EngineSpec(device="cpu", dtype="float32")
+        str(toy_model), tmp_path / "hf", **kw, engine=engine_spec(device="cpu", dtype="float32")
     )
     vl = get("bias").evaluate(str(toy_model), tmp_path / "vllm", **kw, engine=VLLM)
     a, b = (

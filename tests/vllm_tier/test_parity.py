@@ -16,11 +16,11 @@ from conftest import TOLERANCE
 from conftest import records as _records  # tests/vllm_tier/conftest.py
 from conftest import same as _same
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
 
-HF = EngineSpec(dtype="float32", device="cpu")
-VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=1.0)
+HF = engine_spec(dtype="float32", device="cpu")
+VLLM = engine_spec("vllm", dtype="float32", kv_cache_space=1.0)
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import records, same  # tests/vllm_tier/conftest.py
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
 from scd.eval.engines import SharedEngine
 
-VLLM = EngineSpec("vllm", dtype="float32", kv_cache_space=1.0)
+VLLM = engine_spec("vllm", dtype="float32", kv_cache_space=1.0)
 LIMIT = 48
 RUNS = {
     "base": {},
@@ -54,7 +54,7 @@ def in_process(smol, smol_adapters, toy_prompts, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(smol, smol_adapters, toy_prompts, vllm_server, tmp_path_factory) -> Path:
-    spec = EngineSpec("openai", base_url=vllm_server.url, api_key_env=vllm_server.key_env)
+    spec = engine_spec("openai", base_url=vllm_server.url, api_key_env=vllm_server.key_env)
     return _evaluate(
         smol, toy_prompts, tmp_path_factory.mktemp("served"), smol_adapters, engine=spec
     )

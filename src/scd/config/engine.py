@@ -1,42 +1,96 @@
-"""How a model is run: the engines by name and their options (:class:`EngineSpec`).
+"""How a model is run: the engines by name (:data:`ENGINES`) and what every engine takes
+(:class:`EngineSpec`).
 
-An engine is a class behind :class:`scd.eval.engines.Engine`, found by name in :data:`ENGINES`
-and imported only when asked for; its options are fields of :class:`EngineSpec` tagged with its
-``backend``. Whether an option changes what a model answers (pinned with a result and in cache
-keys) or only speed and memory (recorded) is its field's ``speed`` metadata.
+An engine is a class behind :class:`scd.eval.engines.Engine` in a module of its own, registered
+by name in :data:`ENGINES` (``"module:Class"``, imported only when asked for); its options are a
+subclass of :class:`EngineSpec` declared beside it as the class's ``Options``, which generates
+the engine's flags and its recipe keys. Whether an option changes what a model answers (pinned
+with a result and in cache keys) or only speed and memory (recorded) is its field's ``speed``
+metadata.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from scd.config.options import (
-    Options,
-    above_zero,
-    device_name,
-    field_problems,
-    http_url,
-    non_negative,
-    option,
-    positive,
-    share,
-)
+from scd.config.options import Options, field_problems, one_of, option
 
-__all__ = ["ENGINES", "EVAL_BATCH_SIZE", "LORA_RANKS", "EngineSpec", "resolve_dtype"]
+__all__ = [
+    "DEFAULT_BACKEND",
+    "ENGINES",
+    "EVAL_BATCH_SIZE",
+    "LORA_RANKS",
+    "EngineSpec",
+    "engine_class",
+    "engine_spec",
+    "register_engine",
+    "resolve_dtype",
+]
 
-ENGINES = {  # backend -> "module:Class", imported when used
+ENGINES: dict[str, Any] = {  # backend -> "module:Class" (imported when used), or the class
     "hf": "scd.eval.engines.hf:HFEngine",
     "vllm": "scd.eval.engines.vllm:VLLMEngine",
     "openai": "scd.eval.engines.served:ServedEngine",
 }
-Backend = Literal[tuple(ENGINES)]  # type: ignore[valid-type]  # the names above
+DEFAULT_BACKEND = "hf"
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-ScoreVia = Literal["token_ids", "echo"]
-ServedApi = Literal["completions", "chat"]
 EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
+
+
+def register_engine(name: str, engine: Any) -> None:
+    """Add an engine under ``name``: its class, or ``"module:Class"`` to import when used (a
+    later one of the same name replaces it)."""
+    ENGINES[name] = engine
+
+
+def engine_class(name: str) -> Any:
+    """The engine registered as ``name`` (its module imported now).
+
+    Raises:
+        InputError: no such engine (naming the known ones).
+    """
+    from scd.errors import InputError
+
+    if name not in ENGINES:
+        raise InputError(f"expected {one_of(list(ENGINES))}", key="backend", value=name)
+    engine = ENGINES[name]
+    if isinstance(engine, str):
+        module, cls = engine.split(":")
+        engine = ENGINES[name] = getattr(importlib.import_module(module), cls)
+    return engine
+
+
+def engine_spec(backend: str = DEFAULT_BACKEND, **values: Any) -> EngineSpec:
+    """The options of engine ``backend`` (:func:`engine_class`) with ``values`` (None: not
+    given), unchecked.
+
+    Raises:
+        InputError: an unknown engine, or a value that is not one of its options (naming the
+            engine whose option it is).
+    """
+    from scd.errors import InputError
+
+    cls = engine_class(backend).Options
+    own = [f.name for f in fields(cls)]
+    values = {k: v for k, v in values.items() if k in own or v is not None}  # None: not given
+    for key, value in values.items():
+        if key not in own:
+            owner = next((n for n in ENGINES if key in _option_names(n)), None)
+            text = (
+                f"an option of the {owner} backend, not of {backend}"
+                if owner
+                else f"not an option of the {backend} engine ({', '.join(own[1:])})"
+            )
+            raise InputError(text, key=key, value=value)
+    return cls(backend=backend, **values)
+
+
+def _option_names(backend: str) -> set[str]:
+    return {f.name for f in fields(engine_class(backend).Options)}
 
 
 def resolve_dtype(dtype: str, device: str | None = None) -> str:
@@ -53,144 +107,68 @@ def resolve_dtype(dtype: str, device: str | None = None) -> str:
 
 @dataclass
 class EngineSpec(Options):
-    """How a model is run. ``None``: the engine's default. Fields without ``speed`` change what
-    a model answers (:meth:`identity`); the others change speed and memory only."""
+    """What every engine takes; an engine's own options subclass this (its ``Options``). Fields
+    without ``speed`` change what a model answers (:meth:`identity`); the others change speed and
+    memory only."""
 
-    backend: Backend = option(
-        "hf",
-        "hf: transformers (CPU or GPU); vllm: vLLM (GPU or CPU build); openai: a model "
-        "behind an OpenAI-compatible server (vllm serve, ...) at --base-url",
+    backend: str = option(
+        DEFAULT_BACKEND,
+        "the engine that runs the model, by its registered name: hf (transformers), vllm or "
+        "openai (a served model); each takes its own keys besides these",
+        flag=False,  # the commands add --backend with the engines that run their models
     )
     dtype: Dtype = option("auto", "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU")
-    batch_size: int | None = option(
-        None,
-        f"prompts per forward (default: {EVAL_BATCH_SIZE})",
-        check=positive,
-        backend="hf",
-        speed=True,
-    )
-    device: str | None = option(
-        None,
-        "cpu, cuda, cuda:1 (default: cuda if available)",
-        check=device_name,
-        backend="hf",
-        speed=True,
-    )
-    tensor_parallel_size: int | None = option(
-        None, "GPUs per model (default: 1)", check=positive, backend="vllm", speed=True
-    )
-    max_model_len: int | None = option(
-        None,
-        "context to reserve KV cache for (default: the model's, at most 4096)",
-        check=positive,
-        backend="vllm",
-        speed=True,
-    )
-    gpu_memory_utilization: float | None = option(
-        None,
-        "share of GPU memory vLLM may take (default: 0.9)",
-        check=share,
-        backend="vllm",
-        speed=True,
-    )
-    kv_cache_space: float | None = option(
-        None,
-        "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
-        "--gpu-memory-utilization leaves)",
-        check=above_zero,
-        backend="vllm",
-        speed=True,
-    )
-    base_url: str | None = option(
-        None,
-        "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1",
-        check=http_url,
-        backend="openai",
-    )  # pinned: another server may serve another model under the same name
-    served_model: str | None = option(
-        None,
-        "the model's name on the server (default: the one base model it lists)",
-        backend="openai",
-    )
-    api: ServedApi | None = option(
-        None,
-        "completions: token-id prompts, exact option log-probs (vllm serve); chat: "
-        "conversations as text (hosted chat APIs): generate mode, or the first answer token's "
-        "top-20 log-probs (one-word options; scd eval bias) (default: completions)",
-        backend="openai",
-    )
-    score_via: ScoreVia | None = option(
-        None,
-        "how the server gives option log-probs: token_ids (vLLM's logprob_token_ids, "
-        "reads its prefix cache) or echo (echo + logprobs of prompt and option, one request per "
-        "option) (default: token_ids)",
-        backend="openai",
-    )
-    api_key_env: str | None = option(
-        None,
-        "environment variable holding the API key, sent as a bearer token and nowhere "
-        "else (default: OPENAI_API_KEY for api.openai.com, no key elsewhere)",
-        backend="openai",
-        speed=True,
-    )
-    concurrency: int | None = option(
-        None,
-        "requests in flight at once (default: 8)",
-        check=positive,
-        backend="openai",
-        speed=True,
-    )
-    request_timeout: float | None = option(
-        None,
-        "seconds to wait for one answer (default: 300)",
-        check=above_zero,
-        backend="openai",
-        speed=True,
-    )
-    retries: int | None = option(
-        None,
-        "tries again after a timeout, a dropped connection, a malformed answer, 429 or 5xx, "
-        "backing off (default: 5)",
-        check=non_negative,
-        backend="openai",
-        speed=True,
-    )
     system_prompt: str | None = option(None, "system message put before every prompt")
+    engine_class: ClassVar[type[EngineSpec] | None] = None  # a recipe's eval: its engine's
 
     def identity(self) -> dict[str, Any]:
-        """The fields that change what a model answers: pinned and in cache keys."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(EngineSpec)
-            if not f.metadata["speed"] and f.metadata["backend"] in (None, self.backend)
-        }  # another engine's options are unset (problems()): left out, so adding one to an
-        # engine changes no earlier run's pinned config or cache key
+        """The fields that change what a model answers: pinned and in cache keys (an engine's
+        new speed option changes no earlier run's pinned config or cache key)."""
+        return {f.name: getattr(self, f.name) for f in self._fields() if not f.metadata["speed"]}
 
     def cache_identity(self) -> dict[str, Any]:
         """:meth:`identity` with ``auto`` dtype resolved to what it means on this machine, for
         keys of a cache that CPU and GPU machines may share."""
-        return {**self.identity(), "dtype": resolve_dtype(self.dtype, self.device)}
+        device = getattr(self, "device", None)
+        return {**self.identity(), "dtype": resolve_dtype(self.dtype, device)}
 
     def engine_options(self) -> dict[str, Any]:
-        """The options the engine's constructor takes: this backend's, those that are set."""
+        """The options the engine's constructor takes: its own, those that are set."""
+        shared = {f.name for f in fields(EngineSpec)} - {"dtype"}
         return {
             f.name: getattr(self, f.name)
-            for f in fields(EngineSpec)
-            if getattr(self, f.name) is not None
-            and (f.name == "dtype" or f.metadata["backend"] == self.backend)
+            for f in self._fields()
+            if f.name not in shared and getattr(self, f.name) is not None
         }
 
     def engine(self) -> EngineSpec:
         """The engine options alone (a recipe's ``eval`` section holds more)."""
-        return EngineSpec(**{f.name: getattr(self, f.name) for f in fields(EngineSpec)})
+        cls = self.engine_class or type(self)
+        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
+
+    def describe(self, ran: dict[str, Any]) -> str:
+        """The engine as a run report names it; ``ran``: what the base evaluation's summary says
+        it ran on (``device``, ``dtype``) rather than what "auto" would pick."""
+        parts = [self.backend, f"dtype {ran.get('dtype') or self.dtype}", *self.details(ran)]
+        if self.system_prompt:
+            parts.append(f'system prompt "{self.system_prompt}"')
+        return ", ".join(parts)
+
+    def details(self, ran: dict[str, Any]) -> list[str]:
+        """What :meth:`describe` says of the engine's own options."""
+        return []
 
     def problems(self) -> Iterator[tuple[str, str]]:
-        """``(field, what is wrong)`` for each bad value, an option of the other backend
-        included (so a typo'd or misplaced option is never ignored)."""
+        """``(field, what is wrong)`` for each bad value; options of another engine than
+        ``backend`` are refused."""
+        if self.backend not in ENGINES:
+            yield "backend", f"expected {one_of(list(ENGINES))}, got {self.backend}"
+            return
+        own = engine_class(self.backend).Options
+        if not issubclass(self.engine_class or type(self), own):
+            yield "backend", f"options of another engine ({type(self).__name__}) given"
         yield from field_problems(self)
-        if self.backend == "openai" and not self.base_url:
-            yield "base_url", "the server's API is needed, e.g. http://127.0.0.1:8000/v1"
-        for f in fields(EngineSpec):
-            owner = f.metadata["backend"]
-            if owner and owner != self.backend and getattr(self, f.name) is not None:
-                yield f.name, f"an option of the {owner} backend, not of {self.backend}"
+
+    def _fields(self) -> tuple[Any, ...]:
+        """This engine's fields (not the rest of a recipe's ``eval`` section)."""
+        return fields(self.engine_class or type(self))

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from scd.config.checks import recipe_problems
+from scd.config.engine import DEFAULT_BACKEND, ENGINES, engine_class
 from scd.config.options import TYPE_NAMES, one_of, speed_keys
 from scd.config.schema import TRL_DECIDED, EvalSpec, Recipe, eval_spec_class
 from scd.errors import InputError
@@ -120,6 +121,21 @@ def _extra(name: str, value: Any, key: str, problems: list[tuple[str, str]]) -> 
         return None
 
 
+def _eval_class(data: Any, sections: Mapping[str, type]) -> type[EvalSpec]:
+    """The ``eval`` section's class: the keys of the engine its ``backend`` names (an unknown
+    name is reported by the section's own check, its keys read as the default engine's)."""
+    backend = data.get("backend") if isinstance(data, dict) else None
+    return eval_spec_class(sections, backend if backend in ENGINES else DEFAULT_BACKEND)
+
+
+def _engine_of(name: str) -> str | None:
+    """The engine whose option ``name`` is, if any."""
+    for backend in ENGINES:
+        if name in {f.name for f in dataclasses.fields(engine_class(backend).Options)}:
+            return backend
+    return None
+
+
 def _build(
     cls: type, data: Any, where: str, problems: list[tuple[str, str]], sections: Mapping[str, type]
 ) -> Any:
@@ -140,9 +156,14 @@ def _build(
         key = f"{where}.{name}" if where else name
         tp = hints.get(name)
         if isinstance(tp, type) and issubclass(tp, EvalSpec):
-            tp = eval_spec_class(sections)
+            tp = _eval_class(value, sections)
         if name not in fields and spread and name in library_fields():
             kwargs[spread][name] = _extra(name, value, key, problems)
+        elif name not in fields and issubclass(cls, EvalSpec) and (owner := _engine_of(name)):
+            text = (
+                f"an option of the {owner} backend, not of {data.get('backend', DEFAULT_BACKEND)}"
+            )
+            problems.append((key, f"{key}: {text}"))
         elif name not in fields:
             known = [*fields, *(library_fields() if spread else ())]
             near = difflib.get_close_matches(str(name), known, n=1)
@@ -340,6 +361,7 @@ def pinned(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe (as data) without the keys that change only speed or tracking: what a run
     pins, so that a killed run may resume with other values of those."""
     out = json.loads(json.dumps(recipe))
-    for key in speed_keys(Recipe):  # the eval section's engine keys included
+    engine = speed_keys(_eval_class(out.get("eval"), {}), "eval.")  # the run's engine's keys
+    for key in [*speed_keys(Recipe), *engine]:
         _pop(out, key)
     return out

@@ -13,7 +13,8 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from scd.config.schema import Recipe, eval_spec_class
+from scd.config.engine import ENGINES, engine_class
+from scd.config.schema import EvalSpec, Recipe, eval_spec_class
 
 __all__ = ["cli_reference", "recipe_keys", "recipe_reference"]
 
@@ -79,7 +80,12 @@ def recipe_keys(
         if dataclasses.is_dataclass(tp):
             if f.metadata.get("speed"):  # a whole section that is never pinned
                 yield {"key": key, "section": True, "pinned": False}
-            yield from recipe_keys(tp, sections, key + ".")
+            rows = list(recipe_keys(tp, sections, key + "."))
+            if cls is Recipe and f.name == "eval":  # each engine's own keys, then sections
+                own = [r for r in rows if "." not in r["key"].removeprefix(key + ".")]
+                shared = [r for r in own if r["key"].removeprefix(key + ".") in _SHARED]
+                rows = shared + list(_engine_keys(key + ".")) + rows[len(own) :]
+            yield from rows
             continue
         yield {
             "key": key,
@@ -90,6 +96,19 @@ def recipe_keys(
             or _LIBRARY.get(cls.__name__, ""),
             "pinned": not f.metadata.get("speed"),
         }
+
+
+_SHARED = {f.name for f in dataclasses.fields(EvalSpec)}  # every engine's keys, shards
+
+
+def _engine_keys(prefix: str) -> Iterator[dict[str, Any]]:
+    """Each engine's own keys (``eval.backend`` chooses the engine), said as whose they are."""
+    seen = set(_SHARED)
+    for name in ENGINES:
+        for row in recipe_keys(engine_class(name).Options, None, prefix):
+            if row["key"].removeprefix(prefix) not in seen:
+                seen.add(row["key"].removeprefix(prefix))
+                yield {**row, "help": f"backend {name}: {row['help']}"}
 
 
 TABLE_RULE = "|---|---|---|---|---|"

@@ -7,9 +7,10 @@ checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42; 10k train / 5k eval row
 type. The paper also set 3% warmup, which transformers' ``constant`` schedule ignores: the default
 here is 0, so that a recipe says what runs (``constant_with_warmup`` warms up).
 
-``train:`` keys are ``SFTConfig``'s own names and reach it as they are. ``eval:`` holds the engine
-options (:class:`~scd.config.engine.EngineSpec`) and one section per benchmark, whose options
-class the benchmark registers (:func:`eval_spec_class`). Reading, overriding and checking a
+``train:`` keys are ``SFTConfig``'s own names and reach it as they are. ``eval:`` holds the
+options of the engine ``eval.backend`` names (its subclass of
+:class:`~scd.config.engine.EngineSpec`) and one section per benchmark, whose options class the
+benchmark registers (:func:`eval_spec_class`). Reading, overriding and checking a
 recipe: :mod:`scd.config.loader`.
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import DEFAULT_BACKEND, EngineSpec, engine_class
 from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
 
 __all__ = [
@@ -258,20 +259,31 @@ class ToyModelSpec:
 @dataclass
 class EvalSpec(EngineSpec):
     """What ``scd run`` evaluates, and with which engine: the engine keys (as ``scd eval``'s
-    flags: backend, dtype, batch_size, ...) and one section per registered benchmark."""
+    flags: backend, dtype and the chosen engine's own, :func:`eval_spec_class`) and one section
+    per registered benchmark."""
 
-    shards: int = option(1, check=positive, speed=True)  # the base bias evaluation in N slices
+    shards: int = option(
+        1,
+        "scd run: the base model's bias evaluation in N slices (each a task under Ray)",
+        check=positive,
+        speed=True,
+    )
 
 
 @functools.cache
-def _eval_class(sections: tuple[tuple[str, type], ...]) -> type:
+def _eval_class(sections: tuple[tuple[str, type], ...], engine: type[EngineSpec]) -> type:
     fields = [(name, cls, field(default_factory=cls)) for name, cls in sections]
-    return dataclasses.make_dataclass("EvalSpec", fields, bases=(EvalSpec,))
+    cls = dataclasses.make_dataclass("EvalSpec", fields, bases=(EvalSpec, engine))
+    cls.engine_class = engine
+    return cls
 
 
-def eval_spec_class(sections: Mapping[str, type] | None = None) -> type[EvalSpec]:
-    """The ``eval`` section with a sub-section per benchmark (name -> its options class)."""
-    return _eval_class(tuple(sections.items())) if sections else EvalSpec
+def eval_spec_class(
+    sections: Mapping[str, type] | None = None, backend: str = DEFAULT_BACKEND
+) -> type[EvalSpec]:
+    """The ``eval`` section: the keys of engine ``backend`` (its options class) and a
+    sub-section per benchmark (name -> its options class)."""
+    return _eval_class(tuple((sections or {}).items()), engine_class(backend).Options)
 
 
 @dataclass
@@ -305,7 +317,7 @@ class Recipe:
     train: TrainSpec = field(default_factory=TrainSpec)
     wandb: WandbSpec = option(factory=WandbSpec, speed=True)  # tracking: never pinned
     toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
-    eval: EvalSpec = field(default_factory=EvalSpec)
+    eval: EvalSpec = field(default_factory=lambda: eval_spec_class()())
     run: RunSpec = field(default_factory=RunSpec)
     arms: list[str] | None = None  # the arena: arms trained and compared per setting (ARMS)
     arena: ArenaSpec = field(default_factory=ArenaSpec)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from scd import __version__
-from scd.config.engine import EngineSpec
+from scd.config.engine import EngineSpec, engine_spec
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine, make_engine
 from scd.eval.records import RecordLog, check_run_config, merge_timing, read_records
@@ -201,7 +201,7 @@ class CausalModel:
 
     model: str
     adapter: str | None = None
-    spec: EngineSpec = field(default_factory=EngineSpec)
+    spec: EngineSpec = field(default_factory=engine_spec)
     shared: SharedEngine | None = None
 
     def load(self, progress: bool) -> tuple[Any, Formatter]:

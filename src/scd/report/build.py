@@ -10,10 +10,10 @@ uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import markdown_table
@@ -32,25 +32,14 @@ def _fingerprint(path: Path) -> str:
 
 
 def _engine(ev: dict[str, Any], ran: dict[str, Any] | None = None) -> str:
-    """The engine that ran: its backend and options, the device and dtype it ran on (``ran``,
-    from the base evaluation's summary) rather than what "auto" would pick."""
-    if ev["backend"] == "openai":  # the server decides dtype and batching
-        text = f"openai: `{ev.get('served_model') or 'the one model'}` served at {ev['base_url']}"
-        if ev.get("api") == "chat":
-            return text + ", chat API (options: the first reply token's top-20 log-probs)"
-        return text + f", option log-probs via {ev.get('score_via') or 'token_ids'}"
-    ran = ran or {}
-    text = f"{ev['backend']}, dtype {ran.get('dtype') or ev['dtype']}"
-    if ev["backend"] == "hf":
-        text += f", batch {ev.get('batch_size') or EVAL_BATCH_SIZE}"
-    device = ran.get("device") or ev.get("device")
-    if device or ev["backend"] == "hf":
-        text += f", device {device or 'cuda if available, else cpu'}"
-    if ev["backend"] != "hf":
-        text += f", tensor parallel {ev.get('tensor_parallel_size') or 1}"
-    if ev.get("system_prompt"):
-        text += f', system prompt "{ev["system_prompt"]}"'
-    return text
+    """The engine that ran, as it describes itself: its backend and options, the device and
+    dtype it ran on (``ran``, from the base evaluation's summary) rather than what "auto" would
+    pick."""
+    from scd.config.engine import engine_class
+
+    options = engine_class(ev["backend"]).Options
+    names = {f.name for f in dataclasses.fields(options)}
+    return options(**{k: v for k, v in ev.items() if k in names}).describe(ran or {})
 
 
 def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:

@@ -195,6 +195,7 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
     rule = getattr(options, "rule", None) or protocol.rule
     task = BiasTask({}, rows, len(rows), None, protocol=protocol, rule=rule)  # type: ignore[arg-type]
     task.fmt = Formatter(tokenizer, recipe.eval.system_prompt)
+    batch = getattr(recipe.eval, "batch_size", None)  # the hf engine's, when eval uses it
 
     class BiasEveryNSteps(TrainerCallback):
         trainer: Any = None
@@ -206,13 +207,13 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
                 control.should_save = True
             if not state.is_world_process_zero:
                 return
-            task.engine = HFEngine.in_memory(model, tokenizer, recipe.eval.batch_size)
+            task.engine = HFEngine.in_memory(model, tokenizer, batch)
             training, started = model.training, time.perf_counter()
             model.eval()
             try:
                 measures = bias_measures(task.score(rows))
                 if neutral is not None:
-                    kl = kl_in_memory(model, tokenizer, neutral, recipe.eval.batch_size or 8)
+                    kl = kl_in_memory(model, tokenizer, neutral, batch or 8)
                     measures.update(
                         {f"eval_{k}": round(v, 6) for k, v in kl.items() if v is not None}
                     )

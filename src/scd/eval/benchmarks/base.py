@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import EngineSpec, engine_spec
 from scd.config.options import Options, option, positive
 from scd.config.settings import Setting
 from scd.config.vocabulary import RunLayout
@@ -186,7 +186,7 @@ class Benchmark:
             if f.metadata.get("required") and getattr(opts, f.name) is None:
                 raise InputError(f"needed by {self.name}", key=f.name)
         require_adapter(adapter)
-        spec = (engine or EngineSpec()).check()
+        spec = (engine or engine_spec()).check()
         task = self.task(CausalModel(model, adapter, spec, shared), opts)
         return run_task(task, out, progress=progress, shards=shards, launch=launch)
 

@@ -1,5 +1,8 @@
 """One inference interface, engines chosen by name (:data:`scd.config.engine.ENGINES`) and
-imported lazily; an engine's options are fields of :class:`~scd.config.engine.EngineSpec`.
+imported lazily. Adding an engine is a class in a module of its own, with its options (a
+subclass of :class:`~scd.config.engine.EngineSpec`) as ``Options`` beside it, and one
+:func:`~scd.config.engine.register_engine` call (built-in ones: the lines of ``ENGINES``); its
+flags and recipe keys come from those options.
 
 An engine is built as ``Engine(model, spec, tokenizer=..., adapters=...)``, takes token ids
 (formatting and tokenization are shared, engine-free code: :mod:`scd.models.formatting`) and
@@ -17,13 +20,12 @@ offers
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from scd.config.engine import ENGINES, EngineSpec
+from scd.config.engine import ENGINES, EngineSpec, engine_class
 from scd.errors import InputError
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "Engine",
     "SharedEngine",
     "make_engine",
+    "engines_for",
     "next_token_reads",
     "require_adapter",
     "summed_options",
@@ -93,6 +96,10 @@ def summed_options(
 class Engine(Protocol):
     """What every engine provides."""
 
+    Options: ClassVar[type[EngineSpec]]  # its options: flags, recipe keys, pinned identity
+    model_kinds: ClassVar[tuple[str, ...]]  # the models it runs: causal, masked, classifier
+    help: ClassVar[str]  # one line for --help
+
     def __init__(
         self, model: str, spec: EngineSpec, *, tokenizer: Any = None, adapters: Sequence[str] = ()
     ) -> None: ...
@@ -116,6 +123,13 @@ def require_adapter(adapter: str | Path | None) -> None:
         )
 
 
+def engines_for(kinds: Sequence[str]) -> dict[str, Any]:
+    """The registered engines (name -> class, each imported now) that run a model of one of
+    ``kinds`` (a benchmark's ``model_kinds``)."""
+    found = {name: engine_class(name) for name in ENGINES}
+    return {name: cls for name, cls in found.items() if set(cls.model_kinds) & set(kinds)}
+
+
 def make_engine(
     spec: EngineSpec, model: str, *, tokenizer: Any = None, adapters: Sequence[str] = ()
 ) -> Engine:
@@ -129,8 +143,7 @@ def make_engine(
         InputError: unknown engine name, a bad option or one of the other engine, or the engine
             cannot be used here.
     """
-    module, cls_name = ENGINES[spec.check().backend].split(":")
-    cls: type[Engine] = getattr(importlib.import_module(module), cls_name)
+    cls: type[Engine] = engine_class(spec.check().backend)
     return cls(model, spec, tokenizer=tokenizer, adapters=tuple(adapters))
 
 

@@ -14,21 +14,58 @@ it (unmerged) and switches between adapters, or runs the base with the adapter l
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch.nn.utils.rnn import pad_sequence
-
-from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
+from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, engine_spec, resolve_dtype
+from scd.config.options import device_name, option, positive
 from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
 from scd.progress import tick
 
-__all__ = ["HFEngine", "load_model"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["HFEngine", "HFOptions", "load_model"]
+
+
+@dataclass
+class HFOptions(EngineSpec):
+    """The transformers engine's options (also what the stigma probes' masked LMs and
+    classifiers run with)."""
+
+    batch_size: int | None = option(
+        None, f"prompts per forward (default: {EVAL_BATCH_SIZE})", check=positive, speed=True
+    )
+    device: str | None = option(
+        None,
+        "cpu, cuda, cuda:1 (default: cuda if available)",
+        check=device_name,
+        speed=True,
+    )
+
+    def details(self, ran: dict[str, Any]) -> list[str]:
+        device = ran.get("device") or self.device or "cuda if available, else cpu"
+        return [f"batch {self.batch_size or EVAL_BATCH_SIZE}", f"device {device}"]
+
+
+def _inference(method: Callable) -> Callable:
+    """``torch.inference_mode`` around ``method`` (torch imported when the engine runs, so that
+    the options above cost no torch import)."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            return method(*args, **kwargs)
+
+    return run
 
 
 def _first_line(err: BaseException) -> str:
@@ -44,6 +81,7 @@ def load_model(model: str, device: str, dtype: str) -> Any:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the evaluation has its own progress bar
+    import torch
 
     torch_dtype = getattr(torch, resolve_dtype(dtype, device))
     try:
@@ -61,6 +99,10 @@ def load_model(model: str, device: str, dtype: str) -> Any:
 class HFEngine:
     """Batched transformers inference behind the engine interface."""
 
+    help = "transformers (CPU or GPU)"
+    Options = HFOptions
+    model_kinds = ("causal", "masked", "classifier")  # the stigma probes' other models run here
+
     def __init__(
         self,
         model: str,
@@ -70,7 +112,9 @@ class HFEngine:
         adapters: Sequence[str] = (),
         padding_side: str = "left",
     ) -> None:
-        spec = (spec or EngineSpec()).check()
+        import torch
+
+        spec = (spec or engine_spec("hf")).check()
         self.device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise InputError("no CUDA GPU is available here", key="device", value=self.device)
@@ -145,6 +189,8 @@ class HFEngine:
 
     def close(self) -> None:
         """Drop the model and free accelerator memory."""
+        import torch
+
         self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -153,6 +199,9 @@ class HFEngine:
         self, seqs: Sequence[Sequence[int]], side: str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Padded ids, attention mask and positions (``side``: default the engine's)."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
         rows = [torch.tensor(s, dtype=torch.long) for s in seqs]
         side = side or self.padding_side
         ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_id, padding_side=side)
@@ -160,9 +209,11 @@ class HFEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return ids.to(self.device), mask.to(self.device), positions.to(self.device)
 
-    @torch.inference_mode()
+    @_inference
     def _token_logprobs(self, seqs: list[list[int]], spans: list[int]) -> list[list[float]]:
         """Log-probabilities of the last ``spans[i]`` tokens of each sequence, per token."""
+        import torch
+
         ids, mask, positions = self._pad(seqs)
         keep = max(spans) + 1 if self.padding_side == "left" else 0
         out = self.model(
@@ -196,6 +247,8 @@ class HFEngine:
         """One batch by the fastest path that applies. A batch that runs out of GPU memory is
         scored in halves, and the engine keeps the smaller batch size for the batches after it
         (the numbers do not depend on the batch: positions come from the attention mask)."""
+        import torch
+
         try:
             if all(len(o) == 1 for r in reqs for o in r.option_ids):
                 return self._score_single(reqs)
@@ -217,9 +270,12 @@ class HFEngine:
             )
         return self._score_batch(reqs[:half]) + self._score_batch(reqs[half:])
 
-    @torch.inference_mode()
+    @_inference
     def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
         """Single-token options: one forward pass, all options read at the last position."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
         ids, mask, positions = self._pad([r.prompt_ids for r in reqs])
         left = self.padding_side == "left"
         out = self.model(
@@ -236,11 +292,14 @@ class HFEngine:
         picked = logprobs.gather(1, options).tolist()
         return [values[: len(r.option_ids)] for values, r in zip(picked, reqs)]
 
-    @torch.inference_mode()
+    @_inference
     def _score_shared_prefix(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
         """Multi-token options: the prompt (but its last token) runs once into a KV cache, which
         is repeated per option; each option row then feeds ``[last prompt token] + option[:-1]``
         and reads the option's tokens. Same numbers as scoring each prompt + option alone."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
         k = max(len(r.option_ids) for r in reqs)
         ids, mask, positions = self._pad([r.prompt_ids[:-1] for r in reqs])
         cache = self.model(
@@ -278,7 +337,7 @@ class HFEngine:
         flat = iter([sum(x) for x in self._token_logprobs(seqs, spans)])
         return [list(itertools.islice(flat, len(r.option_ids))) for r in reqs]
 
-    @torch.inference_mode()
+    @_inference
     def generate(
         self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
     ) -> list[str]:

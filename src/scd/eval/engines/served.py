@@ -36,25 +36,31 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from scd.config.engine import EngineSpec
+from scd.config.engine import EngineSpec, engine_spec
+from scd.config.options import above_zero, http_url, non_negative, option, positive
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
 from scd.eval.engines.chat_api import TOP_LOGPROBS, chat_body, option_logprobs, reply_text
 from scd.eval.engines.client import Malformed, ServerClient, ServerRefused
+from scd.eval.engines.completions_api import (
+    choices,
+    echo_body,
+    echo_parser,
+    generate_body,
+    ids_body,
+    ids_parser,
+)
 
-__all__ = ["DEFAULT_KEY_ENV", "PROMPTS_PER_REQUEST", "ServedEngine"]
+__all__ = ["DEFAULT_KEY_ENV", "PROMPTS_PER_REQUEST", "ServedEngine", "ServedOptions"]
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 PROMPTS_PER_REQUEST = 16  # token lists in one completions request (vLLM takes up to 1024)
 PROBE_TEXT = "Would you be willing to work next to them? Yes or no."
-
-
-def _token_key(token: int) -> str:
-    return f"token_id:{token}"  # how vLLM names a token with return_tokens_as_token_ids
 
 
 def _default_key_env(base_url: str | None) -> str | None:
@@ -73,15 +79,67 @@ def _models(answer: Any) -> list[dict[str, Any]]:
     return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
-def _choices(answer: Any, n: int) -> list[dict[str, Any]]:
-    choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
-    if len(choices) != n:
-        raise Malformed(f"{len(choices)} choices for {n} prompts")
-    return choices
+@dataclass
+class ServedOptions(EngineSpec):
+    """A served model's options: where it is and how to ask it (pinned: another server may serve
+    another model under the same name), how hard to try (speed)."""
+
+    base_url: str | None = option(
+        None, "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1", check=http_url
+    )
+    served_model: str | None = option(
+        None, "the model's name on the server (default: the one base model it lists)"
+    )
+    api: Literal["completions", "chat"] | None = option(
+        None,
+        "completions: token-id prompts, exact option log-probs (vllm serve); chat: "
+        "conversations as text (hosted chat APIs): generate mode, or the first answer token's "
+        "top-20 log-probs (one-word options; scd eval bias) (default: completions)",
+    )
+    score_via: Literal["token_ids", "echo"] | None = option(
+        None,
+        "how the server gives option log-probs: token_ids (vLLM's logprob_token_ids, "
+        "reads its prefix cache) or echo (echo + logprobs of prompt and option, one request per "
+        "option) (default: token_ids)",
+    )
+    api_key_env: str | None = option(
+        None,
+        "environment variable holding the API key, sent as a bearer token and nowhere "
+        "else (default: OPENAI_API_KEY for api.openai.com, no key elsewhere)",
+        speed=True,
+    )
+    concurrency: int | None = option(
+        None, "requests in flight at once (default: 8)", check=positive, speed=True
+    )
+    request_timeout: float | None = option(
+        None, "seconds to wait for one answer (default: 300)", check=above_zero, speed=True
+    )
+    retries: int | None = option(
+        None,
+        "tries again after a timeout, a dropped connection, a malformed answer, 429 or 5xx, "
+        "backing off (default: 5)",
+        check=non_negative,
+        speed=True,
+    )
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from super().problems()
+        if not self.base_url:
+            yield "base_url", "the server's API is needed, e.g. http://127.0.0.1:8000/v1"
+
+    def describe(self, ran: dict[str, Any]) -> str:  # the server decides dtype and batching
+        text = f"openai: `{self.served_model or 'the one model'}` served at {self.base_url}"
+        if self.api == "chat":
+            return text + ", chat API (options: the first reply token's top-20 log-probs)"
+        return text + f", option log-probs via {self.score_via or 'token_ids'}"
 
 
 class ServedEngine:
     """A served model behind the engine interface (see the module docstring)."""
+
+    help = "a model behind an OpenAI-compatible server (vllm serve, ...) at --base-url"
+    Options = ServedOptions
+    model_kinds = ("causal",)
 
     def __init__(
         self,
@@ -91,7 +149,7 @@ class ServedEngine:
         tokenizer: Any = None,
         adapters: Sequence[str] = (),
     ) -> None:
-        spec = (spec or EngineSpec(backend="openai")).check()
+        spec = (spec or engine_spec("openai")).check()
         key_env = spec.api_key_env or _default_key_env(spec.base_url)
         key = os.environ.get(key_env) or None if key_env else None
         hint = f"the key is read from ${key_env}" if key_env else "no key sent: --api-key-env VAR"
@@ -250,35 +308,8 @@ class ServedEngine:
             for lo in range(0, len(idx), PROMPTS_PER_REQUEST)
         ]
 
-        def body(tokens: tuple[int, ...], idx: list[int]) -> dict[str, Any]:
-            return {
-                "model": self.model,
-                "prompt": [list(asks[i][0]) for i in idx],
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "logprobs": 1,
-                "logprob_token_ids": list(tokens),
-                "return_tokens_as_token_ids": True,
-            }
-
-        def parser(tokens: tuple[int, ...], n: int) -> Any:
-            def parse(answer: Any) -> list[list[float]]:
-                out = []
-                for choice in _choices(answer, n):
-                    step = choice["logprobs"]["top_logprobs"][0]
-                    missing = [t for t in tokens if _token_key(t) not in step]
-                    if missing:
-                        raise Malformed(
-                            f"no log-prob for token ids {missing[:3]}: the server "
-                            "ignores logprob_token_ids"
-                        )
-                    out.append([float(step[_token_key(t)]) for t in tokens])
-                return out
-
-            return parse
-
-        bodies = [body(tokens, idx) for tokens, idx in batches]
-        parsers = [parser(tokens, len(idx)) for tokens, idx in batches]
+        bodies = [ids_body(self.model, [asks[i][0] for i in idx], t) for t, idx in batches]
+        parsers = [ids_parser(tokens, len(idx)) for tokens, idx in batches]
         answers = self._post_each(bodies, parsers, probe)
         found: list[Any] = [None] * len(asks)
         for (_, idx), values in zip(batches, answers):
@@ -292,37 +323,8 @@ class ServedEngine:
         """For each (prompt, option): the option's summed log-probability after the prompt,
         from the server's echo of prompt + option."""
 
-        def parser(prompt: tuple[int, ...], option: tuple[int, ...]) -> Any:
-            def parse(answer: Any) -> float:
-                logprobs = _choices(answer, 1)[0]["logprobs"]
-                values = logprobs["token_logprobs"][len(prompt) : len(prompt) + len(option)]
-                tokens = logprobs.get("tokens") or []
-                shown = tokens[len(prompt) : len(prompt) + len(option)]
-                if len(values) != len(option) or any(v is None for v in values):
-                    raise Malformed("no prompt log-probs in the echo")
-                if (
-                    shown
-                    and all(str(t).startswith("token_id:") for t in shown)
-                    and shown != [_token_key(t) for t in option]
-                ):
-                    raise Malformed("the echo holds other tokens than were sent")
-                return float(sum(values))
-
-            return parse
-
-        bodies = [
-            {
-                "model": self.model,
-                "prompt": list(p + o),
-                "echo": True,
-                "logprobs": 0,
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "return_tokens_as_token_ids": True,
-            }
-            for p, o in pairs
-        ]
-        return self._post_each(bodies, [parser(p, o) for p, o in pairs], probe)
+        bodies = [echo_body(self.model, p, o) for p, o in pairs]
+        return self._post_each(bodies, [echo_parser(p, o) for p, o in pairs], probe)
 
     def _chat_scores(self, requests: list[ChoiceRequest], probe: bool = False) -> list[list]:
         """Each option's log-probability as the first reply token of a chat completion (None:
@@ -334,11 +336,11 @@ class ServedEngine:
                 key="api",
                 value="chat",
             )
-        for option in {o for r in requests for o in r.options}:
-            if len(option.split()) != 1:
+        for word in {o for r in requests for o in r.options}:
+            if len(word.split()) != 1:
                 raise InputError(
                     f"a chat API's top log-probs score one-word options, not "
-                    f"{option!r}: use --mode generate",
+                    f"{word!r}: use --mode generate",
                     key="api",
                     value="chat",
                 )
@@ -361,8 +363,8 @@ class ServedEngine:
     def generate(
         self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
     ) -> list[str]:
-        """Greedy continuations (to vLLM with ``repetition_penalty`` 1: it would apply the
-        model's own generation config otherwise); through a chat API, replies to ``messages``."""
+        """Greedy continuations (:func:`~scd.eval.engines.completions_api.generate_body`);
+        through a chat API, replies to ``messages``."""
         if self.api == "chat":
             if messages is None:
                 raise InputError("a chat API needs the conversations", key="api", value="chat")
@@ -372,19 +374,9 @@ class ServedEngine:
             prompt_ids[lo : lo + PROMPTS_PER_REQUEST]
             for lo in range(0, len(prompt_ids), PROMPTS_PER_REQUEST)
         ]
-        vllm = {"repetition_penalty": 1.0} if self.vllm else {}  # others may refuse the field
-        bodies = [
-            {
-                "model": self.model,
-                "prompt": [list(p) for p in batch],
-                "max_tokens": max_new_tokens,
-                "temperature": 0.0,
-                **vllm,
-            }
-            for batch in batches
-        ]
+        bodies = [generate_body(self.model, b, max_new_tokens, self.vllm) for b in batches]
         parsers = [
-            (lambda n: lambda a: [c["text"].strip() for c in _choices(a, n)])(len(b))
+            (lambda n: lambda a: [c["text"].strip() for c in choices(a, n)])(len(b))
             for b in batches
         ]
         return [text for texts in self._post_each(bodies, parsers, False) for text in texts]

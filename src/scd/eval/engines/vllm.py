@@ -38,12 +38,14 @@ import io
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from scd.config.engine import LORA_RANKS, EngineSpec, resolve_dtype
+from scd.config.engine import LORA_RANKS, EngineSpec, engine_spec, resolve_dtype
+from scd.config.options import above_zero, option, positive, share
 from scd.errors import InputError, first_line
 from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
 from scd.progress import tick
@@ -162,8 +164,41 @@ class _Ticker(tqdm):
         return shown
 
 
+@dataclass
+class VLLMOptions(EngineSpec):
+    """The vLLM engine's options: all change speed and memory only."""
+
+    tensor_parallel_size: int | None = option(
+        None, "GPUs per model (default: 1)", check=positive, speed=True
+    )
+    max_model_len: int | None = option(
+        None,
+        "context to reserve KV cache for (default: the model's, at most 4096)",
+        check=positive,
+        speed=True,
+    )
+    gpu_memory_utilization: float | None = option(
+        None, "share of GPU memory vLLM may take (default: 0.9)", check=share, speed=True
+    )
+    kv_cache_space: float | None = option(
+        None,
+        "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
+        "--gpu-memory-utilization leaves)",
+        check=above_zero,
+        speed=True,
+    )
+
+    def details(self, ran: dict[str, Any]) -> list[str]:
+        device = [f"device {ran['device']}"] if ran.get("device") else []
+        return [*device, f"tensor parallel {self.tensor_parallel_size or 1}"]
+
+
 class VLLMEngine:
     """vLLM ``LLM`` behind the engine interface."""
+
+    help = "vLLM (GPU or CPU build)"
+    Options = VLLMOptions
+    model_kinds = ("causal",)
 
     def __init__(
         self,
@@ -173,7 +208,7 @@ class VLLMEngine:
         tokenizer: Any = None,
         adapters: Sequence[str] = (),
     ) -> None:
-        spec = (spec or EngineSpec(backend="vllm")).check()
+        spec = (spec or engine_spec("vllm")).check()
         _run_on_this_process_if_cpu()
         try:
             import vllm

@@ -109,7 +109,7 @@ class Bias(Benchmark):
         protocols = kwargs.pop("protocols", None)
         if not protocols:
             return super().evaluate(model, out, **kwargs)
-        from scd.config.engine import EngineSpec
+        from scd.config.engine import engine_spec
         from scd.errors import InputError
         from scd.eval.benchmarks.bias.sections import runs_table
         from scd.eval.engines import SharedEngine
@@ -126,7 +126,7 @@ class Bias(Benchmark):
                 key="out",
                 value=str(out),
             )
-        spec = (kwargs.pop("engine", None) or EngineSpec()).check()
+        spec = (kwargs.pop("engine", None) or engine_spec()).check()
         given = kwargs.pop("shared", None)
         adapters = [kwargs["adapter"]] if kwargs.get("adapter") else []
         shared = given or SharedEngine(spec, resolve_model(model), adapters=adapters)
