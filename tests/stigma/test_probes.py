@@ -301,3 +301,18 @@ def test_reporting_stigma_does_not_import_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_system_prompt_reaches_only_a_probe_whose_prompt_is_a_chat_turn(
+    toy_causal: Path, tiny_prompts: Path
+) -> None:
+    from scd.eval.benchmarks import REGISTRY
+    from scd.eval.tasks import CausalModel
+
+    spec = engine_spec(system_prompt="Be fair.", device="cpu")
+    for name, kept, own in (("sds", "Be fair.", {}), ("aq27", None, {"in_vocabulary": False})):
+        bench = REGISTRY[name]  # AQ-27 completes its text: no chat turn
+        options = bench.Options(prompts=str(tiny_prompts), **own).check()
+        task = bench.task(CausalModel(str(toy_causal), None, spec), options)
+        assert task.config["system_prompt"] == kept, name
+        assert task.model.spec.system_prompt == kept, name

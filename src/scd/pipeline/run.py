@@ -380,7 +380,8 @@ class Run:
             from scd.report.wandb_log import log_run
 
             self.stage("wandb", [self.dir / "report.md"], lambda: log_run(self.dir, self.recipe))
-        for name in ("table10", "arena"):  # the run's headlines: before and after; the arena
+        heads = [b.headline_table for b in REGISTRY.values() if b.headline_table]
+        for name in [*heads, "arena"]:  # the benchmarks' before and after; the arena
             table = self.dir / "tables" / f"{name}.md"
             if table.is_file():
                 self.say("\n" + table.read_text().split("\n", 2)[2].strip() + "\n")

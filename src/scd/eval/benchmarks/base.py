@@ -148,6 +148,7 @@ class Benchmark:
     Options: ClassVar[type[BenchmarkOptions]]
     model_kinds: ClassVar[tuple[str, ...]] = ("causal",)  # causal LMs run through the engines
     base_label: ClassVar[str] = "Base"  # the base model's row in the run report
+    headline_table: ClassVar[str | None] = None  # tables/<name>.md that scd run prints at its end
 
     def task(self, model: CausalModel, options: Any) -> EvalTask:
         """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`)."""

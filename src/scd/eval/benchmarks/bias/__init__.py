@@ -100,6 +100,7 @@ class Bias(Benchmark):
     name = "bias"
     help = "bias % on contact prompts (records, summary, tables)"
     Options = BiasOptions
+    headline_table = "table10"  # before and after tuning, on each setting's held-out prompts
 
     def evaluate(self, model: str, out: Path | str, **kwargs: Any) -> dict[str, Any]:
         """As :meth:`Benchmark.evaluate`; with ``protocols``, the same prompts under each

@@ -94,6 +94,7 @@ class StigmaProbe(Benchmark):
 
     table_file: ClassVar[str]  # the table of `scd generate stigma` it reads (without .parquet)
     scores_xlnet: ClassVar[bool] = False  # whether a "masked" XLNet fits (the mlm probe only)
+    chat_turn: ClassVar[bool] = False  # its prompt is a chat turn: the system prompt applies
 
     def scorer(self, task: StigmaTask, progress: bool) -> Scorer:
         """Rows -> records, for the task's model (loaded here)."""
@@ -115,7 +116,7 @@ class StigmaProbe(Benchmark):
         from scd.io import sha256_file
         from scd.models import resolve_model
 
-        if self.name != "sds":  # only the SDS prompt is a chat turn
+        if not self.chat_turn:  # a completion or masked text: no system prompt
             model = dataclasses.replace(
                 model, spec=dataclasses.replace(model.spec, system_prompt=None)
             )

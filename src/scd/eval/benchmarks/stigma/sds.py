@@ -178,6 +178,7 @@ class SDS(StigmaProbe):
     help = "stigma: Social Distance Scale, P(Unlikely) on a causal LM (Mei et al. 2023)"
     Options = StigmaOptions
     table_file = "sds"
+    chat_turn = True
 
     def scorer(self, task: Any, progress: bool) -> Any:
         engine, fmt = task.model.load(progress)
