@@ -10,8 +10,9 @@ import yaml
 
 from scd.cli import main
 from scd.config.checks import recipe_warnings
-from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
+from scd.config.engine import engine_spec
 from scd.errors import InputError
+from scd.eval.engines.vllm import LORA_RANKS as VLLM_LORA_RANKS
 from scd.pipeline.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +92,8 @@ def test_unknown_keys_and_wrong_types_name_key_and_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"recipe.yaml: train.learning_rate: expected a number"):
         load_recipe(_recipe(tmp_path, "train: {learning_rate: fast}\n"))
     assert load_recipe(_recipe(tmp_path, "lora: {r: 12}\n")).lora.r == 12  # vLLM: max rank 16
-    with pytest.raises(InputError, match=r"lora.r: 640 is above the largest rank vLLM serves"):
+    above = r"lora.r: 640 is above the largest rank the vllm engine serves \(512\)"
+    with pytest.raises(InputError, match=above):
         load_recipe(_recipe(tmp_path, "lora: {r: 640}\neval: {backend: vllm}\n"))
     assert load_recipe(_recipe(tmp_path, "lora: {r: 640}\n")).lora.r == 640  # hf serves any
     with pytest.raises(InputError, match="max_seq_length"):
@@ -223,4 +225,6 @@ def test_engine_keys_belong_to_their_backend() -> None:
     vllm = {"backend": "vllm", "tensor_parallel_size": 2, "max_model_len": 2048}
     options = recipe_from_dict({**base, "eval": vllm}).eval.engine().engine_options()
     assert options["tensor_parallel_size"] == 2 and options["max_model_len"] == 2048
+    older = {**vllm, "batch_size": None, "device": None, "base_url": None}  # every engine's key
+    assert recipe_from_dict({**base, "eval": older}).eval.engine() == engine_spec(**vllm)
     assert "batch_size" not in options  # unset: the engine's default

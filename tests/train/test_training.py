@@ -15,8 +15,8 @@ import pytest
 import torch
 from wandb_records import config_and_summary, finished_records  # tests/wandb_records.py
 
-from scd.config.engine import LORA_RANKS as VLLM_LORA_RANKS
 from scd.eval.benchmarks import get
+from scd.eval.engines.vllm import LORA_RANKS as VLLM_LORA_RANKS
 from scd.pipeline.recipe import load_recipe
 from scd.train.trainer import train
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scd.config.engine import LORA_RANKS
 from scd.config.options import Options, field_problems
 from scd.config.schema import ARMS, ArenaSpec, CapabilitySpec, Recipe
 from scd.config.settings import load_settings
@@ -40,12 +39,13 @@ def _field_problems(section: Any, prefix: str) -> Iterator[Problem]:
 
 
 def _value_problems(recipe: Recipe) -> Iterator[Problem]:
-    if recipe.eval.backend == "vllm" and recipe.lora.r > LORA_RANKS[-1]:  # vLLM serves it
+    top = recipe.eval.max_lora_rank  # the engine evaluates the adapters the run trains
+    if top is not None and recipe.lora.r > top:
         yield (
             "lora.r",
             (
-                f"lora.r: {recipe.lora.r} is above the largest rank vLLM serves "
-                f"({LORA_RANKS[-1]}); evaluate with eval.backend hf"
+                f"lora.r: {recipe.lora.r} is above the largest rank the {recipe.eval.backend} "
+                f"engine serves ({top}); evaluate with eval.backend hf"
             ),
         )
     d, t = recipe.data, recipe.train

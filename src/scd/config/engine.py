@@ -22,7 +22,6 @@ __all__ = [
     "DEFAULT_BACKEND",
     "ENGINES",
     "EVAL_BATCH_SIZE",
-    "LORA_RANKS",
     "EngineSpec",
     "engine_class",
     "engine_spec",
@@ -38,7 +37,6 @@ ENGINES: dict[str, Any] = {  # backend -> "module:Class" (imported when used), o
 DEFAULT_BACKEND = "hf"
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
 
 
 def register_engine(name: str, engine: Any) -> None:
@@ -120,6 +118,7 @@ class EngineSpec(Options):
     dtype: Dtype = option("auto", "weights' dtype; auto: bfloat16 on CUDA, float32 on CPU")
     system_prompt: str | None = option(None, "system message put before every prompt")
     engine_class: ClassVar[type[EngineSpec] | None] = None  # a recipe's eval: its engine's
+    max_lora_rank: ClassVar[int | None] = None  # the largest LoRA rank it serves (None: any)
 
     def identity(self) -> dict[str, Any]:
         """The fields that change what a model answers: pinned and in cache keys (an engine's
@@ -164,9 +163,9 @@ class EngineSpec(Options):
         if self.backend not in ENGINES:
             yield "backend", f"expected {one_of(list(ENGINES))}, got {self.backend}"
             return
-        own = engine_class(self.backend).Options
-        if not issubclass(self.engine_class or type(self), own):
-            yield "backend", f"options of another engine ({type(self).__name__}) given"
+        own, given = engine_class(self.backend).Options, self.engine_class or type(self)
+        if not issubclass(given, own):
+            yield "backend", f"{given.__name__} given, {self.backend} takes {own.__name__}"
         yield from field_problems(self)
 
     def _fields(self) -> tuple[Any, ...]:

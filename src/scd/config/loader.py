@@ -160,10 +160,9 @@ def _build(
         if name not in fields and spread and name in library_fields():
             kwargs[spread][name] = _extra(name, value, key, problems)
         elif name not in fields and issubclass(cls, EvalSpec) and (owner := _engine_of(name)):
-            text = (
-                f"an option of the {owner} backend, not of {data.get('backend', DEFAULT_BACKEND)}"
-            )
-            problems.append((key, f"{key}: {text}"))
+            chosen = data.get("backend", DEFAULT_BACKEND)
+            if value is not None and chosen in ENGINES:  # null: unset (older recipe files)
+                problems.append((key, f"{key}: an option of the {owner} backend, not of {chosen}"))
         elif name not in fields:
             known = [*fields, *(library_fields() if spread else ())]
             near = difflib.get_close_matches(str(name), known, n=1)

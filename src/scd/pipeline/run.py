@@ -292,10 +292,11 @@ class Run:
         c, e = self.recipe.capability, self.engine
         cuda = torch.cuda.is_available
         adapter = str(job.adapter) if job.adapter else None
+        device = getattr(e, "device", None)  # the hf engine's (KL runs on transformers)
         where = {
             "adapter": adapter,
             "system_prompt": job.system_prompt,
-            "device": e.device,
+            "device": device,
             "dtype": e.dtype,
             "batch_size": c.batch_size,
         }
@@ -316,7 +317,7 @@ class Run:
                     tasks=list(c.lm_eval_tasks),
                     include_path=c.lm_eval_include_path,
                     limit=c.lm_eval_limit,
-                    **{**where, "device": e.device or ("cuda" if cuda() else "cpu")},
+                    **{**where, "device": device or ("cuda" if cuda() else "cpu")},
                 )
             write_json(
                 job.out / "summary.json", {"kind": "capability", "kl": kl, "lm_eval": scores}

