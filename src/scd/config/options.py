@@ -6,7 +6,7 @@ a value the same way for both.
 A field's metadata (set by :func:`option`) says what else it is: ``speed`` -- it changes only
 speed or memory, so it is recorded but not pinned (a killed run may resume with another value);
 ``flag=False`` -- a recipe key only; ``key=False`` -- a flag only (an input that ``scd run``
-provides itself); ``backend`` -- only that engine takes it.
+provides itself).
 """
 
 from __future__ import annotations
@@ -108,7 +108,6 @@ def option(
     help: str = "",
     *,
     check: Check | None = None,
-    backend: str | None = None,
     speed: bool = False,
     flag: bool = True,
     key: bool = True,
@@ -123,7 +122,6 @@ def option(
     meta = {
         "help": help,
         "check": check,
-        "backend": backend,
         "speed": speed,
         "flag": flag,
         "key": key,
@@ -224,18 +222,15 @@ def add_options(
     parser: argparse.ArgumentParser, cls: type, names: Sequence[str] | None = None
 ) -> None:
     """Add ``--flag`` for each field of ``cls`` that is a flag (or those in ``names``): type,
-    choices, default, help and check from the field; a backend's own option says so in its help.
-    A list becomes ``nargs="+"``, a bool ``store_true`` (``--FLAG/--no-FLAG`` when it is on by
-    default)."""
+    choices, default, help and check from the field. A list becomes ``nargs="+"``, a bool
+    ``store_true`` (``--FLAG/--no-FLAG`` when it is on by default)."""
     hints = typing.get_type_hints(cls)
     for f in _flag_fields(cls, names):
         meta, tp = f.metadata, hints[f.name]
-        owner = meta.get("backend")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = meta.get("help", "").replace("%", "%%")
         kwargs: dict[str, Any] = {
             "default": default,
-            "help": f"{owner}: {help_text}" if owner else help_text,
+            "help": meta.get("help", "").replace("%", "%%"),
             "required": meta.get("required", False),
         }
         args = typing.get_args(tp)
