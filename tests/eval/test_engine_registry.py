@@ -5,8 +5,6 @@ evaluation, its pinned options in the result -- no other source file edited."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from cli_run import run_scd as _main  # tests/cli_run.py
 
 from scd.config.engine import ENGINES, EngineSpec, register_engine
 from scd.config.options import option, positive
@@ -66,18 +65,6 @@ def fixed():
     yield FixedEngine
     ENGINES.clear()
     ENGINES.update(previous)
-
-
-def _main(*argv: str) -> tuple[int, str, str]:
-    from scd.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exit_:  # --help
-            code = exit_.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_a_registered_engine_is_a_backend_of_the_commands(fixed) -> None:

@@ -4,8 +4,6 @@ of its report, and a table of ``scd report echo`` -- no other source file edited
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -13,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import run_scd as _main  # tests/cli_run.py
 
 from scd.config.options import option, positive
 from scd.errors import InputError
@@ -82,18 +81,6 @@ def echo():
     yield REGISTRY["echo"]
     REGISTRY.clear()
     REGISTRY.update(previous)
-
-
-def _main(*argv: str) -> tuple[int, str, str]:
-    from scd.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exit_:  # --help
-            code = exit_.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_a_registered_benchmark_is_a_command(echo, toy_model: Path, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "EVAL_BATCH_SIZE",
     "EngineSpec",
     "engine_class",
+    "engine_of",
     "engine_spec",
     "register_engine",
     "resolve_dtype",
@@ -77,7 +78,7 @@ def engine_spec(backend: str = DEFAULT_BACKEND, **values: Any) -> EngineSpec:
     values = {k: v for k, v in values.items() if k in own or v is not None}  # None: not given
     for key, value in values.items():
         if key not in own:
-            owner = next((n for n in ENGINES if key in _option_names(n)), None)
+            owner = engine_of(key)
             text = (
                 f"an option of the {owner} backend, not of {backend}"
                 if owner
@@ -87,8 +88,12 @@ def engine_spec(backend: str = DEFAULT_BACKEND, **values: Any) -> EngineSpec:
     return cls(backend=backend, **values)
 
 
-def _option_names(backend: str) -> set[str]:
-    return {f.name for f in fields(engine_class(backend).Options)}
+def engine_of(option_name: str) -> str | None:
+    """The registered engine whose option ``option_name`` is (the first, if several), if any."""
+    for name in ENGINES:
+        if option_name in {f.name for f in fields(engine_class(name).Options)}:
+            return name
+    return None
 
 
 def resolve_dtype(dtype: str, device: str | None = None) -> str:

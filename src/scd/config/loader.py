@@ -23,7 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from scd.config.checks import recipe_problems
-from scd.config.engine import DEFAULT_BACKEND, ENGINES, engine_class
+from scd.config.engine import DEFAULT_BACKEND, ENGINES, engine_of
 from scd.config.options import TYPE_NAMES, one_of, speed_keys
 from scd.config.schema import TRL_DECIDED, EvalSpec, Recipe, eval_spec_class
 from scd.errors import InputError
@@ -128,14 +128,6 @@ def _eval_class(data: Any, sections: Mapping[str, type]) -> type[EvalSpec]:
     return eval_spec_class(sections, backend if backend in ENGINES else DEFAULT_BACKEND)
 
 
-def _engine_of(name: str) -> str | None:
-    """The engine whose option ``name`` is, if any."""
-    for backend in ENGINES:
-        if name in {f.name for f in dataclasses.fields(engine_class(backend).Options)}:
-            return backend
-    return None
-
-
 def _build(
     cls: type, data: Any, where: str, problems: list[tuple[str, str]], sections: Mapping[str, type]
 ) -> Any:
@@ -159,7 +151,7 @@ def _build(
             tp = _eval_class(value, sections)
         if name not in fields and spread and name in library_fields():
             kwargs[spread][name] = _extra(name, value, key, problems)
-        elif name not in fields and issubclass(cls, EvalSpec) and (owner := _engine_of(name)):
+        elif name not in fields and issubclass(cls, EvalSpec) and (owner := engine_of(name)):
             chosen = data.get("backend", DEFAULT_BACKEND)
             if value is not None and chosen in ENGINES:  # null: unset (older recipe files)
                 problems.append((key, f"{key}: an option of the {owner} backend, not of {chosen}"))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.config import loader
-from scd.config.engine import ENGINES, engine_class
+from scd.config.engine import engine_of
 from scd.config.schema import DataSpec, Recipe
 from scd.errors import InputError
 from scd.eval.benchmarks import REGISTRY, recipe_sections
@@ -39,7 +39,7 @@ def recipe_from_dict(
 def recipe_key(key: str, section: str | None) -> str:
     """The recipe key an option of the library (a parameter name) comes from, given the recipe
     section of the stage that raised it; its own name when the recipe has none."""
-    if any(key in {f.name for f in dataclasses.fields(engine_class(e).Options)} for e in ENGINES):
+    if engine_of(key):
         return f"eval.{key}"
     if section and section.startswith("eval."):
         return f"{section}.{key}"
