@@ -53,14 +53,7 @@ class Echo(Benchmark):
 
     def task(self, model: Any, options: EchoOptions) -> EchoTask:
         work = [{"i": i, "question": options.question} for i in range(options.n)]
-        config = {
-            "kind": "echo",
-            "model": model.model,
-            "adapter": model.adapter,
-            **model.spec.identity(),
-            "question": options.question,
-            "n_items": options.n,
-        }
+        config = self.identity(options, model.model, model.adapter, model.spec)
         return EchoTask(config, work, options.chunk_size, model)
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:

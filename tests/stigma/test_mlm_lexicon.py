@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.stigma.mlm import (
@@ -34,6 +35,13 @@ def _data_dir(tmp_path: Path, text: str | None = WORDS) -> Path:
     return data
 
 
+def _identity(tmp_path: Path) -> dict:
+    """What a result of the mlm probe with the default lexicon pins (the prompts: a stand-in)."""
+    (tmp_path / "p").mkdir(exist_ok=True)
+    (tmp_path / "p" / "sds.parquet").write_bytes(b"stand-in")
+    return MLM().identity(MLMOptions(prompts=str(tmp_path / "p")), "m", None, engine_spec())
+
+
 def test_choice_of_lexicon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCD_DATA_DIR", str(tmp_path / "empty"))
     packaged = choose_lexicon(None)
@@ -47,7 +55,7 @@ def test_choice_of_lexicon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert authors.pinned == str(data / AUTHORS_LEXICON)
     given = choose_lexicon(tmp_path / "mine.csv")  # --lexicon wins over the data dir
     assert given.source == "given" and given.pinned == str(tmp_path / "mine.csv")
-    pinned = MLM().extra_config(MLMOptions(prompts="p"))
+    pinned = _identity(tmp_path)
     assert pinned["lexicon"] == authors.pinned
     assert pinned["lexicon_sha256"] == sha256_file(data / AUTHORS_LEXICON)
 
@@ -58,8 +66,7 @@ def test_the_authors_file_is_the_default_when_present(tmp_path, monkeypatch) -> 
     data = _data_dir(tmp_path, None)
     shutil.copy(SHARED, data / AUTHORS_LEXICON)
     monkeypatch.setenv("SCD_DATA_DIR", str(data))
-    pinned = MLM().extra_config(MLMOptions(prompts="p"))
-    assert pinned["lexicon_sha256"] == sha256_file(SHARED)
+    assert _identity(tmp_path)["lexicon_sha256"] == sha256_file(SHARED)
     assert len(load_lexicon(choose_lexicon(None).path)) == 443  # 445 rows, 2 case duplicates
 
 

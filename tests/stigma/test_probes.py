@@ -304,15 +304,16 @@ def test_reporting_stigma_does_not_import_torch() -> None:
 
 
 def test_the_system_prompt_reaches_only_a_probe_whose_prompt_is_a_chat_turn(
-    toy_causal: Path, tiny_prompts: Path
+    toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
     from scd.eval.benchmarks import REGISTRY
-    from scd.eval.tasks import CausalModel
 
     spec = engine_spec(system_prompt="Be fair.", device="cpu")
     for name, kept, own in (("sds", "Be fair.", {}), ("aq27", None, {"in_vocabulary": False})):
         bench = REGISTRY[name]  # AQ-27 completes its text: no chat turn
-        options = bench.Options(prompts=str(tiny_prompts), **own).check()
-        task = bench.task(CausalModel(str(toy_causal), None, spec), options)
-        assert task.config["system_prompt"] == kept, name
-        assert task.model.spec.system_prompt == kept, name
+        out = tmp_path / name
+        s = bench.evaluate(str(toy_causal), out, engine=spec, prompts=tiny_prompts, **own)
+        assert s["run"]["engine"]["system_prompt"] == kept, name  # what the engine ran with
+        assert json.loads((out / "run.json").read_text())["system_prompt"] == kept, name
+        identity = bench.identity(bench.Options(prompts=str(tiny_prompts), **own), "m", None, spec)
+        assert identity["system_prompt"] == kept, name  # the cache key of scd run's base result

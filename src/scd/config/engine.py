@@ -111,8 +111,8 @@ def resolve_dtype(dtype: str, device: str | None = None) -> str:
 @dataclass
 class EngineSpec(Options):
     """What every engine takes; an engine's own options subclass this (its ``Options``). Fields
-    without ``speed`` change what a model answers (:meth:`identity`); the others change speed and
-    memory only."""
+    without ``speed`` change what a model answers (its :meth:`identity`); the others change speed
+    and memory only."""
 
     backend: str = option(
         DEFAULT_BACKEND,
@@ -125,14 +125,11 @@ class EngineSpec(Options):
     engine_class: ClassVar[type[EngineSpec] | None] = None  # a recipe's eval: its engine's
     max_lora_rank: ClassVar[int | None] = None  # the largest LoRA rank it serves (None: any)
 
-    def identity(self) -> dict[str, Any]:
-        """The fields that change what a model answers: pinned and in cache keys (an engine's
-        new speed option changes no earlier run's pinned config or cache key)."""
-        return {f.name: getattr(self, f.name) for f in self._fields() if not f.metadata["speed"]}
-
     def cache_identity(self) -> dict[str, Any]:
-        """:meth:`identity` with ``auto`` dtype resolved to what it means on this machine, for
-        keys of a cache that CPU and GPU machines may share."""
+        """:meth:`~scd.config.options.Options.identity` (the fields that change what a model
+        answers; an engine's new speed option changes no earlier result's) with ``auto`` dtype
+        resolved to what it means on this machine, for keys of a cache that CPU and GPU
+        machines may share."""
         device = getattr(self, "device", None)
         return {**self.identity(), "dtype": resolve_dtype(self.dtype, device)}
 

@@ -5,14 +5,15 @@ a value the same way for both.
 
 A field's metadata (set by :func:`option`) says what else it is: ``speed`` -- it changes only
 speed or memory, so it is recorded but not pinned (a killed run may resume with another value);
-``flag=False`` -- a recipe key only; ``key=False`` -- a flag only (an input that ``scd run``
-provides itself).
+``pin`` -- how it enters the identity of a result (:meth:`Options.identity`); ``flag=False`` --
+a recipe key only; ``key=False`` -- a flag only (an input that ``scd run`` provides itself).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
+Pin = Literal[True, False, "changed", "summary"]  # how an option enters a result's identity
 
 
 def one_of(values: Sequence[Any]) -> str:
@@ -114,15 +116,30 @@ def option(
     required: bool = False,
     factory: Callable[[], Any] | None = None,
     spread: bool = False,
+    pin: Pin = True,
+    digest: Callable[[Any], Any] | None = None,
+    group: str | None = None,
 ) -> Any:
     """A dataclass field that is an option (see the module docstring); ``required``: the flag
     must be given (``scd run`` fills the value itself); ``factory`` for a mutable default;
     ``spread``: a mapping whose keys are the section's own (a recipe's extra keys, checked by
-    the loader against a library's config: ``TrainSpec.trl``)."""
+    the loader against a library's config: ``TrainSpec.trl``).
+
+    ``pin`` and ``digest`` say how the option enters the identity of a result
+    (:meth:`Options.identity`): ``pin`` True -- always; ``"changed"`` -- only where its value
+    differs from the default's (an option added later keeps every earlier result's identity;
+    those of one ``group`` enter together, where any of them differs);
+    ``"summary"`` -- it changes the summary, not the records (a finished evaluation is
+    summarized again with another value; a cached result is another one); False -- never (an
+    input path, whose content the benchmark hashes instead, or what to run rather than how);
+    ``digest``: what stands for the value in the identity (a hash of a long list)."""
     meta = {
         "help": help,
         "check": check,
         "speed": speed,
+        "pin": False if speed else pin,
+        "digest": digest,
+        "group": group,
         "flag": flag,
         "key": key,
         "required": required,
@@ -154,6 +171,46 @@ class Options:
         for key, problem in self.problems():
             raise InputError(problem, key=key, value=masked(getattr(self, key, None)))
         return self
+
+    def _fields(self) -> tuple[dataclasses.Field, ...]:
+        """The fields that are these options (a subclass may hold more)."""
+        return dataclasses.fields(self)
+
+    def effective(self: _O) -> _O:
+        """The values a result depends on: a default that follows another option resolved, an
+        option that does not apply None (default: the options as they are)."""
+        return self
+
+    def identity(self, *, summary: bool = False, every: bool = False) -> dict[str, Any]:
+        """What a result depends on among these options, from each field's metadata (see
+        :func:`option`): the :meth:`effective` value of every field that is pinned, its digest
+        where it has one; a ``pin="changed"`` field only where its value differs from the
+        default's, or another of its ``group`` does (``every``: always), a ``pin="summary"``
+        one only with ``summary``."""
+        values, default = self.effective(), _default_values(type(self))
+        fields = self._fields()
+        changed = {  # the groups (a field alone: its name) of which a value is not the default's
+            _group(f) for f in fields if getattr(values, f.name) != getattr(default, f.name)
+        }
+        out = {}
+        for f in fields:
+            pin, value = f.metadata.get("pin", True), getattr(values, f.name)
+            if not pin or (pin == "summary" and not summary):
+                continue
+            if pin == "changed" and not every and _group(f) not in changed:
+                continue
+            digest = f.metadata.get("digest")
+            out[f.name] = digest(value) if digest and value is not None else value
+        return out
+
+
+@functools.cache
+def _default_values(cls: type[Options]) -> Options:
+    return cls().effective()
+
+
+def _group(f: dataclasses.Field) -> str:
+    return f.metadata.get("group") or f.name
 
 
 def literal_values(tp: Any) -> tuple[Any, ...] | None:

@@ -33,17 +33,19 @@ __all__ = [
     "scoring_time",
 ]
 
-# keys added to run.json after scd 0.1.0: a run pinned without one ran with this value
-ADDED_KEYS = {"dtype": "auto"}
-
 
 def dump_record(record: dict[str, Any]) -> str:
     """One JSON line (keys in insertion order, no trailing spaces)."""
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
-def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> None:
-    """Check that a resumed run has the same configuration; write ``out/run.json`` if new.
+def check_run_config(
+    out: Path, config: dict[str, Any], defaults: dict[str, Any] | None = None, write: bool = True
+) -> None:
+    """Check that a resumed run has the same configuration; write ``out/run.json`` if new. A
+    key of ``defaults`` that one of the two configurations lacks stands for its value there (a
+    key pinned only when not its default, or one added later: a ``run.json`` of scd 0.1.0 may
+    lack ``dtype``, which was ``auto`` then).
 
     Raises:
         InputError: ``out`` holds a run with another configuration.
@@ -61,12 +63,11 @@ def check_run_config(out: Path, config: dict[str, Any], write: bool = True) -> N
             old = json.loads(path.read_text())
         except json.JSONDecodeError:
             old = None
+        new = json.loads(json.dumps({**(defaults or {}), **config}))
         if isinstance(old, dict):
-            old = {**{k: v for k, v in ADDED_KEYS.items() if k in config}, **old}
-        if old != json.loads(json.dumps(config)):
-            diff = sorted(
-                k for k in set(config) | set(old or {}) if (old or {}).get(k) != config.get(k)
-            )
+            old = json.loads(json.dumps({**(defaults or {}), **old}))
+        if old != new:
+            diff = sorted(k for k in set(new) | set(old or {}) if (old or {}).get(k) != new.get(k))
             raise InputError(
                 f"holds a run with another configuration ({', '.join(diff[:4])} "
                 "differ); use a new --out or the same options to resume",

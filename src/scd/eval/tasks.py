@@ -36,6 +36,7 @@ class EvalTask(Protocol):
     name: str  # the progress bar's label
     unit: str  # what one work item is called ("prompt", "item")
     config: dict[str, Any]
+    defaults: dict[str, Any]  # what a key of config that an earlier run.json lacks stood for
     work: Sequence[dict[str, Any]]
     chunk_size: int
 
@@ -77,7 +78,7 @@ def run_task(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", key="out", value=out)
-    check_run_config(out, task.config, write=False)
+    check_run_config(out, task.config, task.defaults, write=False)
     if shards > 1:
         return _run_shards(task, out, shards, launch or _in_turn, progress)
     log = RecordLog(out / "records.jsonl", task.chunk_size, len(task.work))
@@ -90,7 +91,7 @@ def run_task(
             raise InputError(
                 f"cannot write there ({err.strerror or err})", key="out", value=out
             ) from None
-        check_run_config(out, task.config)
+        check_run_config(out, task.config, task.defaults)
         try:
             _score_all(task, log, progress)
         except InputError:  # e.g. a server that cannot score: nothing half-written is left
@@ -135,7 +136,7 @@ def _run_shards(
             part = dataclasses.replace(task, work=task.work[a:b], config=config)
             jobs.append((part, out / "shards" / f"{i + 1}-of-{shards}"))
         out.mkdir(parents=True, exist_ok=True)
-        check_run_config(out, task.config)  # the shards' directories go inside
+        check_run_config(out, task.config, task.defaults)  # the shards' directories go inside
         launch(jobs, progress)
         merge_timing([(a, shard) for a, (_, shard) in zip(cuts, jobs)], out)
         with atomic_file(merged) as tmp, open(tmp, "wb") as sink:
@@ -164,6 +165,7 @@ class CausalTask:
     work: list[dict[str, Any]]
     chunk_size: int
     model: CausalModel
+    defaults: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
     def load(self, progress: bool) -> None:
         self.engine, self.fmt = self.model.load(progress)

@@ -284,8 +284,8 @@ def _evals(
     system: str | None,
 ) -> list[EvalJob]:
     """Every enabled benchmark's jobs for the base model (``setting`` None: results cached by
-    model, engine identity and the job's key) or for an arm of setting ``(n, sft dir)``
-    (into ``prefix/<job>`` of the run directory)."""
+    their :meth:`~scd.eval.benchmarks.base.Benchmark.identity`) or for an arm of setting
+    ``(n, sft dir)`` (into ``prefix/<job>`` of the run directory)."""
     jobs = []
     for bench, options in run.benchmarks:
         for job in bench.jobs(run, options, setting):
@@ -295,11 +295,9 @@ def _evals(
             elif run.state.done(stage):  # where it went then (the cache may have moved since)
                 out = run.state.output(stage).parent
             else:
+                fingerprint = model_fingerprint(run.model)
                 digest = cache_key(
-                    kind=job.name,
-                    model=model_fingerprint(run.model),
-                    **run.engine.cache_identity(),
-                    **job.key,
+                    **bench.identity(job.options, fingerprint, None, run.engine, cache=True)
                 )
                 out = run.cache / "base" / f"{job.name}-{digest}"
             jobs.append(

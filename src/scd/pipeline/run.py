@@ -17,10 +17,12 @@ Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file'
     base/capability/                       the base model's row of the arena's capability cost
     tables/  figures/  report.md  report.html
 
-Base-model evaluations go to ``outputs/cache/base/`` keyed by the model's fingerprint, the engine
-options that change answers, and the job's options and data: the base model is evaluated once per
-prompt set, on all of it, and each setting's "before" is the slice of its held-out prompts, so a
-sweep of the 8 settings -- or 8 recipes over the same prompts -- evaluates the base once.
+Base-model evaluations go to ``outputs/cache/base/`` keyed by their identity
+(:meth:`~scd.eval.benchmarks.base.Benchmark.identity`: the model's fingerprint, the engine
+options that change answers, the benchmark's options and the hashes of its data): the base model
+is evaluated once per prompt set, on all of it, and each setting's "before" is the slice of its
+held-out prompts, so a sweep of the 8 settings -- or 8 recipes over the same prompts -- evaluates
+the base once.
 """
 
 from __future__ import annotations

@@ -45,7 +45,9 @@ __all__ = [
 class BenchmarkOptions(Options):
     """What every benchmark takes (a benchmark's own options subclass this)."""
 
-    enabled: bool = option(False, "scd run: evaluate the base and every tuned model", flag=False)
+    enabled: bool = option(
+        False, "scd run: evaluate the base and every tuned model", flag=False, pin=False
+    )
     chunk_size: int = option(512, "items per resumable chunk", check=positive)
     scores_only: ClassVar[str | None] = None  # e.g. "masked LMs": cannot run in scd run
 
@@ -73,13 +75,12 @@ class RunData(Protocol):
 @dataclass(frozen=True)
 class Job:
     """One evaluation in ``scd run``: ``name`` is its stage's last part, its result directory's
-    name and its key in ``layout.json``; ``key``: what the cache key of a base-model result holds
-    besides the model and the engine."""
+    name and its key in ``layout.json``; a base-model result is cached under its
+    :meth:`Benchmark.identity`."""
 
     name: str
     benchmark: Benchmark
     options: Any
-    key: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,63 @@ class Benchmark:
     model_kinds: ClassVar[tuple[str, ...]] = ("causal",)  # causal LMs run through the engines
     base_label: ClassVar[str] = "Base"  # the base model's row in the run report
     headline_table: ClassVar[str | None] = None  # tables/<name>.md that scd run prints at its end
+    chat_turn: ClassVar[bool] = True  # its prompts are chat turns: the system prompt applies
 
     def task(self, model: CausalModel, options: Any) -> EvalTask:
-        """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`)."""
+        """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`); its
+        ``config`` is :meth:`identity` plus what the task found (``n_items``, hashes of what
+        it loaded)."""
         raise NotImplementedError
+
+    # -- what a result depends on ----------------------------------------------------------------
+    def kind(self) -> dict[str, str]:
+        """What sort of result this is, first in its identity: ``{"kind": "<name>_eval"}``."""
+        return {"kind": f"{self.name}_eval"}
+
+    def inputs(self, options: Any) -> dict[str, Path]:
+        """The files a result reads besides the model, by name: their SHA-256 is in its identity
+        as ``<name>_sha256`` (where they are is not). Default: none."""
+        return {}
+
+    def runs_on(self, spec: EngineSpec) -> EngineSpec:
+        """The engine options as this benchmark's prompts use them: without the system prompt
+        where they are not chat turns."""
+        return spec if self.chat_turn else dataclasses.replace(spec, system_prompt=None)
+
+    def identity(
+        self,
+        options: Any,
+        model: str,
+        adapter: str | None,
+        spec: EngineSpec,
+        *,
+        cache: bool = False,
+    ) -> dict[str, Any]:
+        """What a result of ``options`` on ``model`` (+ ``adapter``) run by ``spec`` depends on,
+        in one place: its :meth:`kind`, the model, the engine's and the options' pinned values
+        (:meth:`~scd.config.options.Options.identity`) and the hashes of its :meth:`inputs`.
+        An evaluation pins it in ``run.json`` (a resumed run must match); with ``cache`` it is
+        the key of a base-model result in ``scd run``'s cache: ``model`` its fingerprint, the
+        engine's "auto" dtype resolved, options that change only the summary included."""
+        from scd.io import sha256_file
+
+        spec = self.runs_on(spec)
+        return {
+            **self.kind(),
+            "model": model,
+            "adapter": adapter,
+            **(spec.cache_identity() if cache else spec.identity()),
+            **options.identity(summary=cache),
+            **{f"{k}_sha256": sha256_file(p) for k, p in self.inputs(options).items()},
+        }
+
+    def identity_defaults(self, options: Any, spec: EngineSpec) -> dict[str, Any]:
+        """What a key of :meth:`identity` that an earlier ``run.json`` lacks stood for: the
+        default (an option pinned only when changed, a key added later)."""
+        return {
+            **type(spec)().identity(every=True),
+            **type(options)().identity(every=True),
+        }
 
     def evaluate(
         self,
@@ -188,7 +242,8 @@ class Benchmark:
                 raise InputError(f"needed by {self.name}", key=f.name)
         require_adapter(adapter)
         spec = (engine or engine_spec()).check()
-        task = self.task(CausalModel(model, adapter, spec, shared), opts)
+        task = self.task(CausalModel(model, adapter, self.runs_on(spec), shared), opts)
+        task.defaults = self.identity_defaults(opts, spec)
         return run_task(task, out, progress=progress, shards=shards, launch=launch)
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
@@ -222,8 +277,7 @@ class Benchmark:
     def jobs(self, run: RunData, options: Any, setting: tuple[int, Path] | None) -> list[Job]:
         """The evaluations of the base model (``setting`` None) or of setting ``(n, sft dir)``'s
         tuned model: by default one, on the same data."""
-        key = {k: v for k, v in dataclasses.asdict(options).items() if k != "enabled"}
-        return [Job(self.name, self, options, key)]
+        return [Job(self.name, self, options)]
 
     def runs(self, layout: RunLayout) -> dict[str, str]:
         """The result directories of the base and each tuned model, by row label (base first)."""

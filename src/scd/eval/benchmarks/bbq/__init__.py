@@ -20,6 +20,7 @@ labels and the prompt text: :mod:`~scd.eval.benchmarks.bbq.data`; the numbers an
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator
@@ -51,14 +52,18 @@ class BBQOptions(BenchmarkOptions):
         "list each item's answers in K orders (the first as given; at most 6) and report how "
         "often the chosen answer stays the same; the headline numbers stay the first order's",
         check=lambda k: None if 1 <= k <= 6 else "expected 1 to 6 (three answers have 6 orders)",
+        pin="changed",
     )
 
     mode: Literal["choice", "generate"] = option(
         "choice",
         "choice: the answer text of highest log-probability; generate: the model "
         "writes the letter of its answer, parsed (the BBQ a chat API can take)",
+        pin="changed",
     )
-    max_new_tokens: int = option(16, "generate mode: tokens to generate", check=positive)
+    max_new_tokens: int = option(
+        16, "generate mode: tokens to generate", check=positive, pin="changed"
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.data, (list, tuple)):  # paths as text (pinned in run.json)
@@ -79,6 +84,11 @@ class BBQOptions(BenchmarkOptions):
                     "schema)"
                 ),
             )
+
+    def effective(self) -> BBQOptions:
+        """``max_new_tokens`` None in choice mode, where no text is generated."""
+        tokens = self.max_new_tokens if self.mode == "generate" else None
+        return dataclasses.replace(self, max_new_tokens=tokens)
 
 
 def _local_or_hub(text: str) -> bool:
@@ -109,33 +119,11 @@ class BBQ(Benchmark):
         for r in work:
             digest.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n")
         config = {
-            "kind": "bbq_eval",
-            "model": model.model,
-            "adapter": model.adapter,
-            **model.spec.identity(),
-            "data": o.data,
-            "categories": o.categories,
-            "limit": o.limit,
-            "seed": o.seed,
-            "chunk_size": o.chunk_size,
+            **self.identity(o, model.model, model.adapter, model.spec),
             "n_items": len(work),
             "items_sha256": digest.hexdigest(),
         }
-        if o.permute_options > 1:  # earlier results keep their configuration
-            config["permute_options"] = o.permute_options
-        if o.mode == "generate":
-            config.update(mode=o.mode, max_new_tokens=o.max_new_tokens)
         return BBQTask(config, work, o.chunk_size, model)
-
-    def jobs(self, run: Any, options: BBQOptions, setting: Any) -> list:
-        """As every benchmark's; a result of one answer order keeps the cache key it had."""
-        jobs = super().jobs(run, options, setting)
-        for job in jobs:
-            if options.permute_options == 1:
-                job.key.pop("permute_options", None)
-            if options.mode == "choice":
-                job.key.pop("mode", None), job.key.pop("max_new_tokens", None)
-        return jobs
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         o = summary["overall"]

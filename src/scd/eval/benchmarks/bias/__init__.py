@@ -9,6 +9,7 @@ held-out part of the base model's subset, so "before" and "after" are the same p
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,12 @@ from scd.eval.tasks import CausalModel
 __all__ = ["Bias", "BiasOptions"]
 
 
+def set_digest(sets: list[str]) -> dict[str, Any]:
+    """What stands for a list of prompt set ids in a result's identity: its size and hash."""
+    joined = "\n".join(sorted(sets)).encode()
+    return {"n": len(set(sets)), "sha256": hashlib.sha256(joined).hexdigest()}
+
+
 @dataclass
 class BiasOptions(BenchmarkOptions):
     """Bias % on contact prompts: ``scd eval bias`` flags, a recipe's ``eval.bias`` keys."""
@@ -29,9 +36,14 @@ class BiasOptions(BenchmarkOptions):
         True,
         "scd run: the base model on every prompt, each tuned model on its held-out part",
         flag=False,
+        pin=False,
     )
     prompts: str | None = option(
-        None, "directory with prompts.parquet (scd run: its own)", required=True, key=False
+        None,
+        "directory with prompts.parquet (scd run: its own)",
+        required=True,
+        key=False,
+        pin=False,  # its prompts.parquet is hashed (Bias.inputs)
     )
     limit: int | None = option(
         None,
@@ -45,7 +57,9 @@ class BiasOptions(BenchmarkOptions):
     )
     max_new_tokens: int = option(8, "generate mode: tokens to generate", check=positive)
     denominator: Literal["all", "parsed"] = option(
-        "all", "all: unparsed answers count in the total (the paper); parsed: they don't"
+        "all",
+        "all: unparsed answers count in the total (the paper); parsed: they don't",
+        pin="summary",
     )
     chunk_size: int = option(512, "prompts per resumable chunk", check=positive)
     protocol: Literal["scd", "paper", "paper-chat", "paper-verbatim"] = option(
@@ -53,19 +67,26 @@ class BiasOptions(BenchmarkOptions):
         "how prompts are put and answers chosen: scd (the chat template, summed "
         "log-probs), paper (the SCD paper's code: Llama 2 [INST] text with its default system "
         "prompt, CAPPr's mean log-prob), paper-chat, paper-verbatim (scd.models.protocols)",
+        pin="changed",
+        group="protocol",  # a protocol and its rule: both pinned where either is not scd's
     )
     rule: Literal["sum", "mean", "bytes"] | None = option(
         None,
         "choice mode: the option of highest summed, per-token mean or per-byte "
         "log-prob (default: the protocol's)",
+        pin="changed",
+        group="protocol",
     )
     protocols: list[str] | None = option(
         None,
         "score the same prompts under each of these protocols (e.g. scd,paper) into "
         "OUT/<protocol>/, each paired with the first in OUT/tables.md",
         key=False,
+        pin=False,  # each protocol's result is one of its own
     )
-    sets: list[str] | None = option(None, flag=False, key=False)  # only these prompt sets
+    sets: list[str] | None = option(  # only these prompt sets
+        None, flag=False, key=False, pin="changed", digest=set_digest
+    )
 
     def __post_init__(self) -> None:
         if self.protocols:  # "scd,paper" as well as "scd paper"
@@ -85,15 +106,14 @@ class BiasOptions(BenchmarkOptions):
         elif self.protocol != "scd":
             yield "protocols", "give --protocols or --protocol, not both"
 
-    def identity(self) -> dict[str, Any]:
-        """What a result depends on besides the prompts: every option but ``enabled``; the
-        protocol and rule only where they are not scd's (so earlier results keep their keys)."""
-        out = {
-            k: v for k, v in dataclasses.asdict(self).items() if k not in ("enabled", "protocols")
-        }
-        if self.protocol == "scd" and self.rule is None:
-            del out["protocol"], out["rule"]
-        return out
+    def effective(self) -> BiasOptions:
+        """The rule resolved (the protocol's by default); ``max_new_tokens`` None in choice mode,
+        where no text is generated."""
+        from scd.models.protocols import get_protocol
+
+        rule = self.rule or get_protocol(self.protocol).rule
+        tokens = self.max_new_tokens if self.mode == "generate" else None
+        return dataclasses.replace(self, rule=rule, max_new_tokens=tokens)
 
 
 class Bias(Benchmark):
@@ -156,7 +176,9 @@ class Bias(Benchmark):
     def task(self, model: CausalModel, options: BiasOptions) -> Any:
         from scd.eval.benchmarks.bias.task import bias_task
 
-        return bias_task(model, options)
+        return bias_task(
+            model, options, lambda: self.identity(options, model.model, model.adapter, model.spec)
+        )
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         return {"bias_pct": summary["overall"]["pct"], "n": summary["overall"]["n"]}
@@ -176,22 +198,18 @@ class Bias(Benchmark):
 
         return runs_table(runs)
 
-    def jobs(self, run: RunData, options: BiasOptions, setting: tuple[int, Path] | None) -> list:
-        from scd.io import sha256_file
+    def inputs(self, options: BiasOptions) -> dict[str, Path]:
+        return {"prompts": Path(options.prompts) / "prompts.parquet"}
 
+    def jobs(self, run: RunData, options: BiasOptions, setting: tuple[int, Path] | None) -> list:
         replace = dataclasses.replace
         if setting is None:  # the base model: every prompt set, its subset of each
-            jobs = []
-            for name, prompts in (("bias", run.prompts), ("bias_eval_prompts", run.eval_prompts)):
-                if prompts is not None:
-                    opts = replace(options, prompts=str(prompts))
-                    key = {
-                        **opts.identity(),
-                        "enabled": None,
-                        "prompts": sha256_file(Path(prompts) / "prompts.parquet"),
-                    }
-                    jobs.append(Job(name, self, opts, key))
-            return jobs
+            sets = (("bias", run.prompts), ("bias_eval_prompts", run.eval_prompts))
+            return [
+                Job(name, self, replace(options, prompts=str(prompts)))
+                for name, prompts in sets
+                if prompts is not None
+            ]
         n, sft = setting
         sets = None
         if options.limit is not None:  # the held-out part of the base model's subset
@@ -202,7 +220,7 @@ class Bias(Benchmark):
             table = read_prompts(run.eval_prompts if source else run.prompts)
             sets = sorted(stratified_sets(table, options.limit, options.seed))
         heldout = replace(options, prompts=str(sft / "heldout"), limit=None, sets=sets)
-        return [Job(self.name, self, heldout, {})]
+        return [Job(self.name, self, heldout)]
 
     def base_job(self, sft: Path) -> str:
         """A setting that splits by source (setting 2) holds out prompts of the second prompt

@@ -8,9 +8,8 @@ configuration so that a re-run into the same ``OUT`` resumes (:mod:`scd.eval.rec
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from scd.data_gen.contact import read_baseline, read_prompts
 from scd.eval.engines import ChoiceRequest
 from scd.eval.sampling import stratified_sample
 from scd.eval.tasks import CausalModel, CausalTask
-from scd.io import sha256_file
 from scd.models.formatting import parse_answer
 from scd.models.protocols import PROTOCOLS, Protocol, choose, get_protocol
 
@@ -107,33 +105,18 @@ def _record(
     return rec
 
 
-def bias_task(model: CausalModel, options: Any) -> BiasTask:
-    """The task of ``options`` (:class:`~scd.eval.benchmarks.bias.BiasOptions`): ``limit`` is a
-    number of descriptor prompts (a stratified subset of whole sets, seeded by ``seed``);
-    ``sets`` restricts the prompts to those set ids first (``scd run`` evaluates a tuned model on
-    the held-out part of the base model's subset). Baselines come on top, see :func:`load_work`."""
+def bias_task(model: CausalModel, options: Any, identity: Callable[[], dict[str, Any]]) -> BiasTask:
+    """The task of ``options`` (:class:`~scd.eval.benchmarks.bias.BiasOptions`), pinning the
+    result's ``identity()`` (:meth:`~scd.eval.benchmarks.base.Benchmark.identity`, taken once the
+    prompts have been read): ``limit`` is a number of descriptor prompts (a stratified subset of
+    whole sets, seeded by ``seed``); ``sets`` restricts the prompts to those set ids first
+    (``scd run`` evaluates a tuned model on the held-out part of the base model's subset).
+    Baselines come on top, see :func:`load_work`."""
     o = options
     work = load_work(o.prompts, o.limit, o.seed, o.sets)
-    config = {
-        "kind": "bias_eval",
-        "model": model.model,
-        "adapter": model.adapter,
-        **model.spec.identity(),
-        "mode": o.mode,
-        "limit": o.limit,
-        "seed": o.seed,
-        "max_new_tokens": o.max_new_tokens if o.mode == "generate" else None,
-        "chunk_size": o.chunk_size,
-        "n_items": len(work),
-        "prompts_sha256": sha256_file(Path(o.prompts) / "prompts.parquet"),
-    }
-    if o.sets is not None:
-        joined = "\n".join(sorted(o.sets)).encode()
-        config["sets"] = {"n": len(set(o.sets)), "sha256": hashlib.sha256(joined).hexdigest()}
+    config = {**identity(), "n_items": len(work)}
     protocol = get_protocol(o.protocol)
     rule = o.rule or protocol.rule
-    if o.protocol != "scd" or rule != "sum":  # scd's results keep the configuration they had
-        config.update(protocol=o.protocol, rule=rule)
     return BiasTask(
         config, work, o.chunk_size, model, o.mode, o.max_new_tokens, o.denominator, protocol, rule
     )

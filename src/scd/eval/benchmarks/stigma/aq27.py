@@ -275,9 +275,6 @@ class AQ27(StigmaProbe):
     model_kinds = ("causal", "masked")
     table_file = "aq27"
 
-    def extra_config(self, options: AQ27Options) -> dict[str, Any]:
-        return {"in_vocabulary": options.in_vocabulary}
-
     def task(self, model: CausalModel, options: AQ27Options) -> StigmaTask:
         """The probe's task on the illnesses the in-vocabulary filter keeps (module docstring)."""
         task = super().task(model, options)

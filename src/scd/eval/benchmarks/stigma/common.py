@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.options import option, positive
 from scd.errors import InputError, first_line
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table, evaluated
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, RunData, Table, evaluated
 from scd.eval.benchmarks.stigma.xlnet import is_xlnet
 from scd.eval.tasks import CausalModel, CausalTask
 
@@ -45,13 +45,17 @@ class StigmaOptions(BenchmarkOptions):
     """A stigma probe: ``scd eval <probe>`` flags, a recipe's ``eval.<probe>`` keys."""
 
     prompts: str | None = option(
-        None, "directory from `scd generate stigma` (scd run: generated)", required=True
+        None,
+        "directory from `scd generate stigma` (scd run: generated)",
+        required=True,
+        pin=False,  # the probe's table in it is hashed (StigmaProbe.inputs)
     )
     limit_conditions: int | None = option(
         None,
         "scd run: generate the prompts of the first N conditions per group",
         check=positive,
         flag=False,
+        pin=False,  # it shapes the prompts, whose table is hashed
     )
     seed: int = option(0, "seed of the bootstrap CIs")
     chunk_size: int = option(256, "prompts per resumable chunk", check=positive)
@@ -94,7 +98,7 @@ class StigmaProbe(Benchmark):
 
     table_file: ClassVar[str]  # the table of `scd generate stigma` it reads (without .parquet)
     scores_xlnet: ClassVar[bool] = False  # whether a "masked" XLNet fits (the mlm probe only)
-    chat_turn: ClassVar[bool] = False  # its prompt is a chat turn: the system prompt applies
+    chat_turn: ClassVar[bool] = False  # most probes put a completion or masked text, no chat turn
 
     def scorer(self, task: StigmaTask, progress: bool) -> Scorer:
         """Rows -> records, for the task's model (loaded here)."""
@@ -107,19 +111,16 @@ class StigmaProbe(Benchmark):
         """``OUT/tables.md`` under the heading ``title``."""
         raise NotImplementedError
 
-    def extra_config(self, options: Any) -> dict[str, Any]:
-        """What the probe's own options add to the pinned configuration."""
-        return {}
+    def kind(self) -> dict[str, str]:
+        return {"kind": "stigma_eval", "probe": self.name}
+
+    def inputs(self, options: Any) -> dict[str, Path]:
+        return {"prompts": Path(options.prompts) / f"{self.table_file}.parquet"}
 
     def task(self, model: CausalModel, options: Any) -> StigmaTask:
         from scd.data_gen.stigma_probes import read_stigma_table
-        from scd.io import sha256_file
         from scd.models import resolve_model
 
-        if not self.chat_turn:  # a completion or masked text: no system prompt
-            model = dataclasses.replace(
-                model, spec=dataclasses.replace(model.spec, system_prompt=None)
-            )
         rows = read_stigma_table(options.prompts, self.table_file)
         loadable = resolve_model(model.model)  # a GGUF file is converted once (cached)
         model_config = _config(loadable)
@@ -146,17 +147,9 @@ class StigmaProbe(Benchmark):
                 value=model.spec.backend,
             )
         config = {
-            "kind": "stigma_eval",
-            "probe": self.name,
-            "model": model.model,
+            **self.identity(options, model.model, model.adapter, model.spec),
             "model_kind": kind,
-            "adapter": model.adapter,
-            **model.spec.identity(),
-            "seed": options.seed,
-            "chunk_size": options.chunk_size,
             "n_items": len(rows),
-            "prompts_sha256": sha256_file(Path(options.prompts) / f"{self.table_file}.parquet"),
-            **self.extra_config(options),
         }
         model = dataclasses.replace(model, model=loadable)
         return StigmaTask(
@@ -210,16 +203,6 @@ class StigmaProbe(Benchmark):
             lambda: generate_stigma(out, limit_conditions=limit),
         )
         return dataclasses.replace(options, prompts=str(out))
-
-    def jobs(self, run: RunData, options: Any, setting: tuple[int, Path] | None) -> list[Job]:
-        from scd.io import sha256_file
-
-        key = {
-            **dataclasses.asdict(options),
-            "enabled": None,
-            "prompts": sha256_file(Path(options.prompts) / "manifest.json"),
-        }
-        return [Job(self.name, self, options, key)]
 
 
 @dataclass(kw_only=True)

@@ -29,6 +29,7 @@ naive computation) rather than taken from minicons, to keep the dependency set s
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
@@ -37,10 +38,11 @@ from typing import Any
 
 from scd.config.options import option, positive
 from scd.errors import InputError
-from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
+from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask
 from scd.eval.benchmarks.stigma.sds import RECORD_KEYS
 from scd.eval.benchmarks.stigma.stats import ATTITUDES, p_negative
 from scd.eval.benchmarks.stigma.xlnet import xlnet_fill_mask
+from scd.eval.tasks import CausalModel
 
 __all__ = [
     "MLM",
@@ -242,6 +244,10 @@ class MLMOptions(StigmaOptions):
     )
     scores_only = "masked LMs"
 
+    def effective(self) -> MLMOptions:
+        """The lexicon chosen (:func:`choose_lexicon`): its name, or its path if given."""
+        return dataclasses.replace(self, lexicon=choose_lexicon(self.lexicon).pinned)
+
 
 class MLM(StigmaProbe):
     """The SDS statements on a masked LM: fill-mask + an attitude lexicon (``scd eval mlm``)."""
@@ -253,16 +259,12 @@ class MLM(StigmaProbe):
     table_file = "sds"
     scores_xlnet = True
 
-    def extra_config(self, options: MLMOptions) -> dict[str, Any]:
-        from scd.io import sha256_file
+    def inputs(self, options: MLMOptions) -> dict[str, Path]:
+        return {**super().inputs(options), "lexicon": choose_lexicon(options.lexicon).path}
 
-        lexicon = choose_lexicon(options.lexicon)
-        load_lexicon(lexicon.path)  # a bad lexicon fails before the model loads
-        return {
-            "top_k": options.top_k,
-            "lexicon": lexicon.pinned,
-            "lexicon_sha256": sha256_file(lexicon.path),
-        }
+    def task(self, model: CausalModel, options: MLMOptions) -> StigmaTask:
+        load_lexicon(choose_lexicon(options.lexicon).path)  # a bad lexicon fails before the model
+        return super().task(model, options)
 
     def scorer(self, task: Any, progress: bool) -> Any:
         from transformers import pipeline

@@ -26,8 +26,9 @@ from scd.config.options import option
 from scd.config.vocabulary import SENTIMENT_COLUMNS
 from scd.errors import InputError
 from scd.eval.benchmarks.base import read_summary
-from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
+from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask
 from scd.eval.benchmarks.stigma.stats import gap, pearson
+from scd.eval.tasks import CausalModel
 
 __all__ = [
     "CLASSES",
@@ -178,7 +179,9 @@ class SentimentOptions(StigmaOptions):
     """The sentiment probe's options."""
 
     negative_label: str | None = option(None, "the classifier's negative label (default: by name)")
-    mlm_run: str | None = option(None, "a finished mlm run dir: adds Pearson r per condition")
+    mlm_run: str | None = option(
+        None, "a finished mlm run dir: adds Pearson r per condition", pin="summary"
+    )
     scores_only = "sequence classifiers"
 
 
@@ -191,10 +194,10 @@ class Sentiment(StigmaProbe):
     model_kinds = ("classifier",)
     table_file = "sentiment"
 
-    def extra_config(self, options: SentimentOptions) -> dict[str, Any]:
+    def task(self, model: CausalModel, options: SentimentOptions) -> StigmaTask:
         if options.mlm_run:  # a bad run fails before the model loads
             read_summary(options.mlm_run, "mlm", probe=True, key="mlm_run")
-        return {"negative_label": options.negative_label}
+        return super().task(model, options)
 
     def scorer(self, task: Any, progress: bool) -> Any:
         from transformers import pipeline
