@@ -103,3 +103,19 @@ def test_the_summary_only_options_key_the_cache_and_not_the_records(
         for d in ("all", "parsed")
     ]
     assert keys[0] != keys[1] and keys[1]["denominator"] == "parsed"
+
+
+def test_what_a_missing_key_stood_for_never_changes() -> None:
+    """Earlier results lack a key pinned only when changed (or added later: dtype) because it had
+    this value then; a new default here would let such a run resume and mix records."""
+    frozen = {
+        "bias": {"protocol": "scd", "rule": "sum", "sets": None},
+        "bbq": {"permute_options": 1, "mode": "choice", "max_new_tokens": None},
+    }
+    for name, bench in REGISTRY.items():
+        defaults = bench.identity_defaults(bench.Options(), engine_spec())
+        changed = [
+            f.name for f in dataclasses.fields(bench.Options) if f.metadata["pin"] == "changed"
+        ]
+        assert {k: defaults[k] for k in changed} == frozen.get(name, {}), name
+        assert defaults["dtype"] == "auto", name  # a run.json of scd 0.1.0 has no dtype

@@ -128,7 +128,8 @@ def option(
     ``pin`` and ``digest`` say how the option enters the identity of a result
     (:meth:`Options.identity`): ``pin`` True -- always; ``"changed"`` -- only where its value
     differs from the default's (an option added later keeps every earlier result's identity;
-    those of one ``group`` enter together, where any of them differs);
+    those of one ``group`` enter together, where any of them differs; such a default must never
+    change: earlier results without the key ran with it);
     ``"summary"`` -- it changes the summary, not the records (a finished evaluation is
     summarized again with another value; a cached result is another one); False -- never (an
     input path, whose content the benchmark hashes instead, or what to run rather than how);
@@ -178,7 +179,8 @@ class Options:
 
     def effective(self: _O) -> _O:
         """The values a result depends on: a default that follows another option resolved, an
-        option that does not apply None (default: the options as they are)."""
+        option that does not apply None (default: the options as they are). It must work on the
+        defaults alone (inputs None), which :meth:`identity` compares with."""
         return self
 
     def identity(self, *, summary: bool = False, every: bool = False) -> dict[str, Any]:

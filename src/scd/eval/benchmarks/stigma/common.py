@@ -121,6 +121,7 @@ class StigmaProbe(Benchmark):
         from scd.data_gen.stigma_probes import read_stigma_table
         from scd.models import resolve_model
 
+        model = dataclasses.replace(model, spec=self.runs_on(model.spec))  # as evaluate() does
         rows = read_stigma_table(options.prompts, self.table_file)
         loadable = resolve_model(model.model)  # a GGUF file is converted once (cached)
         model_config = _config(loadable)
