@@ -265,7 +265,7 @@ def test_a_run_under_the_paper_chat_protocol(toy_model: Path, tmp_path: Path) ->
     evaluation (base and tuned) use that protocol, so that training trains what is scored."""
     import pyarrow.parquet as pq
 
-    from scd.models.protocols import LLAMA2_SYSTEM_PROMPT
+    from scd.models.protocols import PAPER_SYSTEM_PROMPT
 
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
     shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)  # the session's toy model
@@ -277,7 +277,7 @@ def test_a_run_under_the_paper_chat_protocol(toy_model: Path, tmp_path: Path) ->
     assert main([*args, "--run-id", "pc", *(x for s in sets for x in ("--set", s))]) == 0
     run = tmp_path / "pc"
     rows = pq.read_table(run / "setting-1" / "sft" / "train.parquet").to_pylist()
-    assert all(r["prompt"][0]["content"] == LLAMA2_SYSTEM_PROMPT for r in rows)
+    assert all(r["prompt"][0]["content"] == PAPER_SYSTEM_PROMPT for r in rows)
     layout = json.loads((run / "layout.json").read_text())
     for result in (layout["base"]["bias"], layout["settings"]["1"]["evals"]["bias"]):
         assert json.loads((Path(result) / "run.json").read_text())["protocol"] == "paper-chat"

@@ -413,21 +413,21 @@ def test_training_in_the_paper_chat_protocols_text(toy_model: Path, tmp_path) ->
 
     from scd.errors import InputError
     from scd.models.formatting import Formatter, load_tokenizer
-    from scd.models.protocols import LLAMA2_SYSTEM_PROMPT, PROTOCOLS
+    from scd.models.protocols import PAPER_SYSTEM_PROMPT, PROTOCOLS
 
     out = tmp_path / "paper-chat"
     extra = ["train.max_steps=1", "wandb.enabled=false", "data.max_train=20", "data.max_eval=5"]
     info = train(_recipe(toy_model, out, "eval.bias.protocol=paper-chat", *extra))
     assert info["token_check_rows"] > 0  # every checked row: training's tokens = evaluation's
     rows = pq.read_table(out / "data" / "sft" / "train.parquet").to_pylist()
-    system = {"role": "system", "content": LLAMA2_SYSTEM_PROMPT}
+    system = {"role": "system", "content": PAPER_SYSTEM_PROMPT}
     assert all(r["prompt"][0] == system for r in rows)
     row = next(r for r in rows if r["answer"])
     user = row["prompt"][1]["content"]
     assert user.startswith("Follow the instruction: ") and user.endswith(" \n Answer:\n")
     fmt = Formatter(load_tokenizer(str(toy_model)))
     evaluated = PROTOCOLS["paper-chat"].formatter(fmt).encode([user])[0]
-    assert evaluated == Formatter(fmt.tokenizer, LLAMA2_SYSTEM_PROMPT).encode([user])[0]
+    assert evaluated == Formatter(fmt.tokenizer, PAPER_SYSTEM_PROMPT).encode([user])[0]
     assert json.loads((out / "data" / "sft" / "manifest.json").read_text())["protocol"] == (
         "paper-chat"
     )
