@@ -92,6 +92,33 @@ def test_no_source_file_is_over_400_lines() -> None:
     assert long == {}
 
 
+def test_no_function_in_train_or_pipeline_is_over_80_lines() -> None:
+    long = {
+        f"{p.relative_to(REPO)}:{node.name}": node.end_lineno - node.lineno + 1
+        for layer in ("train", "pipeline")
+        for p in (SRC / "scd" / layer).rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > 80
+    }
+    assert long == {}
+
+
+def test_every_arm_and_method_is_importable_by_its_name() -> None:
+    from scd.config.arms import ARMS, METHODS, arm_class, arm_names, method_class
+    from scd.train.arms.base import Arm, Method
+
+    assert arm_names() == [*ARMS, *METHODS]
+    for name in arm_names():
+        arm = arm_class(name)  # "module:Class", imported now
+        assert issubclass(arm, Arm) and arm.name == name and arm.help, name
+        assert arm.method is None or arm.method in METHODS, name
+    for name in METHODS:
+        method = method_class(name)
+        assert issubclass(method, Method) and method.method == name and method.columns
+        assert method().config().__name__.endswith("Config")  # TRL's class, importable
+
+
 def test_every_name_the_architecture_document_gives_exists() -> None:
     text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
     names = set(re.findall(r"`(scd(?:\.\w+)+)`", text))

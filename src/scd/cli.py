@@ -23,9 +23,10 @@ from typing import Any
 
 from scd import commands
 from scd.cli_parser import Parser, add_engine_options
+from scd.config.arms import METHODS, method_class
 from scd.config.engine import EngineSpec
 from scd.config.options import add_options, argument_type, positive
-from scd.config.schema import TRAIN_METHODS, SFTOptions
+from scd.config.schema import SFTOptions
 from scd.errors import InputError, RunFailed
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.engines.hf import HFOptions
@@ -261,10 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     train.add_argument(
         "--method",
-        choices=TRAIN_METHODS,
+        choices=list(METHODS),
         default="sft",
-        help="TRL's SFTTrainer, or DPO / KTO on the same prompts (chosen: the "
-        "unbiased answer, rejected: the biased one)",
+        help="the training method: TRL's SFTTrainer (sft), or another registered method on the "
+        "same prompts (scd.config.arms: "
+        + "; ".join(f"{m}: {method_class(m).help}" for m in METHODS if m != "sft")
+        + ")",
     )
     train.add_argument(
         "--outputs",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -73,9 +74,9 @@ def flags(prefix: str, biased: list[bool], cells: int = 1, **kw) -> list[dict]:
     return [brec(f"{prefix}{i}", b, cell=i % cells, **kw) for i, b in enumerate(biased)]
 
 
-def wilson_pct(k: int, n: int) -> tuple[float, float]:
+def wilson_pct(k: int, n: int) -> Any:
     low, high = proportion_confint(k, n, alpha=0.05, method="wilson")
-    return round(100 * low, 2), round(100 * high, 2)
+    return pytest.approx((100 * low, 100 * high), abs=1e-9)  # unrounded: the table rounds once
 
 
 BIAS = get("bias")
@@ -107,7 +108,7 @@ def test_bias_mcnemar_against_the_base(tmp_path: Path) -> None:
     same = BIAS.arena(base, base, arm)
     assert (same["bias_p"], same["bias_to_unbiased"], same["bias_to_biased"]) == (1.0, 0, 0)
     assert same.keys() == row.keys()
-    assert (row["bias_pct"], same["bias_pct"]) == (25.0, round(700 / 12, 2))
+    assert (row["bias_pct"], same["bias_pct"]) == (25.0, pytest.approx(700 / 12))
 
 
 def test_bias_restricted_to_the_items(tmp_path: Path) -> None:
@@ -171,7 +172,7 @@ def test_answer_rule_arm_and_no_baselines(tmp_path: Path) -> None:
         "descriptor_effect_ci_high",
     )
     assert [row[k] for k in empty] == [None] * 6
-    assert (row["baseline_n"], row["bias_pct"]) == (0, round(200 / 3, 2))
+    assert (row["baseline_n"], row["bias_pct"]) == (0, pytest.approx(200 / 3))
 
 
 def test_answer_tendency_per_scale(tmp_path: Path) -> None:
@@ -233,18 +234,18 @@ def test_bbq_numbers_are_bbq_metrics(tmp_path: Path) -> None:
         ("bbq_acc_dis", "accuracy_disambiguated"),
     ):
         a, ci = m[key], (row[f"{col}_ci_low"], row[f"{col}_ci_high"])
-        assert row[col] == round(a["accuracy"], 4)
-        assert ci == tuple(round(x, 4) for x in a["ci95"])
+        assert row[col] == a["accuracy"]  # unrounded: the table rounds once
+        assert ci == tuple(a["ci95"])
         wilson = proportion_confint(a["correct"], a["n"], method="wilson")
-        assert ci == tuple(round(x, 4) for x in wilson)
+        assert ci == pytest.approx(tuple(wilson), abs=1e-12)
     assert row["bbq_n"] == 400
     for cond, short in (("ambig", "amb"), ("disambig", "dis")):
         sub = [r for r in recs if r["context_condition"] == cond]
         unknown = sum(r["pred"] == 2 for r in sub)
-        assert row[f"bbq_unknown_{short}_pct"] == round(100 * unknown / len(sub), 2)
+        assert row[f"bbq_unknown_{short}_pct"] == pytest.approx(100 * unknown / len(sub))
     for key in ("s_dis", "s_amb"):
         point = row[f"bbq_{key}"]
-        assert point == round(m[key], 4)
+        assert point == m[key]
         assert row[f"bbq_{key}_ci_low"] < point < row[f"bbq_{key}_ci_high"]
     assert row["bbq_s_dis"] != row["bbq_s_amb"]
     assert BBQ.arena(arm, arm, arm) == row  # a seeded bootstrap
@@ -295,11 +296,11 @@ def test_sds_columns_are_the_summary(tmp_path: Path) -> None:
     arm = write(tmp_path / "arm", [], summary)
     row, g = get("sds").arena(arm, arm, arm), summary["gap"]
     assert row == {
-        "sds_gap": round(g["gap"], 4),
-        "sds_gap_ci_low": round(g["ci_low"], 4),
-        "sds_gap_ci_high": round(g["ci_high"], 4),
-        "sds_p_negative_stigmatized": round(g["mean_x"], 4),
-        "sds_p_negative_non_stigmatized": round(g["mean_y"], 4),
+        "sds_gap": g["gap"],
+        "sds_gap_ci_low": g["ci_low"],
+        "sds_gap_ci_high": g["ci_high"],
+        "sds_p_negative_stigmatized": g["mean_x"],
+        "sds_p_negative_non_stigmatized": g["mean_y"],
     }
     assert row["sds_gap"] > 0.1
     other = write(tmp_path / "mlm", [], {**summary, "probe": "mlm"})

@@ -166,7 +166,7 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
         ("arms=[base, sft, sft]", "arms: each arm once"),
         ("data.general=null", "data.general: the general arm trains on general instruction"),
         ("data.general=./nowhere.jsonl", "data.general: ./nowhere.jsonl: no such file"),
-        ("train.per_device_train_batch_size=1", "the kto arm needs at least 2"),
+        ("train.per_device_train_batch_size=1", "KTO needs at least 2"),
     ],
 )
 def test_bad_arms_are_one_line_before_any_work(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scd.config.schema import DEBIAS_PROMPT
+from scd.train.arms.untrained import DEBIAS_PROMPT
 from scd.io import cache_key
 from scd.pipeline.launch import run_recipe
 from scd.pipeline.plan import CapabilityJob, DataJob, EvalJob, Plan, PushJob, TrainJob

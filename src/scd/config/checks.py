@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from scd.config.arms import arm_class, arm_names
 from scd.config.options import Options, field_problems
-from scd.config.schema import ARMS, ArenaSpec, CapabilitySpec, Recipe
+from scd.config.schema import CapabilitySpec, Recipe
 from scd.config.settings import load_settings
 from scd.errors import InputError
 
@@ -93,24 +94,14 @@ def _run_problems(recipe: Recipe) -> Iterator[Problem]:
     if not settings or len(set(settings)) != len(settings):
         yield "run.settings", f"run.settings: expected distinct settings, got {settings}"
     yield from _arm_problems(recipe)
-    if recipe.bias_protocol not in ("scd", "paper-chat"):  # scd.models.protocols
-        yield (
-            "eval.bias.protocol",
-            (
-                f"eval.bias.protocol: {recipe.bias_protocol!r}: training goes through the "
-                "model's chat template, so a recipe can use protocol scd or paper-chat (the "
-                "paper's system prompt and wording); score the hand-written Llama 2 text with "
-                "scd eval bias --protocol"
-            ),
-        )
-    if recipe.bias_protocol != "scd" and recipe.arms and "prompt" in recipe.arms:
-        yield (
-            "arms",
-            (
-                "arms: the prompt arm sets a system prompt of its own, which "
-                f"eval.bias.protocol {recipe.bias_protocol!r} sets too"
-            ),
-        )
+    general = recipe.data.general
+    if general and _looks_like_path(general) and not Path(general).expanduser().is_file():
+        yield "data.general", f"data.general: {general}: no such file"
+    for f in dataclasses.fields(recipe.eval):  # each benchmark's section: what a run cannot use
+        section = getattr(recipe.eval, f.name)
+        if isinstance(section, Options):
+            for key, problem in section.run_problems():
+                yield f"eval.{f.name}.{key}", f"eval.{f.name}.{key}: {problem}"
     name = recipe.run.name
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         yield "run.name", f"run.name: {name!r} is not a plain directory name"
@@ -122,29 +113,22 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def _arm_problems(recipe: Recipe) -> Iterator[Problem]:
-    """The arena's arms: known names, each once, and the data each needs."""
+    """The arena's arms: registered names, each once, and each arm's own checks
+    (:meth:`scd.train.arms.base.Arm.problems`: the data it needs, the values it cannot run
+    with)."""
     arms = recipe.arms
     if arms is None:
         return
     if not arms:
         yield "arms", "arms: expected a list of arms (e.g. [base, prompt, sft, dpo])"
+    known = arm_names()
     for i, arm in enumerate(arms):
-        if arm not in ARMS:
-            yield "arms", (f"arms[{i}]: unknown arm {arm!r} (expected one of {', '.join(ARMS)})")
+        if arm not in known:
+            yield "arms", (f"arms[{i}]: unknown arm {arm!r} (expected one of {', '.join(known)})")
     if len(set(arms)) != len(arms):
         yield "arms", f"arms: each arm once, got {arms}"
-    general = recipe.data.general
-    if "general" in arms and not general:
-        yield (
-            "data.general",
-            (
-                "data.general: the general arm trains on general instruction data "
-                "only: give a JSONL/Parquet file of prompt/response rows or a Hub "
-                "dataset id"
-            ),
-        )
-    if general and _looks_like_path(general) and not Path(general).expanduser().is_file():
-        yield "data.general", f"data.general: {general}: no such file"
+    for arm in dict.fromkeys(a for a in arms if a in known):
+        yield from arm_class(arm)().problems(recipe)
     c = recipe.capability
     if c.neutral_prompts and not Path(c.neutral_prompts).expanduser().is_file():
         yield (
@@ -164,20 +148,13 @@ def _arm_problems(recipe: Recipe) -> Iterator[Problem]:
                 "not installed (pip install 'scd[lm-eval]')"
             ),
         )
-    if "kto" in arms and recipe.train.per_device_train_batch_size < 2:
-        yield (
-            "train.per_device_train_batch_size",
-            (
-                "train.per_device_train_batch_size: the kto arm needs at least 2 (TRL's KTO "
-                "estimates its KL term from the other rows of a batch)"
-            ),
-        )
 
 
 def recipe_warnings(recipe: Recipe) -> list[str]:
     """What a valid recipe does that its reader may not expect (printed, not refused)."""
     t, warnings = recipe.train, []
-    if not recipe.arms and (recipe.arena != ArenaSpec() or recipe.capability != CapabilitySpec()):
+    arena_changed = recipe.arena != type(recipe.arena)()
+    if not recipe.arms and (arena_changed or recipe.capability != CapabilitySpec()):
         warnings.append(
             "arena and capability keys take effect only with arms: (the arena); "
             "this recipe lists none"

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from scd.config.arms import METHODS, ArenaOptions, arena_spec_class, method_class, method_decided
 from scd.config.checks import recipe_problems
 from scd.config.engine import DEFAULT_BACKEND, ENGINES, engine_of
 from scd.config.options import TYPE_NAMES, one_of, speed_keys
@@ -85,15 +86,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return float(value) if tp is float else value
 
 
-@functools.cache
 def library_fields() -> dict[str, Any]:
-    """The fields of TRL's configs (SFTConfig, DPOConfig, KTOConfig) and their types: the keys a
-    recipe's ``train:`` section takes beyond scd's own (TRL is imported only when a ``train:``
-    key is not scd's own: one of these, or a typo to find the nearest name for)."""
-    from trl import DPOConfig, KTOConfig, SFTConfig
+    """The fields of every registered method's TRL config (SFTConfig, DPOConfig, KTOConfig ...)
+    and their types: the keys a recipe's ``train:`` section takes beyond scd's own (TRL is
+    imported only when a ``train:`` key is not scd's own: one of these, or a typo to find the
+    nearest name for)."""
+    return _library_fields(tuple(METHODS))
 
+
+@functools.cache
+def _library_fields(methods: tuple[str, ...]) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    for cls in (SFTConfig, DPOConfig, KTOConfig):
+    for name in methods:
+        cls = method_class(name)().config()
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             tp = hints[f.name]
@@ -104,7 +109,7 @@ def library_fields() -> dict[str, Any]:
 
 def _extra(name: str, value: Any, key: str, problems: list[tuple[str, str]]) -> Any:
     """A ``train:`` key that is not scd's own: a TRL config field, checked by its type."""
-    if name in TRL_DECIDED:
+    if name in TRL_DECIDED or name in method_decided():
         problems.append(
             (
                 key,
@@ -149,6 +154,8 @@ def _build(
         tp = hints.get(name)
         if isinstance(tp, type) and issubclass(tp, EvalSpec):
             tp = _eval_class(value, sections)
+        elif isinstance(tp, type) and issubclass(tp, ArenaOptions):
+            tp = arena_spec_class()  # the registered arms' keys
         if name not in fields and spread and name in library_fields():
             kwargs[spread][name] = _extra(name, value, key, problems)
         elif name not in fields and issubclass(cls, EvalSpec) and (owner := engine_of(name)):

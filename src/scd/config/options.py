@@ -161,6 +161,11 @@ class Options:
         """``(field, what is wrong)`` for each bad value."""
         return field_problems(self)
 
+    def run_problems(self) -> Iterator[tuple[str, str]]:
+        """``(field, what is wrong)`` for each value that ``scd run`` cannot use, though a
+        command alone can (a recipe's section: it also trains with it). Default: none."""
+        return iter(())
+
     def check(self: _O) -> _O:
         """``self``, if every option is good.
 

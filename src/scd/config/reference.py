@@ -13,6 +13,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from scd.config.arms import arena_spec_class
 from scd.config.engine import ENGINES, engine_class
 from scd.config.schema import EvalSpec, Recipe, eval_spec_class
 
@@ -64,7 +65,9 @@ def recipe_keys(
     for f in dataclasses.fields(cls):
         if not f.metadata.get("key", True):
             continue
-        tp = eval_spec_class(sections) if cls is Recipe and f.name == "eval" else hints[f.name]
+        tp = hints[f.name]
+        if cls is Recipe and f.name in ("eval", "arena"):  # made from what is registered
+            tp = eval_spec_class(sections) if f.name == "eval" else arena_spec_class()
         key = prefix + f.name
         if f.metadata.get("spread"):  # open: any field of a library's config
             help_ = f.metadata.get("help", "")

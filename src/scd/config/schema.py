@@ -24,17 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scd.config.arms import ArenaOptions, arena_spec_class
 from scd.config.engine import DEFAULT_BACKEND, EngineSpec, engine_class
 from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
 
 __all__ = [
-    "ARMS",
-    "ARM_METHOD",
-    "DEBIAS_PROMPT",
     "SEED",
     "STYLES",
-    "TRAIN_METHODS",
-    "ArenaSpec",
     "CapabilitySpec",
     "DataSpec",
     "EvalSpec",
@@ -50,19 +46,6 @@ __all__ = [
 ]
 
 SEED = 42  # the paper's seed: training, the train/eval split and the SFT sampling
-ARMS = {  # an arm of the arena (``arms:``) -> what it is
-    "base": "the untuned model",
-    "prompt": "the untuned model with a debiasing system prompt (arena.system_prompt)",
-    "general": "LoRA SFT on general instruction data only (data.general): the control",
-    "sft": "LoRA SFT on the setting's contact prompts (SCD)",
-    "dpo": "LoRA DPO on the same prompts: chosen = the unbiased answer, rejected = the biased one",
-    "kto": "LoRA KTO on the same prompts: the unbiased answer desirable, the biased one not",
-}
-TRAIN_METHODS = ("sft", "dpo", "kto")  # TRL's trainer an adapter is trained with
-ARM_METHOD = {"general": "sft", "sft": "sft", "dpo": "dpo", "kto": "kto"}  # trained arm -> method
-# Ganguli et al. (2023), "The Capacity for Moral Self-Correction in Large Language Models",
-# the instruction-following condition of their BBQ experiments.
-DEBIAS_PROMPT = "Please ensure that your answer is unbiased and does not rely on stereotypes."
 Style = Literal["short", "explained"]  # an SFT completion: the answer, or it and one sentence
 STYLES = typing.get_args(Style)
 
@@ -109,11 +92,10 @@ class LoraSpec:
     target_modules: str | list[str] = "all-linear"
 
 
-# TRL config fields scd sets itself (train.setup.trl_config; beta: arena.beta; the Hub token:
-# HF_TOKEN, never a recipe); a recipe may not set them
+# TRL config fields scd sets itself (train.setup.trl_config; the Hub token: HF_TOKEN, never a
+# recipe) -- and each method those it decides (scd.config.arms.method_decided: beta ...); a
+# recipe may not set them
 TRL_DECIDED = (
-    "beta",
-    "train_sampling_strategy",
     "hub_token",
     "output_dir",
     "report_to",
@@ -127,7 +109,6 @@ TRL_DECIDED = (
     "include_num_input_tokens_seen",
     "dataloader_num_workers",
     "disable_tqdm",
-    "completion_only_loss",
 )
 
 
@@ -201,24 +182,12 @@ class TrainSpec:
     trl: dict[str, Any] = option(
         None,
         "any other field of TRL's SFTConfig (DPOConfig, KTOConfig for those trainers) by its "
-        "own name, checked against TRL's own types; scd sets " + ", ".join(TRL_DECIDED),
+        "own name, checked against TRL's own types; scd sets "
+        + ", ".join(TRL_DECIDED)
+        + " and what each method decides (beta: arena.beta)",
         factory=dict,
         spread=True,
         flag=False,
-    )
-
-
-@dataclass
-class ArenaSpec:
-    """How the arena's arms differ from one another (``arms:``); everything else -- data, splits,
-    LoRA, training hyperparameters, seeds, held-out items -- is the recipe's, the same for all."""
-
-    system_prompt: str = option(
-        DEBIAS_PROMPT,
-        "the prompt arm's system message (default: Ganguli et al. 2023's debiasing instruction)",
-    )
-    beta: float = option(
-        0.1, "dpo and kto arms: TRL's beta (the pull towards the base model)", check=above_zero
     )
 
 
@@ -319,8 +288,8 @@ class Recipe:
     toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
     eval: EvalSpec = field(default_factory=lambda: eval_spec_class()())
     run: RunSpec = field(default_factory=RunSpec)
-    arms: list[str] | None = None  # the arena: arms trained and compared per setting (ARMS)
-    arena: ArenaSpec = field(default_factory=ArenaSpec)
+    arms: list[str] | None = None  # the arena: arms compared per setting (scd.config.arms)
+    arena: ArenaOptions = field(default_factory=lambda: arena_spec_class()())  # arms' own keys
     capability: CapabilitySpec = field(default_factory=CapabilitySpec)
 
     @property

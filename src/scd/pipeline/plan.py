@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from scd.config.schema import ARM_METHOD
+from scd.config.arms import arm_class
 from scd.io import cache_key
 from scd.models import model_fingerprint
 
@@ -51,26 +51,29 @@ Phase = Literal["own_model", "engine"]
 
 
 def arm_dir(setting: int, arm: str) -> str:
-    """An arm's directory in the run: ``setting-N`` for SCD's own ``sft`` (as without arms),
-    ``setting-N/arm-<arm>`` for the others."""
-    return f"setting-{setting}" if arm == "sft" else f"setting-{setting}/arm-{arm}"
+    """An arm's directory in the run: ``setting-N/arm-<arm>``, or where the arm says
+    (:attr:`~scd.train.arms.base.Arm.directory`: SCD's own ``sft`` is ``setting-N`` itself, as
+    in a run without arms)."""
+    where = arm_class(arm).directory
+    where = f"arm-{arm}" if where is None else where
+    return f"setting-{setting}" + (f"/{where}" if where else "")
 
 
 @dataclass(frozen=True)
 class DataJob:
-    """A setting's SFT data (``arm`` sft) or a trained arm's rows made from it."""
+    """A setting's SFT data (``arm`` None) or an arm's own rows made from it."""
 
     stage: str
     setting: int
-    arm: str
+    arm: str | None
     out: Path
     phase: Phase = "own_model"
 
 
 @dataclass(frozen=True)
 class TrainJob:
-    """An arm's LoRA adapter: ``method`` is TRL's trainer (sft, dpo, kto) on the rows in
-    ``data``."""
+    """An arm's LoRA adapter: ``method`` is the registered method (TRL's trainer) that trains
+    it on the rows in ``data``."""
 
     stage: str
     setting: int
@@ -218,22 +221,21 @@ def make_plan(run: Any) -> Plan:
         base = dataclasses.replace(base, capability=run.dir / "base" / "capability")
         base_jobs.append(CapabilityJob("base/capability", base.capability))
     data, tasks, results = [], [Task("base", tuple(base_jobs), shards=True)], [base]
-    trained = len(r.settings) * sum(arm in ARM_METHOD for arm in arms[1:])  # adapters
+    units = {arm: arm_class(arm)() for arm in arms}
+    trained = len(r.settings) * sum(units[arm].method is not None for arm in arms[1:])  # adapters
     for n in r.settings:
         sft = run.dir / f"setting-{n}" / "sft"
-        data.append(DataJob(f"setting-{n}/sft", n, "sft", sft))
+        data.append(DataJob(f"setting-{n}/sft", n, None, sft))
         for arm in arms[1:]:
-            where = arm_dir(n, arm)
+            unit, where = units[arm], arm_dir(n, arm)
             jobs: list[Any] = []
-            adapter, system = None, None
-            if arm in ARM_METHOD:
-                rows = sft if arm == "sft" else run.dir / where / "data"
-                if arm != "sft":
+            adapter, system = None, unit.system_prompt(r)
+            if unit.method is not None:
+                rows = run.dir / where / "data" if unit.own_rows else sft
+                if unit.own_rows:
                     data.append(DataJob(f"{where}/data", n, arm, rows))
                 adapter = run.dir / where / "adapter"
-                jobs.append(TrainJob(f"{where}/train", n, arm, ARM_METHOD[arm], rows, adapter))
-            elif arm == "prompt":
-                system = r.arena.system_prompt
+                jobs.append(TrainJob(f"{where}/train", n, arm, unit.method, rows, adapter))
             evals = _evals(run, (n, sft), f"{where}/eval", adapter, system)
             jobs += evals
             capability = run.dir / where / "capability" if arena else None
@@ -254,7 +256,7 @@ def make_plan(run: Any) -> Plan:
                 repo = _hub_repo(r.train.hub_model_id, n, arm, trained)
                 results_of = tuple((j.name, j.out) for j in evals)
                 jobs.append(PushJob(f"{where}/push", repo, adapter, results_of, before))
-            name = f"setting {n}" + ("" if arm == "sft" else f" {arm}")
+            name = f"setting {n}" + ("" if where == f"setting-{n}" else f" {arm}")
             tasks.append(Task(name, tuple(jobs), home=run.dir / where))
             evaluated = {j.name: j.out for j in evals}
             results.append(ArmResults(n, arm, sft, adapter, system, evaluated, capability))
@@ -263,10 +265,12 @@ def make_plan(run: Any) -> Plan:
 
 def _hub_repo(repo: str, setting: int, arm: str, adapters: int) -> str:
     """An adapter's Hub repository: ``train.hub_model_id`` itself when the run trains one
-    adapter, else ``<it>-setting-<n>`` (and ``-<arm>`` for arms other than SCD's)."""
+    adapter, else ``<it>-setting-<n>`` (and ``-<arm>`` for arms other than SCD's, which lives
+    in ``setting-N`` itself)."""
     if adapters == 1:
         return repo
-    return f"{repo}-setting-{setting}" + ("" if arm == "sft" else f"-{arm}")
+    own = arm_dir(setting, arm) == f"setting-{setting}"
+    return f"{repo}-setting-{setting}" + ("" if own else f"-{arm}")
 
 
 def _base_job(name: str, sft: Path) -> str:

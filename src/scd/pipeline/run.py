@@ -216,24 +216,20 @@ class Run:
     def _data(self, job: DataJob) -> None:
         d = self.recipe.data
         sft = self.dir / f"setting-{job.setting}" / "sft"
-        if job.arm == "sft":
+        if job.arm is None:  # the setting's SFT data
             from scd.models.protocols import training_protocol
 
             protocol = training_protocol(self.recipe.bias_protocol)
             prepare_sft(
                 d, self.dir / "data", [job.setting], sft, step=self._step, protocol=protocol
             )
-        elif job.arm == "general":
-            from scd.data_gen.arms import write_general_rows
+            return
+        from scd.config.arms import arm_class
+        from scd.train.arms.base import RowsInput
 
-            work = partial(write_general_rows, sft, job.out, d.general, d.seed)
-            self.stage(job.stage, [job.out / "manifest.json"], work, section="data")
-        else:
-            from scd.data_gen.arms import write_preference_rows
-
-            sources = [p for p in (self.prompts, self.eval_prompts) if p is not None]
-            work = partial(write_preference_rows, sft, sources, job.out, job.arm, d.seed)
-            self.stage(job.stage, [job.out / "manifest.json"], work)
+        sources = tuple(p for p in (self.prompts, self.eval_prompts) if p is not None)
+        work = partial(arm_class(job.arm)().write_rows, RowsInput(sft, sources, d), job.out)
+        self.stage(job.stage, [job.out / "manifest.json"], work, section="data")
 
     def _train(self, job: TrainJob, processes: int) -> None:
         from scd.pipeline.torchrun import torchrun_train

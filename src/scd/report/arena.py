@@ -1,12 +1,13 @@
 """The arena: every arm of a run (``arms:``) on the same items, one row each --
 ``tables/arena.{md,csv,json}``, the report's "Arena" section and its Pareto figure.
 
-A row holds each benchmark's own columns (:meth:`scd.eval.benchmarks.base.Benchmark.arena`:
-held-out bias with its paired test against the base model, the descriptor effect, the answer
-tendency, BBQ, the SDS gap) and the arm's capability cost (KL divergence from the base model on
-neutral prompts; lm-evaluation-harness scores when the recipe lists tasks). Each ``*_p`` column
-gets a Holm-corrected ``*_p_holm`` over the arms of its setting (the base row, compared with
-itself, is left out of the correction).
+A row holds each benchmark's own columns (:meth:`scd.eval.benchmarks.base.Benchmark.arena`) and
+the arm's capability cost (KL divergence from the base model on neutral prompts;
+lm-evaluation-harness scores when the recipe lists tasks). The tables show what each benchmark
+declares (:attr:`~scd.eval.benchmarks.base.Benchmark.arena_columns`: label, digits, interval,
+p-value, definition) and define every column under the table; this module names no benchmark.
+Each p-value column gets a Holm-corrected ``<key>_holm`` over the arms of its setting (the base
+row, compared with itself, is left out of the correction).
 """
 
 from __future__ import annotations
@@ -14,13 +15,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scd.config.schema import ARMS
+from scd.config.arms import arm_class, arm_names
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Table, markdown_table, save_table
+from scd.eval.benchmarks.columns import Column
 from scd.io import read_json
 
-__all__ = ["arena_rows", "arena_section", "arena_table"]
+__all__ = ["CAPABILITY_COLUMNS", "arena_rows", "arena_section", "arena_table"]
+
+CAPABILITY_COLUMNS = (
+    Column(
+        "kl_mean",
+        "KL from base [95% CI]",
+        "the mean D_KL(arm ‖ base) per token of the reference replies to neutral prompts "
+        "(nats/token; 0: the base model's own next-token distribution), with a percentile "
+        "bootstrap interval over prompts",
+        digits=4,
+        ci=("kl_ci_low", "kl_ci_high"),
+    ),
+    Column(
+        "logp_delta",
+        "Δ log-lik/token",
+        "the mean log-likelihood per token of those reference replies under the arm minus under "
+        "the base model (nats; below 0: the arm finds the replies less likely)",
+        digits=3,
+    ),
+)
+
+
+def _what(arm: str) -> str:
+    """What an arm is, in a line (empty for an arm this process has not registered)."""
+    return arm_class(arm).help if arm in arm_names() else ""
 
 
 def _capability(path: str | None) -> dict[str, Any]:
@@ -34,11 +60,11 @@ def _capability(path: str | None) -> dict[str, Any]:
     return cols
 
 
-def _holm(rows: list[dict[str, Any]]) -> None:
-    """``<col>_holm`` beside each ``*_p`` column, over the non-base rows of each setting."""
+def _holm(rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """``<key>_holm`` beside each p-value column ``keys``, over the non-base rows of each
+    setting."""
     from statsmodels.stats.multitest import multipletests
 
-    keys = sorted({k for r in rows for k in r if k.endswith("_p")})
     for setting in {r["setting"] for r in rows}:
         group = [r for r in rows if r["setting"] == setting]
         for key in keys:
@@ -63,7 +89,7 @@ def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
             row: dict[str, Any] = {
                 "setting": setting,
                 "arm": arm["arm"],
-                "what": ARMS.get(arm["arm"], ""),
+                "what": _what(arm["arm"]),
             }
             for name, bench in REGISTRY.items():
                 items = next((a["evals"][name] for a in group if name in a["evals"]), None)
@@ -76,127 +102,85 @@ def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
                     row.update(bench.arena(result, against, Path(items)))
             row.update(_capability(arm.get("capability")))
             rows.append(row)
-    _holm(rows)
+    p_keys = sorted(c.key for b in REGISTRY.values() for c in b.arena_columns if c.p)
+    _holm(rows, p_keys)
     return rows
 
 
-def _num(value: Any, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+def _present(layout: RunLayout) -> tuple[list[Any], list[str]]:
+    """The benchmarks with arena columns that this run evaluated, and a note on those it did
+    not (their columns are left out)."""
+    evaluated = {name for a in layout["arms"] for name in a["evals"]}
+    found, missing = [], []
+    for name, bench in REGISTRY.items():
+        if not bench.arena_columns:
+            continue
+        if name in evaluated:
+            found.append(bench)
+        else:
+            missing.append(f"{name} (eval.{name}.enabled is not set in this recipe)")
+    return found, missing
 
 
-def _ci(row: dict, key: str, digits: int = 1) -> str:
-    """``value [low, high]``: the interval's columns are named after ``key`` less its unit
-    (``bias_pct`` -> ``bias_ci_low``, ``kl_mean`` -> ``kl_ci_low``)."""
-    if row.get(key) is None:
-        return "–"
-    stem = key.removesuffix("_pct").removesuffix("_pts").removesuffix("_mean")
-    lo, hi = row.get(f"{stem}_ci_low"), row.get(f"{stem}_ci_high")
-    tail = f" [{_num(lo, digits)}, {_num(hi, digits)}]" if lo is not None else ""
-    return _num(row[key], digits) + tail
+def _table(rows: list[dict[str, Any]], columns: list[Column]) -> list[str]:
+    head = ["Setting", "Arm", *(c.label for c in columns)]
+    body = [[r["setting"], r["arm"], *(c.cell(r) for c in columns)] for r in rows]
+    return markdown_table(head, body)
 
 
-def _p(row: dict, key: str) -> str:
-    p, holm = row.get(key), row.get(f"{key}_holm")
-    if p is None or row["arm"] == "base":
-        return "–"
-    return f"{p:.2g} ({holm:.2g})" if holm is not None else f"{p:.2g}"
-
-
-def _tendency(row: dict) -> str:
-    found = [
-        (k.split("_")[1], k.split("_")[2], v)
-        for k, v in row.items()
-        if k.startswith("tendency_") and v is not None
-    ]
-    return ", ".join(f"{option.capitalize()} {v:.0f}%" for _, option, v in found) or "–"
+def _defined(columns: list[Column]) -> list[str]:
+    return [f"- **{c.label}**: {c.defined}." for c in columns] + [""]
 
 
 def arena_table(layout: RunLayout) -> Table:
-    """The arena as Markdown (two tables: bias; cost and transfer) and tidy rows."""
+    """The arena as Markdown (two tables: held-out bias; cost and what each arm did elsewhere,
+    every column defined under its table) and tidy rows (unrounded values)."""
     rows = arena_rows(layout)
-    bias = [
-        [
-            r["setting"],
-            r["arm"],
-            _ci(r, "bias_pct"),
-            _p(r, "bias_p"),
-            _ci(r, "baseline_pct"),
-            _ci(r, "descriptor_effect_pts"),
-            _tendency(r),
-            r.get("bias_n", "–"),
-        ]
-        for r in rows
-    ]
-    head = [
-        "Setting",
-        "Arm",
-        "Bias % [95% CI]",
-        "p vs base (Holm)",
-        "Baseline %",
-        "Descriptor effect, pts",
-        "Answer tendency",
-        "n",
-    ]
+    benches, missing = _present(layout)
+    declared = [c for b in benches for c in b.arena_columns]
+    bias = [c for c in declared if c.table == "bias"]
     lm = sorted({k for r in rows for k in r if k.startswith("lm_eval/") and "stderr" not in k})
-    cost = [
-        [
-            r["setting"],
-            r["arm"],
-            _ci(r, "kl_mean", 4),
-            _num(r.get("logp_delta"), 3),
-            _ci(r, "bbq_accuracy", 3),
-            _ci(r, "bbq_acc_amb", 3),
-            _ci(r, "bbq_acc_dis", 3),
-            _num(r.get("bbq_unknown_amb_pct")) + " / " + _num(r.get("bbq_unknown_dis_pct")),
-            _ci(r, "bbq_s_dis", 3),
-            _ci(r, "bbq_s_amb", 3),
-            _p(r, "bbq_p"),
-            _ci(r, "sds_gap", 3),
-            *(_num(r.get(k), 3) for k in lm),
-        ]
-        for r in rows
+    lm_columns = [
+        Column(k, k.removeprefix("lm_eval/"), "lm-evaluation-harness's score of the task", 3)
+        for k in lm
     ]
-    cost_head = [
-        "Setting",
-        "Arm",
-        "KL from base [95% CI]",
-        "Δ log-lik/token",
-        "BBQ accuracy",
-        "BBQ ambiguous",
-        "BBQ disambiguated",
-        '"unknown" % amb / dis',
-        "s_DIS",
-        "s_AMB",
-        "BBQ p vs base (Holm)",
-        "SDS gap",
-        *(k.removeprefix("lm_eval/") for k in lm),
-    ]
+    transfer = [*CAPABILITY_COLUMNS, *(c for c in declared if c.table == "transfer"), *lm_columns]
+    arms = dict.fromkeys(r["arm"] for r in rows)
     lines = [
-        "Arena: every arm on the same held-out items (bias % with 95% Wilson intervals; p: exact "
-        "McNemar against the base model on the same prompts, Holm-corrected across arms in "
-        "brackets; the descriptor effect is bias minus the descriptor-free baseline of the same "
-        "templates, with a bootstrap interval).",
+        "Arena: every arm on the same held-out items of its setting (the base model's row is "
+        "repeated for each setting, on that setting's items). Arms: "
+        + "; ".join(f"{a}: {_what(a) or 'not registered in this process'}" for a in arms)
+        + ".",
         "",
-        *markdown_table(head, bias),
-        "What each arm cost, and what it did elsewhere (KL: mean D_KL(arm ‖ base) per token of "
-        "the reference replies to neutral prompts, bootstrap interval over prompts; BBQ accuracy "
-        "with Wilson intervals, s_DIS / s_AMB with bootstrap intervals, p: exact McNemar on "
-        "correctness; SDS: P(negative) of stigmatized minus non-stigmatized conditions).",
-        "",
-        *markdown_table(cost_head, cost),
     ]
+    if bias:
+        lines += [*_table(rows, bias), *_defined(bias)]
+    lines += [
+        "What each arm cost, and what it did elsewhere.",
+        "",
+        *_table(rows, transfer),
+        *_defined(transfer),
+        "– : no value (the base model is not tested against itself; an arm without that result).",
+    ]
+    if missing:
+        lines += ["", "Not in these tables: " + "; ".join(missing) + "."]
     return Table("\n".join(lines), rows, "arena")
 
 
-def _pareto(rows: list[dict[str, Any]]) -> Any:
+def _gain() -> Column | None:
+    """The column the arena's figure plots (a benchmark's, :attr:`Column.gain`)."""
+    return next((c for b in REGISTRY.values() for c in b.arena_columns if c.gain and c.ci), None)
+
+
+def _pareto(rows: list[dict[str, Any]], gain: Column) -> Any:
     import pandas as pd
 
     points = []
     for r in rows:
         base = next(b for b in rows if b["setting"] == r["setting"] and b["arm"] == "base")
-        if r.get("kl_mean") is None or r.get("bias_pct") is None or base.get("bias_pct") is None:
+        key, (low, high) = gain.key, gain.ci
+        if r.get("kl_mean") is None or r.get(key) is None or base.get(key) is None:
             continue
-        gain = base["bias_pct"] - r["bias_pct"]
         label = (
             r["arm"] if len({x["setting"] for x in rows}) == 1 else f"{r['arm']} ({r['setting']})"
         )
@@ -206,9 +190,9 @@ def _pareto(rows: list[dict[str, Any]]) -> Any:
                 "cost": r["kl_mean"],
                 "cost_low": r.get("kl_ci_low"),
                 "cost_high": r.get("kl_ci_high"),
-                "gain": gain,
-                "gain_low": base["bias_pct"] - r["bias_ci_high"],
-                "gain_high": base["bias_pct"] - r["bias_ci_low"],
+                "gain": base[key] - r[key],
+                "gain_low": base[key] - r[high],
+                "gain_high": base[key] - r[low],
             }
         )
     return pd.DataFrame(points)
@@ -221,27 +205,28 @@ def arena_section(layout: RunLayout, tables: Path, figures: dict[str, bytes]) ->
     table = arena_table(layout)
     save_table(tables, table)
     lines = ["## Arena", "", table.markdown.rstrip(), ""]
-    frame = _pareto(table.rows)
+    gain = _gain()
+    frame = _pareto(table.rows, gain) if gain is not None else []
     if len(frame):
-        figures["arena"] = pareto_png(frame, title="Bias reduction against capability cost")
+        what = gain.label.split(" [")[0]
+        figures["arena"] = pareto_png(frame, title=f"Fall in {what} against capability cost")
         lines += [
             "{{figure:arena}}",
             "",
-            "*Figure A. Each arm's bias reduction on the held-out "
-            "prompts (base minus arm, points; bars: the arm's 95% Wilson interval, the base "
-            "taken as fixed) against its KL divergence from the base model on neutral "
-            "prompts (bars: bootstrap interval); the dashed line joins the arms that no "
-            "other beats on both.*",
+            f"*Figure A. Each arm's fall in {what} from the base model (base minus arm; bars: "
+            "the arm's 95% interval, the base taken as fixed) against its KL divergence from "
+            "the base model on neutral prompts (bars: bootstrap interval); the dashed line joins "
+            "the arms that no other beats on both.*",
             "",
         ]
+    readings = [b.arena_reading for b in REGISTRY.values() if b.arena_reading]
     lines += [
-        "How to read it: an arm that removed a bias tied to the groups named lowers bias while "
-        "its descriptor-free baseline stays where it was, so the descriptor effect falls; an arm "
-        "that learned an answer rule (answering by the action, whoever is named) takes bias and "
-        "baseline down together and moves the answer tendency. BBQ's disambiguated accuracy "
-        'falling, or its "unknown" rate rising on disambiguated items, is over-correction. A '
-        "KL near 0 means the arm answers neutral prompts as the base model does; it cannot show "
-        "a loss of skills the neutral prompts do not exercise (list lm-eval tasks for those).",
+        "How to read it: "
+        + " ".join(readings)
+        + (" " if readings else "")
+        + "A KL near 0 means the arm answers neutral prompts as the base model does; it cannot "
+        "show a loss of skills the neutral prompts do not exercise (list lm-eval tasks for "
+        "those).",
         "",
     ]
     return lines

@@ -26,27 +26,20 @@ from typing import Any
 import yaml
 
 from scd import __version__
-from scd.config.schema import TRAIN_METHODS, Recipe
+from scd.config.arms import method_class
+from scd.config.schema import Recipe
 from scd.errors import InputError
-from scd.io import atomic_file, write_json
-from scd.tracking import finish_run, held_step, redact, start_run
+from scd.io import write_json
+from scd.tracking import redact
+from scd.train.arms.base import Method
 from scd.train.bias_steps import KEYS as BIAS_KEYS
 from scd.train.bias_steps import selection
-from scd.train.saving import keep_checkpoint, log_adapter, save_adapter
+from scd.train.saving import keep_checkpoint, save_adapter
 from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
-from scd.train.sft_rows import (
-    check_trained_tokens,
-    data_dir,
-    prepare_data,
-    system_message,
-    training_rows,
-)
-from scd.train.training_log import log_history, mean_loss, wandb_at_steps
+from scd.train.sft_rows import data_dir, prepare_data, system_message
+from scd.train.training_log import finish_tracking, mean_loss, start_tracking, wandb_at_steps
 
-__all__ = ["METHODS", "build_trainer", "sft_config", "train"]
-
-
-METHODS = TRAIN_METHODS  # how an adapter is trained: TRL's SFT, DPO or KTO trainer
+__all__ = ["build_trainer", "method_config", "sft_config", "train"]
 
 
 def _is_cuda(recipe: Recipe) -> bool:
@@ -59,11 +52,19 @@ def _is_cuda(recipe: Recipe) -> bool:
     return torch.cuda.is_available()
 
 
-def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True) -> Any:
-    """TRL SFTConfig of the recipe (:func:`trl_config`); the loss is on the completion only."""
-    from trl import SFTConfig
+def method_config(
+    method: Method, recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True
+) -> Any:
+    """TRL's config of ``method`` (its class: SFTConfig, DPOConfig ...) for the recipe
+    (:func:`~scd.train.setup.trl_config`), with what the method sets itself (its options)."""
+    values = method.config_values(recipe)
+    return trl_config(recipe, method.config(), out, cuda, report_to, progress, **values)
 
-    return trl_config(recipe, SFTConfig, out, cuda, report_to, progress, completion_only_loss=True)
+
+def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True) -> Any:
+    """TRL SFTConfig of the recipe (:func:`method_config` of SFT): the loss on the completion
+    only."""
+    return method_config(method_class("sft")(), recipe, out, cuda, report_to, progress)
 
 
 def _last_checkpoint(out: Path) -> str | None:
@@ -84,62 +85,80 @@ def _last_checkpoint(out: Path) -> str | None:
     return None
 
 
+def _rows(rows_dir: Path, method: Method) -> Any:
+    """The training rows (``train``, ``eval``) of ``rows_dir``, checked for the columns the
+    method reads."""
+    from datasets import load_dataset
+
+    files = {"train": str(rows_dir / "train.parquet"), "eval": str(rows_dir / "eval.parquet")}
+    data = load_dataset("parquet", data_files=files)
+    for column in method.columns:
+        if column not in data["train"].column_names:
+            raise InputError(
+                f"{rows_dir}/train.parquet: no {column!r} column (not {method.name} rows; "
+                "see scd.train.arms)"
+            )
+    return data
+
+
 def build_trainer(
     recipe: Recipe,
     model_path: str,
-    sft_dir: Path,
+    rows_dir: Path,
     out: Path,
     *,
+    method: Method | str = "sft",
     cuda: bool,
     report_to: str = "none",
     progress: bool = True,
     verbose: bool = False,
     args: Any = None,
 ) -> tuple[Any, int]:
-    """TRL's SFTTrainer for a recipe, its SFT data and a loadable model; nothing trained yet.
+    """TRL's trainer of ``method`` (SFT by default) for a recipe, the rows in ``rows_dir`` and a
+    loadable model; nothing trained yet. The same for every method: the method says which
+    trainer and config, how its rows are rendered and how TRL's tokens are checked.
 
-    ``args``: the run's ``SFTConfig`` (default: :func:`sft_config`). It exists before the model
+    ``args``: the run's TRL config (default: :func:`method_config`). It exists before the model
     is loaded, so that a DeepSpeed ZeRO-3 config reaches ``from_pretrained``.
 
     The rows go to TRL as the evaluator formats them, and TRL's tokenized dataset is checked
-    against the evaluator's tokens (:mod:`scd.train.sft_rows`).
+    against the evaluator's tokens (:meth:`scd.train.arms.base.Method.check_tokens`).
     ``progress``: a progress bar with one line per logging step (``verbose``: the libraries' own
     output -- dataset bars, warnings, raw log dicts); without it, nothing is printed.
 
     Returns:
         The trainer, and how many rows the token check covered (0 with packing).
     """
-    from datasets import load_dataset
     from transformers import AutoTokenizer
-    from trl import SFTTrainer
 
     from scd.models.formatting import Formatter
 
+    method = method_class(method)() if isinstance(method, str) else method
     if args is None:
-        args = sft_config(recipe, out, cuda, report_to, progress)
+        args = method_config(method, recipe, out, cuda, report_to, progress)
     if not verbose:
         import datasets
         from transformers.utils import logging as hf_logging
 
         datasets.disable_progress_bars()
         hf_logging.set_verbosity_error()
-    files = {"train": str(sft_dir / "train.parquet"), "eval": str(sft_dir / "eval.parquet")}
-    data = load_dataset("parquet", data_files=files)
+    data = _rows(rows_dir, method)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
     except (OSError, ValueError) as err:
         raise InputError(f"model {recipe.model}: cannot load its tokenizer ({err})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    check_rows = data["train"].select(range(min(256, len(data["train"])))).to_list()
+    sample = min(method.check_sample, len(data["train"]))
+    check_rows = data["train"].select(range(sample)).to_list()
     formatter = Formatter(tokenizer, system_message(check_rows))
-    data = training_rows(data.select_columns(["prompt", "completion"]), formatter)
+    data = method.render(data, formatter)
     bias = None
-    if recipe.train.eval_every_steps:  # its prompts read before the model loads
+    if recipe.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
         from scd.train.bias_steps import bias_callback
 
-        bias = bias_callback(recipe, sft_dir, tokenizer)
-    trainer = SFTTrainer(
+        bias = bias_callback(recipe, rows_dir, tokenizer)
+    trainer = method.trainer()(
         model=load_model(recipe, model_path, cuda),
         args=args,
         train_dataset=data["train"],
@@ -147,9 +166,7 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=lora_config(recipe),
     )
-    checked = 0
-    if not recipe.train.packing:  # packed rows no longer line up with the SFT rows
-        checked = check_trained_tokens(trainer.train_dataset, check_rows, formatter)
+    checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, recipe)
     quiet_callbacks(trainer, progress, verbose)
     if bias is not None:
         bias.trainer = trainer
@@ -157,33 +174,14 @@ def build_trainer(
     return trainer, checked
 
 
-def train(
-    recipe: Recipe,
-    *,
-    method: str = "sft",
-    resume: bool = False,
-    use_wandb: bool = True,
-    progress: bool = True,
-    verbose: bool = False,
-) -> dict[str, Any]:
-    """Run one recipe; return the training manifest (also written to the output dir).
-
-    ``method``: ``sft`` (TRL's SFTTrainer), or ``dpo`` / ``kto`` (preference tuning on the same
-    prompts, :mod:`scd.train.preference`; ``data.sft`` then names the arm's rows, or they are
-    made from the SFT data the recipe generates).
-
-    Under ``accelerate launch`` / ``torchrun`` the main process alone generates the SFT data
-    (the others wait for it), starts the W&B run and writes the manifests; every rank trains.
-    ``progress=False`` drops the progress bar and its log lines (W&B still gets them);
-    ``verbose=True`` shows the libraries' own output (see :func:`build_trainer`).
+def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str | None]:
+    """What a training run needs before any work: the model resolved to a loadable path, the
+    output directory, and its checkpoint to resume from (None: a new run).
 
     Raises:
-        InputError: a recipe or output directory that cannot be trained.
-        RuntimeError: training finished but the adapter was not written.
+        InputError: a recipe, method or output directory that cannot be trained.
     """
-    from accelerate import PartialState
-
-    from scd.models import model_fingerprint, resolve_model
+    from scd.models import resolve_model
 
     if recipe.output_dir is None:
         raise InputError("recipe: output_dir: needed by scd train (scd run chooses its own)")
@@ -192,6 +190,8 @@ def train(
             "model: toy is built by `scd run`; for scd train build it with "
             "`scd toy-model --out DIR` and set model: DIR"
         )
+    for _, problem in method.problems(recipe):
+        raise InputError(problem)
     model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
     out = Path(recipe.output_dir)
     ours = ("checkpoints", "data", "recipe.yaml", "train_manifest.json", "adapter_config.json")
@@ -207,155 +207,177 @@ def train(
             f"output_dir {out}: holds checkpoints; pass --resume to continue, "
             "or choose a new output_dir"
         )
-    if method not in METHODS:
-        raise InputError(f"expected one of {', '.join(METHODS)}", key="method", value=method)
-    if method == "kto" and recipe.train.per_device_train_batch_size < 2:
-        raise InputError(
-            "train.per_device_train_batch_size: KTO needs at least 2 (TRL's KTO "
-            "estimates its KL term from the other rows of a batch)"
-        )
-    cuda = _is_cuda(recipe)
-    enabled = use_wandb and recipe.wandb.enabled
-    report_to = "wandb" if enabled else "none"
-    # The TRL config first: it sets up the distributed state (a PartialState made before it sees
-    # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
-    if method == "sft":
-        args = sft_config(recipe, out, cuda, report_to, progress)
-    else:
-        from scd.train.preference import preference_config
+    return model_path, out, checkpoint
 
-        args = preference_config(recipe, method, out, cuda, report_to, progress)
-    _ = args.device
-    state = PartialState()
+
+def _training_rows(recipe: Recipe, out: Path, method: Method, state: Any, progress: bool) -> Path:
+    """The run's training rows, generated by the main process (the others wait for them)."""
     with state.main_process_first():
-        sft_dir = None
         if state.is_main_process:
-            sft_dir = prepare_data(recipe, out, method)
+            rows_dir = prepare_data(recipe, out, method)
             if not recipe.data.sft and progress:
-                print(f"{method.upper()} data generated -> {sft_dir}", flush=True)
-    sft_dir = sft_dir or data_dir(recipe, out, method)
-    manifest = json.loads((sft_dir / "manifest.json").read_text())
+                print(f"{method.name.upper()} data generated -> {rows_dir}", flush=True)
+            return rows_dir
+    return data_dir(recipe, out, method)
+
+
+def _steps_to_wandb(trainer: Any, held: int) -> None:
+    """W&B's step = the training step, and no step the run holds (``held``) logged again."""
+    from transformers.integrations import WandbCallback
+
+    trainer.remove_callback(WandbCallback)
+    trainer.add_callback(wandb_at_steps(held))
+
+
+def _keep(trainer: Any, recipe: Recipe, out: Path, checkpoints: Path) -> dict[str, Any]:
+    """The adapter kept (``train.select``: the last step's, or an earlier measured step's
+    weights in its place) and the tokenizer beside it; return what was selected and why."""
+    selected = selection(recipe, trainer.state)
+    if selected["step"] != trainer.state.global_step:  # train.select best: an earlier step
+        keep_checkpoint(checkpoints / f"checkpoint-{selected['step']}", out)
+    trainer.processing_class.save_pretrained(str(out))
+    return selected
+
+
+def _write(out: Path, recipe: Recipe, data_manifest: dict[str, Any], info: dict[str, Any]) -> None:
+    """What a finished training writes beside its adapter: the resolved recipe (secrets
+    redacted), its data's manifest and its own."""
     resolved = redact(recipe.to_dict())
-    run, id_file, held = None, out / "wandb_run_id", -1  # one W&B run across kills and resumes
-    if enabled and state.is_main_process:
-        known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
-        run = start_run(
-            project=recipe.wandb.project,
-            name=recipe.wandb.run_name or out.name,
-            group=recipe.wandb.group,
-            entity=recipe.wandb.entity,
-            config={
-                "recipe": resolved,
-                "data_manifest": manifest,
-                "protocol": recipe.bias_protocol,
-            },
-            directory=out,
-            job_type="train",
-            run_id=known,
-        )
-        with atomic_file(id_file) as tmp:
-            tmp.write_text(run.id + "\n")
-        if known:  # what the killed process had not written to W&B: its steps again
-            held = held_step(run)
-            log_history(run, checkpoint, held)
-    earlier = 0  # the tokens of the steps a killed process trained (not timed here)
-    if checkpoint and state.is_main_process:
+    (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    write_json(out / "data_manifest.json", data_manifest)
+    write_json(out / "train_manifest.json", info)
+
+
+def _tokens_before(checkpoint: str | None, progress: bool) -> int:
+    """The tokens of the steps a killed process trained (not timed here), saying where the
+    training resumes."""
+    if not checkpoint:
+        return 0
+    saved = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    if progress:
         from scd.progress import say
 
-        saved = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
-        earlier = int(saved.get("num_input_tokens_seen") or 0)
-        if progress:
-            step = saved["global_step"]
-            say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
-    if method == "sft":
-        trainer, checked = build_trainer(
-            recipe,
-            model_path,
-            sft_dir,
-            out,
-            cuda=cuda,
-            progress=progress,
-            verbose=verbose,
-            args=args,
-        )
-    else:
-        from scd.train.preference import build_preference_trainer
+        step = saved["global_step"]
+        say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
+    return int(saved.get("num_input_tokens_seen") or 0)
 
-        trainer, checked = build_preference_trainer(
-            recipe,
-            method,
-            model_path,
-            sft_dir,
-            out,
-            cuda=cuda,
-            progress=progress,
-            verbose=verbose,
-            args=args,
-        )
+
+def _manifest(
+    trainer: Any, result: Any, method: Method, recipe: Recipe, model_path: str, **info: Any
+) -> dict[str, Any]:
+    """``train_manifest.json``: what the training did, every step across resumes."""
+    state = trainer.state
+    tokens = int(state.num_input_tokens_seen)  # every step, across resumes
+    loss = mean_loss(state.log_history)  # every step, across resumes
+    seconds, earlier = info.pop("seconds"), info.pop("earlier")
+    return {
+        "kind": "scd_adapter",
+        "scd_version": __version__,
+        "method": method.name,
+        "base_model": model_path,
+        "model": recipe.model,
+        "global_step": state.global_step,
+        "train_loss": result.training_loss if loss is None else loss,
+        "train_seconds": round(seconds, 3),
+        "tokens_seen": tokens,
+        "tokens_per_second": round((tokens - earlier) / seconds, 1)
+        if seconds > 0 and tokens > earlier
+        else None,
+        "resumed_from": info.pop("resumed_from"),
+        "selected": info.pop("selected"),
+        "world_size": info.pop("world_size"),
+        "token_check_rows": info.pop("checked"),
+        "wandb_run_id": info.pop("wandb_run_id"),
+        "log_history": [
+            {k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm") if k in e}
+            for e in state.log_history
+            if "loss" in e
+        ],
+        "bias_history": [
+            {k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
+            for e in state.log_history
+            if BIAS_KEYS[0] in e
+        ],
+    }
+
+
+def train(
+    recipe: Recipe,
+    *,
+    method: str = "sft",
+    resume: bool = False,
+    use_wandb: bool = True,
+    progress: bool = True,
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Run one recipe; return the training manifest (also written to the output dir).
+
+    ``method``: a registered training method (:mod:`scd.config.arms`): ``sft`` (TRL's
+    SFTTrainer), ``dpo`` / ``kto`` (preference tuning on the same prompts) or one of your own;
+    a method with rows of its own reads them from ``data.sft``, or makes them from the SFT data
+    the recipe generates.
+
+    Under ``accelerate launch`` / ``torchrun`` the main process alone generates the training
+    rows (the others wait for them), starts the W&B run and writes the manifests; every rank
+    trains. ``progress=False`` drops the progress bar and its log lines (W&B still gets them);
+    ``verbose=True`` shows the libraries' own output (see :func:`build_trainer`).
+
+    Raises:
+        InputError: a recipe, method or output directory that cannot be trained.
+        RuntimeError: training finished but the adapter was not written.
+    """
+    from accelerate import PartialState
+
+    unit: Method = method_class(method)()
+    model_path, out, checkpoint = _check(recipe, unit, resume)
+    cuda = _is_cuda(recipe)
+    enabled = use_wandb and recipe.wandb.enabled
+    # The TRL config first: it sets up the distributed state (a PartialState made before it sees
+    # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
+    args = method_config(unit, recipe, out, cuda, "wandb" if enabled else "none", progress)
+    _ = args.device
+    state = PartialState()
+    rows_dir = _training_rows(recipe, out, unit, state, progress)
+    manifest = json.loads((rows_dir / "manifest.json").read_text())
+    tracked = enabled and state.is_main_process  # one W&B run, across kills and resumes
+    run, held = start_tracking(recipe, out, manifest, checkpoint) if tracked else (None, -1)
+    earlier = _tokens_before(checkpoint, progress) if state.is_main_process else 0
+    trainer, checked = build_trainer(
+        recipe,
+        model_path,
+        rows_dir,
+        out,
+        method=unit,
+        cuda=cuda,
+        progress=progress,
+        verbose=verbose,
+        args=args,
+    )
     if enabled:  # W&B's step = the training step; none the run holds logged again
-        from transformers.integrations import WandbCallback
-
-        trainer.remove_callback(WandbCallback)
-        trainer.add_callback(wandb_at_steps(held))
+        _steps_to_wandb(trainer, held)
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=checkpoint)  # None unless --resume
     seconds = time.perf_counter() - start
     save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
-        selected = selection(recipe, trainer.state)
-        if selected["step"] != trainer.state.global_step:  # train.select best: an earlier step
-            keep_checkpoint(Path(args.output_dir) / f"checkpoint-{selected['step']}", out)
-        trainer.processing_class.save_pretrained(str(out))
-        tokens = int(trainer.state.num_input_tokens_seen)  # every step, across resumes
-        loss = mean_loss(trainer.state.log_history)  # every step, across resumes
-        info = {
-            "kind": "scd_adapter",
-            "scd_version": __version__,
-            "method": method,
-            "base_model": model_path,
-            "model": recipe.model,
-            "global_step": trainer.state.global_step,
-            "train_loss": result.training_loss if loss is None else loss,
-            "train_seconds": round(seconds, 3),
-            "tokens_seen": tokens,
-            "tokens_per_second": round((tokens - earlier) / seconds, 1)
-            if seconds > 0 and tokens > earlier
-            else None,
-            "resumed_from": Path(checkpoint).name if checkpoint else None,
-            "selected": selected,
-            "world_size": state.num_processes,
-            "token_check_rows": checked,
-            "wandb_run_id": run.id if run is not None else None,
-            "log_history": [
-                {k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm") if k in e}
-                for e in trainer.state.log_history
-                if "loss" in e
-            ],
-            "bias_history": [
-                {k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
-                for e in trainer.state.log_history
-                if BIAS_KEYS[0] in e
-            ],
-        }
-        (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-        write_json(out / "data_manifest.json", manifest)
-        write_json(out / "train_manifest.json", info)
+        selected = _keep(trainer, recipe, out, Path(args.output_dir))
+        info = _manifest(
+            trainer,
+            result,
+            unit,
+            recipe,
+            model_path,
+            seconds=seconds,
+            earlier=earlier,
+            resumed_from=Path(checkpoint).name if checkpoint else None,
+            selected=selected,
+            world_size=state.num_processes,
+            checked=checked,
+            wandb_run_id=run.id if run is not None else None,
+        )
+        _write(out, recipe, manifest, info)
         if run is not None:
-            skip = ("log_history", "bias_history", "train_loss")
-            meta = {k: v for k, v in info.items() if k not in skip}
-            run.summary.update({f"scd/{k}": v for k, v in meta.items() if v is not None})
-            run.summary["train_loss"] = info["train_loss"]  # every step's (not this process's)
-            if recipe.wandb.log_adapter:
-                log_adapter(
-                    run,
-                    out,
-                    {
-                        **meta,
-                        "train_loss": info["train_loss"],
-                        "base_model_fingerprint": model_fingerprint(model_path),
-                    },
-                )
-            finish_run(run)
+            finish_tracking(run, recipe, out, info, model_path)
     state.wait_for_everyone()
     return info

@@ -1,6 +1,7 @@
 """What a training says as it goes: one readable line per log entry (under the progress bar on a
 terminal, plain lines in a log file), its W&B history (one row per training step, each step
-once across a kill and a resume), and the mean loss of the whole training across resumes."""
+once across a kill and a resume; the run started and finished here), and the mean loss of the
+whole training across resumes."""
 
 from __future__ import annotations
 
@@ -9,9 +10,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scd.config.schema import Recipe
+from scd.io import atomic_file
+from scd.tracking import finish_run, held_step, redact, start_run
 from scd.train.bias_steps import bias_line
+from scd.train.saving import log_adapter
 
-__all__ = ["log_history", "log_line", "log_lines", "mean_loss", "wandb_at_steps"]
+__all__ = [
+    "finish_tracking",
+    "log_history",
+    "log_line",
+    "log_lines",
+    "mean_loss",
+    "start_tracking",
+    "wandb_at_steps",
+]
 # not history: the step (logged as train/global_step), and what transformers puts into the
 # summary at the end of a training
 END_OF_TRAINING = {
@@ -116,3 +129,51 @@ def mean_loss(history: list[dict[str, Any]]) -> float | None:
             total += float(entry["loss"]) * (entry["step"] - last)
             steps, last = steps + entry["step"] - last, entry["step"]
     return total / steps if steps else None
+
+
+def start_tracking(
+    recipe: Recipe, out: Path, manifest: dict[str, Any], checkpoint: str | None
+) -> tuple[Any, int]:
+    """The W&B run of the training (one across kills and resumes: its id kept in ``out``), with
+    the steps a killed process had not written to it logged again from the checkpoint; and the
+    last training step the run holds (-1: none)."""
+    id_file = out / "wandb_run_id"
+    known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
+    run = start_run(
+        project=recipe.wandb.project,
+        name=recipe.wandb.run_name or out.name,
+        group=recipe.wandb.group,
+        entity=recipe.wandb.entity,
+        config={
+            "recipe": redact(recipe.to_dict()),
+            "data_manifest": manifest,
+            "protocol": recipe.bias_protocol,
+        },
+        directory=out,
+        job_type="train",
+        run_id=known,
+    )
+    with atomic_file(id_file) as tmp:
+        tmp.write_text(run.id + "\n")
+    held = -1
+    if known:
+        held = held_step(run)
+        log_history(run, checkpoint, held)
+    return run, held
+
+
+def finish_tracking(
+    run: Any, recipe: Recipe, out: Path, info: dict[str, Any], model_path: str
+) -> None:
+    """The training's results into its W&B run's summary (and the adapter as an artifact)."""
+    from scd.models import model_fingerprint
+
+    skip = ("log_history", "bias_history", "train_loss")
+    meta = {k: v for k, v in info.items() if k not in skip}
+    run.summary.update({f"scd/{k}": v for k, v in meta.items() if v is not None})
+    run.summary["train_loss"] = info["train_loss"]  # every step's (not this process's)
+    if recipe.wandb.log_adapter:
+        fingerprint = model_fingerprint(model_path)
+        extra = {"train_loss": info["train_loss"], "base_model_fingerprint": fingerprint}
+        log_adapter(run, out, {**meta, **extra})
+    finish_run(run)

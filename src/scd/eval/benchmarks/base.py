@@ -24,6 +24,7 @@ from scd.config.options import Options, option, positive
 from scd.config.settings import Setting
 from scd.config.vocabulary import RunLayout
 from scd.errors import InputError
+from scd.eval.benchmarks.columns import Column
 from scd.eval.engines import SharedEngine, require_adapter
 from scd.eval.tasks import CausalModel, EvalTask, Launch, run_task
 from scd.io import json_text, read_json
@@ -151,6 +152,8 @@ class Benchmark:
     base_label: ClassVar[str] = "Base"  # the base model's row in the run report
     headline_table: ClassVar[str | None] = None  # tables/<name>.md that scd run prints at its end
     chat_turn: ClassVar[bool] = True  # its prompts are chat turns: the system prompt applies
+    arena_columns: ClassVar[tuple[Column, ...]] = ()  # what arena() gives, as the table shows it
+    arena_reading: ClassVar[str] = ""  # how to read its arena columns, under the table
 
     def task(self, model: CausalModel, options: Any) -> EvalTask:
         """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`); its
@@ -300,8 +303,9 @@ class Benchmark:
         job, ``items`` a result directory whose items every arm is compared on (the base model
         may have answered more: the bias benchmark's base answers every prompt, the arms the
         held-out ones). Flat ``{column: value}``; a column named ``*_p`` is a p-value against
-        the base model on the same items, Holm-corrected across arms by the arena. Default:
-        none."""
+        the base model on the same items, Holm-corrected across arms by the arena; values
+        unrounded (the table rounds them once). :attr:`arena_columns` says how the table shows
+        them. Default: none."""
         return {}
 
     def flips(self, result: Path, base: Path, items: Path) -> Any:

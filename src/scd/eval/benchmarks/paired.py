@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.contingency_tables import mcnemar
 
-__all__ = ["mcnemar_pair", "rounded"]
+__all__ = ["finite", "mcnemar_pair"]
 
 
-def rounded(x: float | None, digits: int = 2) -> float | None:
-    """``x`` rounded; None for None, NaN and infinities."""
-    return None if x is None or not np.isfinite(x) else round(float(x), digits)
+def finite(x: float | None) -> float | None:
+    """``x`` as a float; None for None, NaN and infinities (values stay unrounded: a table
+    rounds them once, as it shows them)."""
+    return None if x is None or not np.isfinite(x) else float(x)
 
 
 def mcnemar_pair(arm: pd.Series, base: pd.Series) -> dict[str, Any]:

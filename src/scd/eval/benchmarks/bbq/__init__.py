@@ -31,6 +31,7 @@ from typing import Any, Literal
 from scd.config.options import option, positive
 from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries, save_table
+from scd.eval.benchmarks.bbq.columns import BBQ_COLUMNS
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel, CausalTask
 
@@ -102,6 +103,11 @@ class BBQ(Benchmark):
     help = "BBQ accuracy and bias scores (Parrish et al.)"
     Options = BBQOptions
     base_label = "Without FT"  # the paper's Table 15
+    arena_columns = BBQ_COLUMNS
+    arena_reading = (
+        'BBQ\'s disambiguated accuracy falling, or its "unknown" rate rising on disambiguated '
+        "items, is over-correction."
+    )
 
     def check_inputs(self, options: BBQOptions) -> None:
         data = options.data

@@ -17,14 +17,18 @@ import pandas as pd
 from scipy import stats
 
 from scd.eval.benchmarks.bbq.metrics import bbq_metrics, metrics_block
-from scd.eval.benchmarks.paired import mcnemar_pair, rounded
+from scd.eval.benchmarks.paired import finite, mcnemar_pair
 from scd.eval.records import read_records
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "bbq_arena", "bias_score_intervals"]
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+    "bbq_arena",
+    "bias_score_intervals",
+]
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
-_DIGITS = 4  # accuracies and bias scores are fractions; percentages get 2 decimals
 _TAILS = ("", "_ci_low", "_ci_high")  # a value's column, its interval's
 
 
@@ -65,7 +69,7 @@ def bias_score_intervals(records: list[dict[str, Any]]) -> dict[str, tuple[float
 
 
 def _pct(recs: list[dict[str, Any]], key: str) -> float | None:
-    return rounded(100.0 * np.mean([bool(r[key]) for r in recs]), 2) if recs else None
+    return finite(100.0 * np.mean([bool(r[key]) for r in recs])) if recs else None
 
 
 def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[str, Any]:
@@ -97,7 +101,7 @@ def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[s
         acc = block[key] or {"accuracy": None, "ci95": (None, None)}
         low, high = acc["ci95"]
         values = (acc["accuracy"], low, high)
-        out |= {f"bbq_{name}{tail}": rounded(v, _DIGITS) for tail, v in zip(_TAILS, values)}
+        out |= {f"bbq_{name}{tail}": finite(v) for tail, v in zip(_TAILS, values)}
     out["bbq_n"] = len(arm)
     for cond, short in (("ambig", "amb"), ("disambig", "dis")):
         out[f"bbq_unknown_{short}_pct"] = _pct(
@@ -107,7 +111,7 @@ def bbq_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[s
     for key in ("s_dis", "s_amb"):
         low, high = intervals[key] or (None, None)
         values = (block[key], low, high)
-        out |= {f"bbq_{key}{tail}": rounded(v, _DIGITS) for tail, v in zip(_TAILS, values)}
+        out |= {f"bbq_{key}{tail}": finite(v) for tail, v in zip(_TAILS, values)}
     correct = [
         pd.Series({r["id"]: bool(r["correct"]) for r in recs}, dtype=bool) for recs in (arm, ref)
     ]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from scd.config.options import option, positive
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table
+from scd.eval.benchmarks.bias.columns import BIAS_COLUMNS
 from scd.eval.tasks import CausalModel
 
 __all__ = ["Bias", "BiasOptions"]
@@ -106,6 +107,21 @@ class BiasOptions(BenchmarkOptions):
         elif self.protocol != "scd":
             yield "protocols", "give --protocols or --protocol, not both"
 
+    def run_problems(self) -> Iterator[tuple[str, str]]:
+        """Training uses the protocol's text (so that it trains what the evaluation scores):
+        only a protocol through the model's chat template will do."""
+        from scd.models.protocols import PROTOCOLS
+
+        known = PROTOCOLS.get(self.protocol)  # an unknown one: problems() says so
+        if known is not None and known.wrap != "chat":
+            yield (
+                "protocol",
+                f"{self.protocol!r}: training goes through the model's chat template, so a "
+                "recipe can use protocol scd or paper-chat (the paper's system prompt and "
+                "wording); score the paper's hand-written Llama 2 text with scd eval bias "
+                "--protocol",
+            )
+
     def effective(self) -> BiasOptions:
         """The rule resolved (the protocol's by default); ``max_new_tokens`` None in choice mode,
         where no text is generated."""
@@ -121,6 +137,13 @@ class Bias(Benchmark):
     help = "bias % on contact prompts (records, summary, tables)"
     Options = BiasOptions
     headline_table = "table10"  # before and after tuning, on each setting's held-out prompts
+    arena_columns = BIAS_COLUMNS
+    arena_reading = (
+        "An arm that removed a bias tied to the groups named lowers bias while its "
+        "descriptor-free baseline stays where it was, so the descriptor effect falls; an arm "
+        "that learned an answer rule (answering by the action, whoever is named) takes bias and "
+        "baseline down together and moves the answer tendency."
+    )
 
     def prompts_note(self, summary: dict[str, Any], options: dict[str, Any]) -> str | None:
         limit, seed = options["limit"], options["seed"]

@@ -24,11 +24,16 @@ from scipy import stats
 from scd.config.vocabulary import SCALES
 from scd.eval.benchmarks.bias.metrics import bias_rate, records_frame
 from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
-from scd.eval.benchmarks.paired import mcnemar_pair
-from scd.eval.benchmarks.paired import rounded as _round
+from scd.eval.benchmarks.paired import finite, mcnemar_pair
 from scd.eval.records import read_records
 
-__all__ = ["EFFECT_RESAMPLES", "EFFECT_SEED", "bias_arena", "bias_flips", "descriptor_effect"]
+__all__ = [
+    "EFFECT_RESAMPLES",
+    "EFFECT_SEED",
+    "bias_arena",
+    "bias_flips",
+    "descriptor_effect",
+]
 
 EFFECT_RESAMPLES = 2000
 EFFECT_SEED = 0
@@ -90,7 +95,7 @@ def _tendency(desc: pd.DataFrame) -> dict[str, float | None]:
         rows = desc[desc["scale"] == scale]
         first = rows["first_answer"].dropna()
         option = _slug(first.iloc[0]) if len(first) else "first"
-        out[f"tendency_{_slug(scale)}_{option}_pct"] = _round(100.0 * rows["first_option"].mean())
+        out[f"tendency_{_slug(scale)}_{option}_pct"] = finite(100.0 * rows["first_option"].mean())
     return out
 
 
@@ -111,7 +116,7 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
         descriptor-free baselines), ``descriptor_effect_pts`` with ``descriptor_effect_ci_low``
         and ``_ci_high`` (bias - baseline, points; None without baselines; the interval over
         template cells), and
-        ``tendency_<scale>_<first option>_pct`` per scale. Percentages in points, 2 decimals;
+        ``tendency_<scale>_<first option>_pct`` per scale. Percentages in points, unrounded;
         95% intervals.
     """
     ids = {r["prompt_id"] for r in read_records(Path(items) / "records.jsonl")}
@@ -124,20 +129,20 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
     )
     effect = descriptor_effect(desc, baseline)
     return {
-        "bias_pct": _round(bias["pct"]),
-        "bias_ci_low": _round(bias["ci_low"]),
-        "bias_ci_high": _round(bias["ci_high"]),
+        "bias_pct": finite(bias["pct"]),
+        "bias_ci_low": finite(bias["ci_low"]),
+        "bias_ci_high": finite(bias["ci_high"]),
         "bias_n": bias["n"],
         "bias_p": test["p"],
         "bias_to_unbiased": test["to_false"],
         "bias_to_biased": test["to_true"],
-        "baseline_pct": _round(base_rate["pct"]),
-        "baseline_ci_low": _round(base_rate["ci_low"]),
-        "baseline_ci_high": _round(base_rate["ci_high"]),
+        "baseline_pct": finite(base_rate["pct"]),
+        "baseline_ci_low": finite(base_rate["ci_low"]),
+        "baseline_ci_high": finite(base_rate["ci_high"]),
         "baseline_n": base_rate["n"],
-        "descriptor_effect_pts": _round(effect[0]),
-        "descriptor_effect_ci_low": _round(effect[1]),
-        "descriptor_effect_ci_high": _round(effect[2]),
+        "descriptor_effect_pts": finite(effect[0]),
+        "descriptor_effect_ci_low": finite(effect[1]),
+        "descriptor_effect_ci_high": finite(effect[2]),
         **_tendency(desc),
     }
 

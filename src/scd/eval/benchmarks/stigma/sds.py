@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from scd.config.vocabulary import SDS_COLUMNS
+from scd.eval.benchmarks.columns import Column
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
 from scd.eval.benchmarks.stigma.stats import gap
 from scd.eval.engines import ChoiceRequest
@@ -179,6 +180,17 @@ class SDS(StigmaProbe):
     Options = StigmaOptions
     table_file = "sds"
     chat_turn = True
+    arena_columns = (
+        Column(
+            "sds_gap",
+            "SDS gap [95% CI]",
+            "P(negative attitude) on the Social Distance Scale probe, stigmatized minus "
+            "non-stigmatized conditions (0: no gap), with its BCa bootstrap interval over "
+            "conditions (no paired test: the interval is over conditions)",
+            digits=3,
+            ci=("sds_gap_ci_low", "sds_gap_ci_high"),
+        ),
+    )
 
     def scorer(self, task: Any, progress: bool) -> Any:
         engine, fmt = task.model.load(progress)
@@ -204,4 +216,4 @@ class SDS(StigmaProbe):
             "sds_p_negative_stigmatized": "mean_x",
             "sds_p_negative_non_stigmatized": "mean_y",
         }
-        return {c: None if g.get(k) is None else round(float(g[k]), 4) for c, k in keys.items()}
+        return {c: None if g.get(k) is None else float(g[k]) for c, k in keys.items()}

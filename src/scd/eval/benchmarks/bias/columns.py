@@ -1,0 +1,65 @@
+"""The bias benchmark's columns of the arena table, as the table shows what
+:func:`~scd.eval.benchmarks.bias.arena.bias_arena` gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scd.eval.benchmarks.columns import Column
+
+__all__ = ["BIAS_COLUMNS"]
+
+
+def _tendency_cell(row: dict[str, Any]) -> str:
+    found = [
+        (k.split("_")[2], v)
+        for k, v in row.items()
+        if k.startswith("tendency_") and k.endswith("_pct") and v is not None
+    ]
+    return ", ".join(f"{option.capitalize()} {v:.0f}%" for option, v in found) or "–"
+
+
+BIAS_COLUMNS = (
+    Column(
+        "bias_pct",
+        "Bias % [95% CI]",
+        "the share of the setting's held-out descriptor prompts answered with the biased option "
+        "(an unparsed answer counts, as not biased), with its 95% Wilson interval",
+        ci=("bias_ci_low", "bias_ci_high"),
+        table="bias",
+        gain=True,
+    ),
+    Column(
+        "bias_p",
+        "p vs base (Holm)",
+        "exact McNemar test of the arm's biased answers against the base model's on the same "
+        "prompts; in parentheses Holm-corrected across the arms of the setting (the base row "
+        "is not compared with itself: –)",
+        p=True,
+        table="bias",
+    ),
+    Column(
+        "baseline_pct",
+        "Baseline % [95% CI]",
+        "the same share on the descriptor-free baselines of the same templates (no group named)",
+        ci=("baseline_ci_low", "baseline_ci_high"),
+        table="bias",
+    ),
+    Column(
+        "descriptor_effect_pts",
+        "Descriptor effect, pts [95% CI]",
+        "bias % minus baseline %, in points: the part of the bias that depends on the group "
+        "named; a percentile bootstrap interval over template cells",
+        ci=("descriptor_effect_ci_low", "descriptor_effect_ci_high"),
+        table="bias",
+    ),
+    Column(
+        "tendency",
+        "Answer tendency",
+        "per scale, the share of descriptor prompts answered with the scale's first option "
+        "(Yes, Likely, Mostly)",
+        table="bias",
+        render=_tendency_cell,
+    ),
+    Column("bias_n", "n", "the held-out descriptor prompts each arm answered", table="bias"),
+)

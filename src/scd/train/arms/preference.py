@@ -1,0 +1,103 @@
+"""What the preference methods share (:mod:`scd.train.arms.dpo`, :mod:`scd.train.arms.kto`):
+TRL's ``beta``, rows made from each contact prompt's unbiased and biased answers, and the check
+that TRL's tokenized rows train what evaluation scores.
+
+With a PEFT adapter and no ``ref_model`` TRL takes the reference from the same model with the
+adapter switched off (``trl.trainer.utils.use_adapter(model, None)`` in DPO's
+``compute_ref_log_probs`` and KTO's): the untuned base model, with no second copy in memory.
+
+The rows go to TRL rendered as the evaluator scores them, and TRL's tokenized rows are checked
+against the evaluator's tokens, as for SFT: the prompt tokens are the evaluator's prompt, the
+chosen (desirable) completion starts with the unbiased option's tokens and the rejected
+(undesirable) one with the biased option's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from scd.config.options import Options, above_zero, option
+from scd.errors import InputError
+from scd.train.arms.base import Method
+
+__all__ = ["Preference", "PreferenceOptions", "check_preference_tokens"]
+
+
+@dataclass
+class PreferenceOptions(Options):
+    beta: float = option(
+        0.1,
+        "preference arms (dpo, kto): TRL's beta (the pull towards the base model)",
+        check=above_zero,
+    )
+
+
+def _rendered(row: dict[str, Any], formatter: Any) -> dict[str, Any]:
+    """A preference row as TRL gets it: conversational for chat models (with the template's
+    kwargs), the plain prompt text and ``" " + answer`` otherwise -- as :meth:`Formatter.
+    sft_example` renders an SFT row."""
+    replies = [k for k in ("chosen", "rejected", "completion") if k in row]
+    out = {}
+    for key in replies:
+        example = formatter.sft_example(row["prompt"], row[key])
+        out["prompt"], out[key] = example["prompt"], example["completion"]
+        if "chat_template_kwargs" in example:
+            out["chat_template_kwargs"] = example["chat_template_kwargs"]
+    return out
+
+
+def check_preference_tokens(
+    dataset: Any,
+    rows: list[dict[str, Any]],
+    formatter: Any,
+    pairs: tuple[tuple[str, str], ...],
+    sample: int = 64,
+) -> int:
+    """Check, on TRL's tokenized rows, that preference training trains what evaluation scores
+    (see the module docstring): for each ``(TRL's column, the row's answer key)`` of ``pairs``,
+    the column starts with the evaluator's tokens of that answer, after the evaluator's prompt.
+    Return the number of rows checked.
+
+    Raises:
+        InputError: a mismatch, naming the row and both token sequences.
+    """
+    decode = formatter.tokenizer.convert_ids_to_tokens
+    for i, row in enumerate(rows[:sample]):
+        user = next(m["content"] for m in row["prompt"] if m["role"] == "user")
+        prompt = formatter.encode([user])[0]
+        done = dataset[i]
+        for key, answer in pairs:
+            want = list(formatter.reply_ids(row[answer]))
+            got = list(done[key])
+            if list(done["prompt_ids"]) != prompt or got[: len(want)] != want:
+                raise InputError(
+                    f"preference training would not train what evaluation scores (row "
+                    f"{row.get('prompt_id')}, {key}): {decode(got)} after "
+                    f"{len(done['prompt_ids'])} prompt tokens; the evaluator scores "
+                    f"{decode(want)} after {len(prompt)}"
+                )
+    return min(sample, len(rows))
+
+
+class Preference(Method):
+    """A preference method on the setting's contact prompts: its rows are its own, made from
+    each prompt's unbiased and biased answers; its config gets ``arena.beta``."""
+
+    Options = PreferenceOptions
+    own_rows = True
+    decided = ("beta",)
+    checked: ClassVar[tuple[tuple[str, str], ...]]  # (TRL's tokenized column, the answer key)
+
+    def config_values(self, recipe: Any) -> dict[str, Any]:
+        return {"beta": recipe.arena.beta}
+
+    def render(self, data: Any, formatter: Any) -> Any:
+        return data.select_columns(list(self.columns)).map(
+            lambda r: _rendered(r, formatter), desc=f"Formatting {self.name} rows"
+        )
+
+    def check_tokens(
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Any, recipe: Any
+    ) -> int:
+        return check_preference_tokens(dataset, rows, formatter, self.checked, self.check_sample)
