@@ -89,7 +89,12 @@ def test_bias_rates_and_wilson_intervals(tmp_path: Path) -> None:
     arm = write(tmp_path / "arm", desc + base)
     row = BIAS.arena(arm, arm, arm)
     assert (row["bias_pct"], row["bias_n"]) == (30.0, 10)  # the unparsed answer counts in n
-    assert (row["bias_ci_low"], row["bias_ci_high"]) == wilson_pct(3, 10)
+    assert (row["bias_wilson_ci_low"], row["bias_wilson_ci_high"]) == wilson_pct(3, 10)
+    assert row["bias_templates"] == 2  # d0-d8 in one template cell, d9 in another
+    assert row["bias_ci_low"] <= 30.0 <= row["bias_ci_high"]
+    one_dir = write(tmp_path / "one", flags("d", [True, False]))
+    one = BIAS.arena(one_dir, one_dir, one_dir)
+    assert one["bias_templates"] == 1 and one["bias_ci_low"] is None  # no cells to resample
     assert (row["baseline_pct"], row["baseline_n"]) == (25.0, 4)
     assert (row["baseline_ci_low"], row["baseline_ci_high"]) == wilson_pct(1, 4)
 
@@ -101,14 +106,39 @@ def test_bias_mcnemar_against_the_base(tmp_path: Path) -> None:
     arm = write(tmp_path / "arm", [brec(f"p{i}", bool(a)) for i, (_, a) in enumerate(pairs)])
     row = BIAS.arena(arm, base, arm)
     assert (row["bias_to_unbiased"], row["bias_to_biased"]) == (5, 1)
-    assert row["bias_p"] == pytest.approx(mcnemar([[2, 5], [1, 4]], exact=True).pvalue)
-    assert row["bias_p"] == pytest.approx(2 * 7 / 64)  # two-sided binomial, 1 of 6 discordant
+    p = row["bias_mcnemar_p"]
+    assert p == pytest.approx(mcnemar([[2, 5], [1, 4]], exact=True).pvalue)
+    assert p == pytest.approx(2 * 7 / 64)  # two-sided binomial, 1 of 6 discordant
+    assert row["bias_change_pts"] == pytest.approx(100 * (3 - 7) / 12)
     flipped = BIAS.arena(base, arm, arm)
     assert (flipped["bias_to_unbiased"], flipped["bias_to_biased"]) == (1, 5)
     same = BIAS.arena(base, base, arm)
     assert (same["bias_p"], same["bias_to_unbiased"], same["bias_to_biased"]) == (1.0, 0, 0)
+    assert same["bias_mcnemar_p"] == 1.0 and same["bias_change_pts"] == 0
     assert same.keys() == row.keys()
     assert (row["bias_pct"], same["bias_pct"]) == (25.0, pytest.approx(700 / 12))
+
+
+def test_bias_intervals_and_test_resample_whole_template_cells(tmp_path: Path) -> None:
+    """Prompts of one template move together: 12 cells of 10 prompts, each cell all biased or
+    all not in the base model, and the arm unbiased in 4 of the 6 biased cells. The interval
+    over cells is wider than Wilson's over prompts, and the change is tested over cells."""
+    base_flags = [c % 2 == 0 for c in range(12) for _ in range(10)]
+    arm_flags = [c % 2 == 0 and c >= 8 for c in range(12) for _ in range(10)]
+
+    def recs(prefix_flags: list[bool]) -> list[dict]:
+        return [brec(f"p{i}", b, cell=i // 10) for i, b in enumerate(prefix_flags)]
+
+    base, arm = write(tmp_path / "base", recs(base_flags)), write(tmp_path / "arm", recs(arm_flags))
+    row = BIAS.arena(base, base, base)
+    assert row["bias_templates"] == 12 and row["bias_pct"] == 50.0
+    wilson = row["bias_wilson_ci_high"] - row["bias_wilson_ci_low"]
+    assert row["bias_ci_high"] - row["bias_ci_low"] > 1.5 * wilson
+    tuned = BIAS.arena(arm, base, arm)
+    assert tuned["bias_change_pts"] == pytest.approx(100 * (20 - 60) / 120)
+    assert tuned["bias_change_ci_low"] < tuned["bias_change_pts"] < tuned["bias_change_ci_high"] < 0
+    assert tuned["bias_mcnemar_p"] < 1e-10 < tuned["bias_p"] < 0.05  # 4 cells, not 40 prompts
+    assert BIAS.arena(arm, base, arm) == tuned  # a seeded bootstrap
 
 
 def test_bias_restricted_to_the_items(tmp_path: Path) -> None:
@@ -330,3 +360,33 @@ def test_bias_flips_are_the_prompts_answered_differently_on_the_tuned_items(tmp_
     )
     assert flips.iloc[1][["biased_before", "biased_after"]].tolist() == [False, True]
     assert get("bbq").flips(tuned, base, tuned) is None  # a benchmark without flips: none
+
+
+def test_a_trained_arm_over_seeds_shows_its_mean_and_range() -> None:
+    from scd.eval.benchmarks.columns import Column, over_seeds
+
+    rows = [
+        {"setting": 1, "arm": "base", "bias_pct": 25.0, "bias_p": None},
+        {
+            "setting": 1,
+            "arm": "sft",
+            "seed": 0,
+            "bias_pct": 2.0,
+            "bias_p": 1e-3,
+            "bias_p_holm": 2e-3,
+        },
+        {
+            "setting": 1,
+            "arm": "sft",
+            "seed": 1,
+            "bias_pct": 4.0,
+            "bias_p": 1e-2,
+            "bias_p_holm": 3e-2,
+        },
+    ]
+    shown = over_seeds(rows)
+    assert [(r["arm"], r["seeds"]) for r in shown] == [("base", 1), ("sft", 2)]
+    value = Column("bias_pct", "Bias %", "the share", ci=("bias_ci_low", "bias_ci_high"))
+    assert value.cell(shown[0]) == "25.0" and value.cell(shown[1]) == "3.0 (2.0–4.0)"
+    assert Column("bias_p", "p", "a test", p=True).cell(shown[1]) == "≤ 0.01 (≤ 0.03)"
+    assert shown[1]["seed~max"] == 1  # every number gets its range, the seed too

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from scd.cli import main
 from scd.io import cache_key
@@ -92,7 +93,7 @@ def test_every_arm_is_a_row_with_bias_cost_and_test(arena: tuple[Path, str]) -> 
     assert table.loc["base", "bias_p"] == 1.0
     assert table.loc["base", ["bias_to_unbiased", "bias_to_biased"]].tolist() == [0, 0]
     for arm in ("sft", "dpo"):
-        assert table.loc[arm, "bias_p_holm"] < 1e-6
+        assert table.loc[arm, "bias_p_holm"] < 0.01  # a cluster bootstrap: at least 1/2001
         assert table.loc[arm, "bias_p_holm"] >= table.loc[arm, "bias_p"]
     # capability: the base model exactly 0, every trained arm moved
     assert table.loc["base", "kl_mean"] == 0.0
@@ -167,6 +168,12 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
         ("data.general=null", "data.general: the general arm trains on general instruction"),
         ("data.general=./nowhere.jsonl", "data.general: ./nowhere.jsonl: no such file"),
         ("train.per_device_train_batch_size=1", "KTO needs at least 2"),
+        ("arena.seeds=[0, 1, 1]", "arena.seeds: expected distinct integer seeds, each once"),
+        ("arena.seeds=[0, one]", "arena.seeds: expected an integer, got 'one'"),
+        ("arena.seeds=[]", "arena.seeds: expected distinct integer seeds"),
+        ("data.descriptors=holistc_bias", "data.descriptors holistc_bias: expected holistic_bias"),
+        ("data.general=scd:genral", "data.general scd:genral: not one of scd's own sets"),
+        ("capability.lm_eval_tasks=[no_such_task]", "not a task lm-evaluation-harness knows"),
     ],
 )
 def test_bad_arms_are_one_line_before_any_work(
@@ -180,3 +187,76 @@ def test_bad_arms_are_one_line_before_any_work(
     assert code == 2
     assert message in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path) -> None:
+    """``arena.seeds``: each seed of each trained arm is a row of arena.csv, trained with its
+    own seed on the same rows and items; the table shows the mean and range over seeds, and
+    building it again gives the same bytes."""
+    from scd.report.build import build_report
+
+    overrides = ["--set", "arms=[base, prompt, sft]", "--set", "arena.seeds=[0, 1, 2]"]
+    overrides += ["--set", "eval.sds.enabled=false"]
+    done = subprocess.run(
+        _command(outputs, "seeds", overrides), capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = outputs / "seeds"
+    rows = json.loads((run / "tables" / "arena.json").read_text())
+    assert [(r["arm"], r.get("seed")) for r in rows] == [
+        ("base", None),
+        ("prompt", None),
+        ("sft", 0),
+        ("sft", 1),
+        ("sft", 2),
+    ]
+    manifests = [
+        json.loads((run / f"setting-1/seed-{s}/adapter/train_manifest.json").read_text())
+        for s in (0, 1, 2)
+    ]
+    recipes = [
+        yaml.safe_load((run / f"setting-1/seed-{s}/adapter/recipe.yaml").read_text())
+        for s in (0, 1, 2)
+    ]
+    assert [r["train"]["seed"] for r in recipes] == [0, 1, 2]
+    assert len({m["train_loss"] for m in manifests}) == 3  # three trainings, not one
+    table = (run / "tables" / "arena.md").read_text()
+    sft = next(line for line in table.splitlines() if line.startswith("| 1 | sft |"))
+    bias = [r["bias_pct"] for r in rows if r["arm"] == "sft"]
+    mean = f"{sum(bias) / 3:.1f} ({min(bias):.1f}–{max(bias):.1f})"
+    assert mean in sft and sft.rstrip(" |").endswith("| 3")  # the seeds column
+    assert "- **Seeds**:" in table
+    build_report(run)
+    assert (run / "tables" / "arena.md").read_text() == table
+
+
+def test_a_bad_data_file_is_one_line_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """An empty general-data file, one with other columns, and a prompt set that cannot be read
+    (found only once the run has pinned its recipe): each one line, exit 2; the run directory
+    holds no recipe.json afterwards, so the corrected recipe runs there."""
+    from scd.pipeline.recipe import load_recipe
+    from scd.pipeline.state import RunState
+
+    empty, columns = tmp_path / "empty.jsonl", tmp_path / "columns.jsonl"
+    empty.write_text("")
+    columns.write_text('{"question": "x"}\n')
+    broken = tmp_path / "prompts"
+    broken.mkdir()
+    (broken / "prompts.parquet").write_text("not parquet")
+    runs = tmp_path / "runs"
+    for override, message in (
+        (f"data.general={empty}", "an empty file"),
+        (f"data.general={columns}", "missing columns"),
+        (f"data.prompts={broken}", "prompts.parquet"),
+    ):
+        extra = ["--set", "data.descriptors=null"] if "prompts" in override else []
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(
+                ["run", RECIPE, "--outputs", str(runs), "--run-id", "r", "--set", override, *extra]
+            )
+        assert code == 2 and message in err.getvalue(), err.getvalue()
+        assert err.getvalue().count("\n") == 1, err.getvalue()
+        assert not (runs / "r" / "recipe.json").exists()  # nothing that blocks the rerun
+    fixed = load_recipe(RECIPE)
+    assert RunState(runs / "r", fixed.to_dict()).pin()  # the corrected recipe pins there

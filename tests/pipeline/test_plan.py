@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from scd.train.arms.untrained import DEBIAS_PROMPT
 from scd.io import cache_key
 from scd.pipeline.launch import run_recipe
 from scd.pipeline.plan import CapabilityJob, DataJob, EvalJob, Plan, PushJob, TrainJob
 from scd.pipeline.recipe import recipe_from_dict
 from scd.pipeline.run import Run
 from scd.quickstart import QUICKSTART_RECIPE
+from scd.train.arms.untrained import DEBIAS_PROMPT
 
 SMALL = {
     **QUICKSTART_RECIPE,

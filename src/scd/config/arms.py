@@ -18,7 +18,7 @@ import importlib
 import typing
 from typing import Any
 
-from scd.config.options import Options, one_of
+from scd.config.options import Options, one_of, option
 
 __all__ = [
     "ARMS",
@@ -45,9 +45,24 @@ METHODS: dict[str, Any] = {  # a training method (and the arm of its name) -> "m
 }
 
 
+def _seeds(value: Any) -> str | None:
+    if value is not None and (not value or len(set(value)) != len(value)):
+        return f"expected distinct integer seeds, each once, got {value}"
+    return None
+
+
+@dataclasses.dataclass
 class ArenaOptions(Options):
-    """The recipe's ``arena:`` section as a type: :func:`arena_spec_class` makes its fields from
-    the registered arms."""
+    """The recipe's ``arena:`` section: what the arena itself takes, and every registered arm's
+    own keys (:func:`arena_spec_class` adds them)."""
+
+    seeds: list[int] | None = option(
+        None,
+        "train every trained arm once per seed (TRL's seed: the adapter's initial weights and "
+        "the order of the rows; the data split stays data.seed's), each seed a row of "
+        "arena.csv and the table showing the mean and range over seeds (none: train.seed alone)",
+        check=_seeds,
+    )
 
 
 def _changed() -> None:

@@ -8,7 +8,7 @@ every Parquet table scd writes, and the shape of a run's ``layout.json``.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 __all__ = [
     "ACTIONS",
@@ -116,6 +116,7 @@ class ArmLayout(TypedDict):
     system_prompt: str | None  # the prompt arm's system message
     evals: dict[str, str]  # job -> result directory
     capability: str | None  # its capability cost (KL, lm-eval)
+    seed: NotRequired[int]  # the arena's seeds: the seed a trained arm's row was trained with
 
 
 class _RunLayout(TypedDict):

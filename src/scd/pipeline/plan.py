@@ -82,6 +82,7 @@ class TrainJob:
     data: Path
     adapter: Path
     phase: Phase = "own_model"
+    seed: int | None = None  # the arena's seeds: TRL's seed of this adapter (None: train.seed)
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class TrackJob:
     evals: tuple[tuple[str, str, Path], ...]  # (job name, stage, result directory)
     before: tuple[tuple[str, Path], ...] = ()  # (job name, the base model's result of it)
     phase: Phase = "engine"
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,11 +172,14 @@ class ArmResults:
     system_prompt: str | None = None
     evals: dict[str, Path] = field(default_factory=dict)
     capability: Path | None = None
+    seed: int | None = None  # the arena's seeds: the seed it was trained with
 
     def to_dict(self) -> dict[str, Any]:
+        seed = {} if self.seed is None else {"seed": self.seed}  # layouts without seeds as before
         return {
             "setting": self.setting,
             "arm": self.arm,
+            **seed,
             "sft": str(self.sft) if self.sft else None,
             "adapter": str(self.adapter) if self.adapter else None,
             "system_prompt": self.system_prompt,
@@ -210,7 +215,8 @@ def make_plan(run: Any) -> Plan:
 
     Without ``arms`` the arms are the base model and SCD's ``sft`` per setting (the paper's
     before/after); with them each listed arm of each setting, and each arm's capability
-    cost."""
+    cost; with ``arena.seeds`` each trained arm once per seed (``seed-<s>/`` in its
+    directory; the rows it trains on made once)."""
     r = run.recipe
     arena = bool(r.arms)
     arms = r.arm_names or ["base", "sft"]
@@ -222,55 +228,68 @@ def make_plan(run: Any) -> Plan:
         base_jobs.append(CapabilityJob("base/capability", base.capability))
     data, tasks, results = [], [Task("base", tuple(base_jobs), shards=True)], [base]
     units = {arm: arm_class(arm)() for arm in arms}
-    trained = len(r.settings) * sum(units[arm].method is not None for arm in arms[1:])  # adapters
+    seeds = list(r.arena.seeds or [None])
+    trained = len(r.settings) * len(seeds) * sum(units[a].method is not None for a in arms[1:])
     for n in r.settings:
         sft = run.dir / f"setting-{n}" / "sft"
         data.append(DataJob(f"setting-{n}/sft", n, None, sft))
         for arm in arms[1:]:
-            unit, where = units[arm], arm_dir(n, arm)
-            jobs: list[Any] = []
-            adapter, system = None, unit.system_prompt(r)
-            if unit.method is not None:
-                rows = run.dir / where / "data" if unit.own_rows else sft
-                if unit.own_rows:
-                    data.append(DataJob(f"{where}/data", n, arm, rows))
-                adapter = run.dir / where / "adapter"
-                jobs.append(TrainJob(f"{where}/train", n, arm, unit.method, rows, adapter))
-            evals = _evals(run, (n, sft), f"{where}/eval", adapter, system)
-            jobs += evals
-            capability = run.dir / where / "capability" if arena else None
-            if capability is not None:
-                jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
-            before = tuple(
-                (j.name, base.evals[k])
-                for j in evals
-                if (k := _base_job(j.name, sft)) in base.evals
-            )
-            if adapter is not None and r.wandb.enabled:
-                jobs.append(
-                    TrackJob(
-                        n, arm, adapter, tuple((j.name, j.stage, j.out) for j in evals), before
-                    )
-                )
-            if adapter is not None and r.train.push_to_hub:
-                repo = _hub_repo(r.train.hub_model_id, n, arm, trained)
-                results_of = tuple((j.name, j.out) for j in evals)
-                jobs.append(PushJob(f"{where}/push", repo, adapter, results_of, before))
-            name = f"setting {n}" + ("" if where == f"setting-{n}" else f" {arm}")
-            tasks.append(Task(name, tuple(jobs), home=run.dir / where))
-            evaluated = {j.name: j.out for j in evals}
-            results.append(ArmResults(n, arm, sft, adapter, system, evaluated, capability))
+            unit = units[arm]
+            if unit.own_rows:  # made once, whatever the seeds
+                rows = run.dir / arm_dir(n, arm) / "data"
+                data.append(DataJob(f"{arm_dir(n, arm)}/data", n, arm, rows))
+            for seed in seeds if unit.method is not None else [None]:
+                task, result = _arm_task(run, (n, sft), arm, seed, base, trained)
+                tasks.append(task)
+                results.append(result)
     return Plan(tuple(data), tuple(tasks), tuple(results), arena)
 
 
-def _hub_repo(repo: str, setting: int, arm: str, adapters: int) -> str:
+def _arm_task(
+    run: Any, setting: tuple[int, Path], arm: str, seed: int | None, base: ArmResults, adapters: int
+) -> tuple[Task, ArmResults]:
+    """The task of one arm of setting ``(n, sft dir)`` (its training, with ``seed`` when the
+    arena has seeds), and where its results will be."""
+    r, (n, sft) = run.recipe, setting
+    unit = arm_class(arm)()
+    where = arm_dir(n, arm) + ("" if seed is None else f"/seed-{seed}")
+    jobs: list[Any] = []
+    adapter, system = None, unit.system_prompt(r)
+    if unit.method is not None:
+        rows = run.dir / arm_dir(n, arm) / "data" if unit.own_rows else sft
+        adapter = run.dir / where / "adapter"
+        jobs.append(TrainJob(f"{where}/train", n, arm, unit.method, rows, adapter, seed=seed))
+    evals = _evals(run, (n, sft), f"{where}/eval", adapter, system)
+    jobs += evals
+    capability = run.dir / where / "capability" if r.arms else None
+    if capability is not None:
+        jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
+    before = tuple(
+        (j.name, base.evals[k]) for j in evals if (k := _base_job(j.name, sft)) in base.evals
+    )
+    if adapter is not None and r.wandb.enabled:
+        evaluated_at = tuple((j.name, j.stage, j.out) for j in evals)
+        jobs.append(TrackJob(n, arm, adapter, evaluated_at, before, seed=seed))
+    if adapter is not None and r.train.push_to_hub:
+        repo = _hub_repo(r.train.hub_model_id, n, arm, adapters, seed)
+        results_of = tuple((j.name, j.out) for j in evals)
+        jobs.append(PushJob(f"{where}/push", repo, adapter, results_of, before))
+    name = f"setting {n}" + ("" if where == f"setting-{n}" else f" {arm}")
+    name += "" if seed is None else f" seed {seed}"
+    evaluated = {j.name: j.out for j in evals}
+    result = ArmResults(n, arm, sft, adapter, system, evaluated, capability, seed)
+    return Task(name, tuple(jobs), home=run.dir / where), result
+
+
+def _hub_repo(repo: str, setting: int, arm: str, adapters: int, seed: int | None = None) -> str:
     """An adapter's Hub repository: ``train.hub_model_id`` itself when the run trains one
     adapter, else ``<it>-setting-<n>`` (and ``-<arm>`` for arms other than SCD's, which lives
-    in ``setting-N`` itself)."""
+    in ``setting-N`` itself; ``-seed-<s>`` with the arena's seeds)."""
     if adapters == 1:
         return repo
     own = arm_dir(setting, arm) == f"setting-{setting}"
-    return f"{repo}-setting-{setting}" + ("" if own else f"-{arm}")
+    tail = ("" if own else f"-{arm}") + ("" if seed is None else f"-seed-{seed}")
+    return f"{repo}-setting-{setting}{tail}"
 
 
 def _base_job(name: str, sft: Path) -> str:

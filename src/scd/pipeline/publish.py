@@ -20,7 +20,7 @@ def track(run: Any, job: TrackJob) -> None:
         return
     from scd.report.wandb_log import log_tuned_results
 
-    recipe = dataclasses.replace(run.recipe, wandb=run.wandb_of(job.setting, job.arm))
+    recipe = dataclasses.replace(run.recipe, wandb=run.wandb_of(job.setting, job.arm, job.seed))
     log_tuned_results(
         recipe,
         job.adapter,

@@ -243,8 +243,10 @@ class Run:
             data=dataclasses.replace(
                 d, sft=str(job.data), prompts=None, descriptors=None, setting=job.setting
             ),
-            wandb=self.wandb_of(job.setting, job.arm),
-            train=dataclasses.replace(r.train, push_to_hub=False),  # a push job, once evaluated
+            wandb=self.wandb_of(job.setting, job.arm, job.seed),
+            train=dataclasses.replace(  # the upload: a push job, once evaluated
+                r.train, push_to_hub=False, seed=r.train.seed if job.seed is None else job.seed
+            ),
         )
         resume = (job.adapter / "checkpoints").is_dir()
         if processes > 1:  # one process per GPU of the task
@@ -323,11 +325,13 @@ class Run:
 
         self.stage(job.stage, [job.out / "summary.json"], work, section="capability")
 
-    def wandb_of(self, n: int, arm: str = "sft") -> Any:
+    def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> Any:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
-        ``sft`` arm) or ``<group>/setting-<n>/<arm>``."""
+        ``sft`` arm) or ``<group>/setting-<n>/<arm>`` (and ``/seed-<s>`` with the arena's
+        seeds)."""
         group = self.recipe.wandb.group or self.dir.name
         name = f"{group}/setting-{n}" + ("" if arm == "sft" else f"/{arm}")
+        name += "" if seed is None else f"/seed-{seed}"
         return dataclasses.replace(self.recipe.wandb, group=group, run_name=name)
 
     def engine_for(self, adapters: list[str]) -> SharedEngine:
@@ -351,15 +355,17 @@ class Run:
         from scd.report.build import build_report
 
         base = {k: str(v) for k, v in plan.arms[0].evals.items()}
-        settings = {
-            str(a.setting): {
-                "sft": str(self.dir / f"setting-{a.setting}" / "sft"),
-                "adapter": str(a.adapter),
-                "evals": {k: str(v) for k, v in a.evals.items()},
-            }
-            for a in plan.arms
-            if a.arm == "sft"
-        }
+        settings: dict[str, Any] = {}
+        for a in plan.arms:  # SCD's adapter of each setting (with seeds: the first seed's)
+            if a.arm == "sft":
+                settings.setdefault(
+                    str(a.setting),
+                    {
+                        "sft": str(self.dir / f"setting-{a.setting}" / "sft"),
+                        "adapter": str(a.adapter),
+                        "evals": {k: str(v) for k, v in a.evals.items()},
+                    },
+                )
         layout = {
             "model": self.model,
             "fingerprint": model_fingerprint(self.model),

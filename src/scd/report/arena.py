@@ -19,7 +19,7 @@ from scd.config.arms import arm_class, arm_names
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Table, markdown_table, save_table
-from scd.eval.benchmarks.columns import Column
+from scd.eval.benchmarks.columns import Column, over_seeds
 from scd.io import read_json
 
 __all__ = ["CAPABILITY_COLUMNS", "arena_rows", "arena_section", "arena_table"]
@@ -89,6 +89,7 @@ def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
             row: dict[str, Any] = {
                 "setting": setting,
                 "arm": arm["arm"],
+                **({"seed": arm["seed"]} if "seed" in arm else {}),  # the arena's seeds
                 "what": _what(arm["arm"]),
             }
             for name, bench in REGISTRY.items():
@@ -122,9 +123,20 @@ def _present(layout: RunLayout) -> tuple[list[Any], list[str]]:
     return found, missing
 
 
+SEEDS = Column(
+    "seeds",
+    "Seeds",
+    "how many seeds a trained arm's row stands for: the mean over them, their range in "
+    "parentheses, for a p-value the largest; each seed's row, with its intervals, is in "
+    "arena.csv",
+    digits=0,
+    table="bias",
+)
+
+
 def _table(rows: list[dict[str, Any]], columns: list[Column]) -> list[str]:
     head = ["Setting", "Arm", *(c.label for c in columns)]
-    body = [[r["setting"], r["arm"], *(c.cell(r) for c in columns)] for r in rows]
+    body = [[r["setting"], r["arm"], *(c.cell(r) for c in columns)] for r in over_seeds(rows)]
     return markdown_table(head, body)
 
 
@@ -139,6 +151,8 @@ def arena_table(layout: RunLayout) -> Table:
     benches, missing = _present(layout)
     declared = [c for b in benches for c in b.arena_columns]
     bias = [c for c in declared if c.table == "bias"]
+    if any("seed" in r for r in rows):
+        bias = [*bias, SEEDS]
     lm = sorted({k for r in rows for k in r if k.startswith("lm_eval/") and "stderr" not in k})
     lm_columns = [
         Column(k, k.removeprefix("lm_eval/"), "lm-evaluation-harness's score of the task", 3)

@@ -39,12 +39,19 @@ def recipe_sections() -> dict[str, type]:
 def _register_builtins() -> None:
     from scd.eval.benchmarks.bbq import BBQ
     from scd.eval.benchmarks.bias import Bias
+    from scd.eval.benchmarks.crows_pairs import CrowsPairs
+    from scd.eval.benchmarks.judgment import Judgment
     from scd.eval.benchmarks.stigma.aq27 import AQ27
     from scd.eval.benchmarks.stigma.mlm import MLM
     from scd.eval.benchmarks.stigma.sds import SDS
     from scd.eval.benchmarks.stigma.sentiment import Sentiment
+    from scd.eval.benchmarks.winobias import WinoBias
+    from scd.eval.benchmarks.winogender import Winogender
 
-    for benchmark in (Bias(), BBQ(), SDS(), AQ27(), MLM(), Sentiment()):
+    builtins = (Bias(), BBQ(), SDS(), AQ27(), MLM(), Sentiment())
+    beyond = (Judgment(), CrowsPairs(), WinoBias(), Winogender())  # beyond the templates
+    builtins = (*builtins, *beyond)
+    for benchmark in builtins:
         register(benchmark)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Column", "number"]
+__all__ = ["Column", "number", "over_seeds"]
 
 Row = dict[str, Any]
 
@@ -39,10 +39,14 @@ class Column:
     gain: bool = False  # the arena's figure plots its fall from the base model against the KL
 
     def cell(self, row: Row) -> str:
-        """The Markdown cell of ``row`` (``–`` where it has no value)."""
+        """The Markdown cell of ``row`` (``–`` where it has no value). A row that is the mean of
+        several seeds (``seeds`` > 1, each value's range in ``<key>~min`` / ``<key>~max``)
+        shows ``mean (lowest–highest)``, and for a p-value the largest over the seeds."""
         if self.render is not None:
             return self.render(row)
         value = row.get(self.key)
+        if row.get("seeds", 1) > 1 and f"{self.key}~max" in row:
+            return self._over_seeds(row)
         if self.p:
             holm = row.get(f"{self.key}_holm")
             if value is None or row.get("arm") == "base":
@@ -57,3 +61,31 @@ class Column:
             low, high = (row.get(k) for k in self.ci)
             text += f" [{number(low, self.digits)}, {number(high, self.digits)}]"
         return text
+
+    def _over_seeds(self, row: Row) -> str:
+        low, high = row[f"{self.key}~min"], row[f"{self.key}~max"]
+        if self.p:
+            holm = row.get(f"{self.key}_holm~max")
+            return f"≤ {high:.2g}" + (f" (≤ {holm:.2g})" if holm is not None else "")
+        d = self.digits
+        return f"{number(row[self.key], d)} ({number(low, d)}–{number(high, d)})"
+
+
+def over_seeds(rows: list[Row], keys: tuple[str, ...] = ("setting", "arm")) -> list[Row]:
+    """Rows as a table shows them: the rows of one arm's seeds (same ``keys``) as one row of
+    their means, with each number's lowest and highest seed (``<key>~min``, ``<key>~max``) and
+    ``seeds``, the number of rows; a row alone stays as it is."""
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    out = []
+    for group in groups.values():
+        merged = {**group[0], "seeds": len(group)}
+        if len(group) > 1:
+            for key in group[0]:
+                values = [g.get(key) for g in group]
+                if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                    merged[key] = sum(values) / len(values)
+                    merged[f"{key}~min"], merged[f"{key}~max"] = min(values), max(values)
+        out.append(merged)
+    return out

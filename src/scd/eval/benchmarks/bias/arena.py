@@ -1,9 +1,13 @@
 """The bias benchmark's columns of the arena table: one arm against the base model, paired by
 prompt on the same items (engine-free).
 
-Bias % and the descriptor-free baseline % come with 95% Wilson intervals (the paper's "all"
-denominator: an unparsed answer counts, as not biased); the arm's change against the base model
-is an exact McNemar test over the descriptor prompts, paired by ``prompt_id``. The descriptor
+Prompts written from one template are not independent of one another, so bias %, its change
+against the base model on the same prompts and the descriptor effect come with intervals (and
+the change with a p-value) from a percentile bootstrap that resamples whole template cells
+(principle, scenario, action, scale; :mod:`scd.eval.benchmarks.clusters`). The paper's "all"
+denominator: an unparsed answer counts, as not biased. The Wilson interval and the exact McNemar
+test over prompts (which treat them as independent) are kept beside them; the descriptor-free
+baselines, one or a few per cell, keep Wilson intervals. The descriptor
 effect (bias % - baseline %, in points) is the part of the bias that depends on the group named:
 an arm that only learned an answer rule shows bias and baseline falling together. Its interval is
 a percentile bootstrap over template cells (principle, scenario, action, scale: a baseline
@@ -24,6 +28,7 @@ from scipy import stats
 from scd.config.vocabulary import SCALES
 from scd.eval.benchmarks.bias.metrics import bias_rate, records_frame
 from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
+from scd.eval.benchmarks.clusters import cluster_change, cluster_rate
 from scd.eval.benchmarks.paired import finite, mcnemar_pair
 from scd.eval.records import read_records
 
@@ -81,6 +86,11 @@ def descriptor_effect(desc: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float
     return float(point), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def _cells(frame: pd.DataFrame) -> list[tuple]:
+    """Each row's template cell, the cluster its prompt belongs to."""
+    return list(frame.itertuples(index=False, name=None))
+
+
 def _slug(text: Any) -> str:
     return re.sub(r"[^a-z0-9]+", "_", str(text).lower()).strip("_")
 
@@ -109,14 +119,18 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
             the arm's and the base model's records are restricted to them.
 
     Returns:
-        ``bias_pct, bias_ci_low, bias_ci_high, bias_n`` (descriptor prompts), ``bias_p`` (exact
-        McNemar against the base model, paired by prompt), ``bias_to_unbiased`` and
-        ``bias_to_biased`` (the discordant pairs: biased in the base model, not in the arm; the
-        reverse), ``baseline_pct, baseline_ci_low, baseline_ci_high, baseline_n`` (the
-        descriptor-free baselines), ``descriptor_effect_pts`` with ``descriptor_effect_ci_low``
-        and ``_ci_high`` (bias - baseline, points; None without baselines; the interval over
-        template cells), and
-        ``tendency_<scale>_<first option>_pct`` per scale. Percentages in points, unrounded;
+        ``bias_pct`` with ``bias_ci_low`` and ``_ci_high`` (descriptor prompts; a percentile
+        bootstrap over template cells, :mod:`scd.eval.benchmarks.clusters`), ``bias_n`` and
+        ``bias_templates`` (the cells), ``bias_wilson_ci_low`` / ``_high`` (the interval that
+        treats prompts as independent), ``bias_change_pts`` with ``bias_change_ci_low`` /
+        ``_high`` and ``bias_p`` (the arm minus the base model on the same prompts, points;
+        cluster bootstrap interval and two-sided p), ``bias_mcnemar_p`` (exact McNemar, paired
+        by prompt), ``bias_to_unbiased`` and ``bias_to_biased`` (the discordant pairs: biased
+        in the base model, not in the arm; the reverse), ``baseline_pct, baseline_ci_low,
+        baseline_ci_high, baseline_n`` (the descriptor-free baselines, one or a few per cell:
+        Wilson), ``descriptor_effect_pts`` with ``descriptor_effect_ci_low`` and ``_ci_high``
+        (bias - baseline, points; None without baselines; the interval over template cells),
+        and ``tendency_<scale>_<first option>_pct`` per scale. Percentages in points, unrounded;
         95% intervals.
     """
     ids = {r["prompt_id"] for r in read_records(Path(items) / "records.jsonl")}
@@ -128,12 +142,27 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
         desc.set_index("prompt_id")["biased"], ref_desc.set_index("prompt_id")["biased"]
     )
     effect = descriptor_effect(desc, baseline)
+    cells = list(TEMPLATE_CELL)
+    clustered = cluster_rate(desc["biased"].tolist(), _cells(desc[cells]))
+    both = desc[["prompt_id", "biased", *cells]].merge(
+        ref_desc[["prompt_id", "biased"]], on="prompt_id", suffixes=("", "_base")
+    )
+    change = cluster_change(
+        both["biased"].tolist(), both["biased_base"].tolist(), _cells(both[cells])
+    )
     return {
         "bias_pct": finite(bias["pct"]),
-        "bias_ci_low": finite(bias["ci_low"]),
-        "bias_ci_high": finite(bias["ci_high"]),
+        "bias_ci_low": finite(clustered["ci_low"]),
+        "bias_ci_high": finite(clustered["ci_high"]),
         "bias_n": bias["n"],
-        "bias_p": test["p"],
+        "bias_templates": clustered["clusters"],
+        "bias_wilson_ci_low": finite(bias["ci_low"]),
+        "bias_wilson_ci_high": finite(bias["ci_high"]),
+        "bias_change_pts": finite(change["pts"]),
+        "bias_change_ci_low": finite(change["ci_low"]),
+        "bias_change_ci_high": finite(change["ci_high"]),
+        "bias_p": change["p"],
+        "bias_mcnemar_p": test["p"],
         "bias_to_unbiased": test["to_false"],
         "bias_to_biased": test["to_true"],
         "baseline_pct": finite(base_rate["pct"]),

@@ -24,7 +24,9 @@ BIAS_COLUMNS = (
         "bias_pct",
         "Bias % [95% CI]",
         "the share of the setting's held-out descriptor prompts answered with the biased option "
-        "(an unparsed answer counts, as not biased), with its 95% Wilson interval",
+        "(an unparsed answer counts, as not biased), with a 95% percentile bootstrap interval "
+        "that resamples whole template cells (principle, scenario, action, scale: the prompts "
+        "of one template are not independent)",
         ci=("bias_ci_low", "bias_ci_high"),
         table="bias",
         gain=True,
@@ -32,16 +34,18 @@ BIAS_COLUMNS = (
     Column(
         "bias_p",
         "p vs base (Holm)",
-        "exact McNemar test of the arm's biased answers against the base model's on the same "
-        "prompts; in parentheses Holm-corrected across the arms of the setting (the base row "
-        "is not compared with itself: –)",
+        "the arm's change in bias % against the base model on the same prompts, tested by the "
+        "same cluster bootstrap (two-sided; its smallest value is 1/2001); in parentheses "
+        "Holm-corrected across the arms of the setting (the base row is not compared with "
+        "itself: –)",
         p=True,
         table="bias",
     ),
     Column(
         "baseline_pct",
         "Baseline % [95% CI]",
-        "the same share on the descriptor-free baselines of the same templates (no group named)",
+        "the same share on the descriptor-free baselines of the same templates (no group "
+        "named), with its 95% Wilson interval (one or a few baselines per template cell)",
         ci=("baseline_ci_low", "baseline_ci_high"),
         table="bias",
     ),
@@ -61,5 +65,14 @@ BIAS_COLUMNS = (
         table="bias",
         render=_tendency_cell,
     ),
-    Column("bias_n", "n", "the held-out descriptor prompts each arm answered", table="bias"),
+    Column(
+        "bias_n",
+        "n (templates)",
+        "the held-out descriptor prompts each arm answered, and the template cells they come "
+        "from (what the intervals resample)",
+        table="bias",
+        render=lambda r: (
+            "–" if r.get("bias_n") is None else f"{r['bias_n']} ({r['bias_templates']})"
+        ),
+    ),
 )

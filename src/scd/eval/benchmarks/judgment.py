@@ -1,0 +1,250 @@
+"""Judgment kept: the relevance controls (:mod:`scd.data_gen.relevance`) put to a model -- the
+contact templates' questions about people described by a relevant fact instead of a group --
+and the share it answers as the fact warrants.
+
+A model that stopped using the group but still reads the facts keeps this rate; one that learned
+"answer the template's pro-social option" answers every "for" cue right and every "against" cue
+wrong (50% overall, 0% on "against" cues). Scored as the bias benchmark scores its prompts (the
+same protocols: the chat template and summed log-probabilities by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from scd.config.options import option
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
+from scd.eval.benchmarks.columns import Column
+from scd.eval.tasks import CausalModel, CausalTask
+
+__all__ = ["Judgment", "JudgmentOptions"]
+
+
+@dataclass
+class JudgmentOptions(BenchmarkOptions):
+    """Relevance controls: ``scd eval judgment`` flags, a recipe's ``eval.judgment`` keys."""
+
+    cues: str | None = option(
+        None,
+        "a relevance cues YAML (default: scd's own, two against and two for per template)",
+        pin=False,  # the file is hashed (inputs)
+    )
+    scales: list[str] | None = option(
+        None, "only these scales (certainty, likelihood, frequency; default: all three)"
+    )
+    protocol: Literal["scd", "paper-chat"] = option(
+        "scd", "how prompts are put and answers chosen, as the bias benchmark's --protocol"
+    )
+
+    def __post_init__(self) -> None:
+        if self.scales:  # "certainty,likelihood" as well as "certainty likelihood"
+            self.scales = [x.strip() for s in self.scales for x in s.split(",") if x.strip()]
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from super().problems()
+        from scd.config.vocabulary import SCALES
+
+        for scale in self.scales or []:
+            if scale not in SCALES:
+                yield "scales", f"{scale!r} is not a scale ({', '.join(SCALES)})"
+
+
+def _rate_line(block: dict[str, Any]) -> str:
+    return f"{block['pct']:.1f}% [{block['ci_low']:.1f}, {block['ci_high']:.1f}]"
+
+
+class Judgment(Benchmark):
+    name = "judgment"
+    help = (
+        "relevance controls: the share of cue prompts answered as the cue (not the group) warrants"
+    )
+    Options = JudgmentOptions
+    arena_columns = (
+        Column(
+            "judgment_pct",
+            "Judgment kept % [95% CI]",
+            "the share of the relevance controls -- the templates' questions about people "
+            "described by a relevant fact (cheating, fraud, a record of success) instead of a "
+            "group -- answered as the fact warrants, with a 95% percentile bootstrap interval "
+            "over the templates (answering every template pro-socially scores 50)",
+            ci=("judgment_ci_low", "judgment_ci_high"),
+        ),
+        Column(
+            "judgment_against_pct",
+            '"Against" cues %',
+            "the same share on the cues that warrant rejecting the pro-social action alone (a "
+            "pro-social answer rule scores 0)",
+        ),
+        Column(
+            "judgment_p",
+            "Judgment p vs base (Holm)",
+            "the arm's change in that share against the base model on the same cue prompts, "
+            "tested by the same bootstrap over templates (two-sided); in parentheses "
+            "Holm-corrected across the arms of the setting",
+            p=True,
+        ),
+    )
+
+    def inputs(self, options: JudgmentOptions) -> dict[str, Path]:
+        from scd.data_gen.relevance import cues_path
+
+        return {"cues": Path(options.cues) if options.cues else cues_path()}
+
+    def check_inputs(self, options: JudgmentOptions) -> None:
+        from scd.data_gen.relevance import load_cues
+
+        load_cues(options.cues)
+
+    def task(self, model: CausalModel, options: JudgmentOptions) -> JudgmentTask:
+        from scd.data_gen.relevance import relevance_rows
+        from scd.models.protocols import get_protocol
+
+        work = relevance_rows(options.cues)
+        if options.scales:
+            work = [r for r in work if r["scale"] in options.scales]
+        config = {
+            **self.identity(options, model.model, model.adapter, model.spec),
+            "n_items": len(work),
+        }
+        protocol = get_protocol(options.protocol)
+        return JudgmentTask(config, work, options.chunk_size, model, protocol=protocol)
+
+    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "judgment_pct": summary["overall"]["pct"],
+            "against_pct": summary["by_direction"]["against"]["pct"],
+        }
+
+    def describe(self, summary: dict[str, Any]) -> str:
+        o, a = summary["overall"], summary["by_direction"]["against"]
+        kept = f"judgment kept on {_rate_line(o)} of {o['n']} cue prompts"
+        return f"{kept} ({a['pct']:.1f}% of the 'against' ones)"
+
+    def table(self, runs: dict[str, Path | str]) -> Table:
+        from scd.eval.benchmarks.rates import paired_lines, runs_table
+
+        summaries = read_summaries(runs, "judgment")
+        rows = [
+            ("all cues", lambda s: s["overall"]),
+            ('"against" cues', lambda s: s["by_direction"]["against"]),
+            ('"for" cues', lambda s: s["by_direction"]["for"]),
+            *(
+                (f"{k} scale", lambda s, k=k: s["by_scale"].get(k))
+                for k in ("certainty", "likelihood", "frequency")
+            ),
+        ]
+        lines = [
+            "## Judgment kept (relevance controls)",
+            "",
+            "% of the relevance controls answered as the cue warrants (95% Wilson intervals): the "
+            "templates' questions with a relevant fact about the people where the group goes. "
+            'Answering every template pro-socially scores 100 on "for" cues and 0 on "against" '
+            "ones.",
+            "",
+            *runs_table(summaries, rows),
+            *paired_lines(runs, "warranted", "warranted", id_key="prompt_id"),
+        ]
+        flat = [
+            {"run": name, "group": label, **(get(s) or {})}
+            for name, s in summaries.items()
+            for label, get in rows
+        ]
+        return Table("\n".join(lines), flat, "judgment")
+
+    def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
+        """The warranted-answer rate and its change against the base model, each with a
+        bootstrap over the 30 templates (the 24 prompts of a template are not independent)."""
+        from scd.eval.benchmarks.clusters import cluster_change, cluster_rate
+        from scd.eval.benchmarks.rates import rate
+        from scd.eval.records import read_records
+
+        arm = read_records(Path(result) / "records.jsonl")
+        ref = {r["prompt_id"]: r for r in read_records(Path(base) / "records.jsonl")}
+        both = [r for r in arm if r["prompt_id"] in ref]
+        block = cluster_rate([r["warranted"] for r in arm], [r["template"] for r in arm])
+        change = cluster_change(
+            [r["warranted"] for r in both],
+            [ref[r["prompt_id"]]["warranted"] for r in both],
+            [r["template"] for r in both],
+        )
+        return {
+            "judgment_pct": block["pct"],
+            "judgment_ci_low": block["ci_low"],
+            "judgment_ci_high": block["ci_high"],
+            "judgment_n": block["n"],
+            "judgment_templates": block["clusters"],
+            "judgment_against_pct": rate(
+                r["warranted"] for r in arm if r["direction"] == "against"
+            )["pct"],
+            "judgment_change_pts": change["pts"],
+            "judgment_p": change["p"],
+        }
+
+
+@dataclass
+class JudgmentTask(CausalTask):
+    """Cue prompts put as the bias benchmark puts its prompts (the protocol's text and rule)."""
+
+    protocol: Any = field(default=None, kw_only=True)  # scd.models.protocols.Protocol
+    name = "scd eval judgment"
+    unit = "prompt"
+
+    def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from scd.eval.engines import ChoiceRequest
+        from scd.models.protocols import choose
+
+        p = self.protocol
+        ids = p.prompt_ids(self.fmt, rows)
+        options = [p.option_ids(self.fmt, r["options"]) for r in rows]
+        chats = [p.formatter(self.fmt).conversation(p.user_text(r)) for r in rows]
+        scores = self.engine.score(
+            [
+                ChoiceRequest(tuple(i), o, c, tuple(r["options"]))
+                for i, o, c, r in zip(ids, options, chats, rows)
+            ]
+        )
+        out = []
+        for r, s, o in zip(rows, scores, options):
+            chosen = choose(r["options"], s, o, p.rule)
+            out.append(
+                {
+                    "prompt_id": r["prompt_id"],
+                    "template": f"{r['principle']}.{r['scenario']}",
+                    "action": r["action"],
+                    "scale": r["scale"],
+                    "direction": r["direction"],
+                    "option_logprobs": s,
+                    "chosen": chosen,
+                    "warranted": chosen == r["warranted_answer"],
+                    "pro_social": chosen == r["pro_social_answer"],
+                }
+            )
+        return out
+
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from scd.eval.benchmarks.rates import rate, rates_by
+
+        return {
+            "overall": rate(r["warranted"] for r in records),
+            "by_direction": rates_by(records, "direction", "warranted"),
+            "by_scale": rates_by(records, "scale", "warranted"),
+            "pro_social": rate(r["pro_social"] for r in records),
+        }
+
+    def render(self, summary: dict[str, Any]) -> dict[str, str]:
+        from scd.eval.benchmarks.base import evaluated
+
+        d, ps = summary["by_direction"], summary["pro_social"]
+        lines = [
+            f"# Judgment kept: {evaluated(summary)}",
+            "",
+            f"- warranted answer: {_rate_line(summary['overall'])} of {summary['overall']['n']} "
+            "cue prompts",
+            f'- on "against" cues: {_rate_line(d["against"])}; on "for" cues: '
+            f"{_rate_line(d['for'])}",
+            f"- the pro-social option chosen: {_rate_line(ps)}",
+        ]
+        return {"tables.md": "\n".join(lines) + "\n"}

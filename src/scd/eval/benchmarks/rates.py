@@ -1,0 +1,107 @@
+"""What the item-choice benchmarks beyond the templates share (CrowS-Pairs, WinoBias,
+Winogender): a rate with its 95% Wilson interval, a rate per group, an exact McNemar test of two
+results on the same items, and the side-by-side table of several runs of one benchmark with
+each later run paired with the first (the base model) on the same items."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["paired_lines", "rate", "rates_by", "runs_table"]
+
+Record = dict[str, Any]
+
+
+def rate(flags: Iterable[bool]) -> dict[str, Any]:
+    """``{k, n, pct, ci_low, ci_high}``: how many of ``flags`` are true, in % with a 95% Wilson
+    interval (None where there are none)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    flags = [bool(f) for f in flags]
+    k, n = sum(flags), len(flags)
+    if n == 0:
+        return {"k": 0, "n": 0, "pct": None, "ci_low": None, "ci_high": None}
+    low, high = proportion_confint(k, n, alpha=0.05, method="wilson")
+    return {"k": k, "n": n, "pct": 100.0 * k / n, "ci_low": 100.0 * low, "ci_high": 100.0 * high}
+
+
+def rates_by(records: list[Record], key: str, flag: str) -> dict[str, dict[str, Any]]:
+    """:func:`rate` of ``flag`` per value of ``key``, in the order the values come."""
+    groups: dict[str, list[bool]] = {}
+    for r in records:
+        groups.setdefault(str(r[key]), []).append(bool(r[flag]))
+    return {g: rate(f) for g, f in groups.items()}
+
+
+def paired(
+    after: list[Record], before: list[Record], flag: str, id_key: str = "id"
+) -> dict[str, Any]:
+    """Exact McNemar test of ``flag`` in ``after`` against ``before`` on the items both hold
+    (paired by ``id_key``): ``{n, to_true, to_false, p}``."""
+    import pandas as pd
+
+    from scd.eval.benchmarks.paired import mcnemar_pair
+
+    def series(records: list[Record]) -> Any:
+        return pd.Series({r[id_key]: bool(r[flag]) for r in records}, dtype=bool)
+
+    test = mcnemar_pair(series(after), series(before))
+    return {
+        "n": test["n"],
+        "to_true": test["to_true"],
+        "to_false": test["to_false"],
+        "p": test["p"],
+    }
+
+
+def cell(block: dict[str, Any] | None) -> str:
+    """``pct [low, high] (n)``, one decimal."""
+    if not block or block.get("pct") is None:
+        return "–"
+    return f"{block['pct']:.1f} [{block['ci_low']:.1f}, {block['ci_high']:.1f}] (n={block['n']})"
+
+
+def paired_lines(
+    runs: dict[str, Path | str], flag: str, what: str, id_key: str = "id"
+) -> list[str]:
+    """Each run after the first paired with it on the items both answered: a Markdown table of
+    the items whose ``flag`` changed each way and the exact McNemar p (Holm-corrected across the
+    runs)."""
+    from statsmodels.stats.multitest import multipletests
+
+    from scd.eval.records import read_records
+
+    names = list(runs)
+    if len(names) < 2:
+        return []
+    first = read_records(Path(runs[names[0]]) / "records.jsonl")
+    tests = {
+        n: paired(read_records(Path(runs[n]) / "records.jsonl"), first, flag, id_key)
+        for n in names[1:]
+    }
+    holm = multipletests([t["p"] for t in tests.values()], method="holm")[1]
+    lines = [
+        f"Paired with {names[0]} on the same items (exact McNemar; Holm-corrected across the "
+        "runs in parentheses):",
+        "",
+        f"| run | items | → {what} | → not {what} | p |",
+        "|---|---|---|---|---|",
+    ]
+    for (name, t), h in zip(tests.items(), holm):
+        lines.append(
+            f"| {name} | {t['n']} | {t['to_true']} | {t['to_false']} | {t['p']:.2g} ({h:.2g}) |"
+        )
+    return [*lines, ""]
+
+
+def runs_table(
+    summaries: dict[str, dict[str, Any]], rows: list[tuple[str, Callable[[dict], Any]]]
+) -> list[str]:
+    """Runs side by side: a Markdown row per ``(label, summary -> rate block)``."""
+    head = "| | " + " | ".join(summaries) + " |"
+    lines = [head, "|" + "---|" * (len(summaries) + 1)]
+    for label, get in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(get(s)) for s in summaries.values()) + " |")
+    return [*lines, ""]
