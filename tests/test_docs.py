@@ -74,3 +74,30 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert "run_recipe" in api and "Run (or resume) every stage" in api  # from the docstring
     for page in ("guides/train", "guides/arena", "validation", "benchmarks"):
         assert (tmp_path / page / "index.html").is_file(), page
+
+
+def test_every_anchor_a_page_links_to_exists() -> None:
+    """``[text](#anchor)`` and ``[text](page.md#anchor)`` in the README, the root pages and
+    docs/ point at a heading of the page as the site slugs it (Python-Markdown's ``toc``, which
+    GitHub agrees with for headings without dashes or punctuation runs); ``mkdocs build --strict``
+    lets a dead anchor pass."""
+    import re
+
+    from markdown.extensions.toc import slugify
+
+    pages = [*REPO.glob("*.md"), *(REPO / "docs").rglob("*.md")]
+
+    def anchors(page: Path) -> set[str]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        heads = re.findall(r"^#{1,6} (.+?)\s*$", text, flags=re.M)
+        return {slugify(re.sub(r"[`*]", "", h), "-") for h in heads}
+
+    dead, checked = [], 0
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            checked += 1
+            where = (page.parent / target).resolve() if target else page
+            if where.suffix == ".md" and where.is_file() and anchor not in anchors(where):
+                dead.append(f"{page.relative_to(REPO)}: {target}#{anchor}")
+    assert dead == [] and checked >= 6  # BENCHMARKS.md's links to its GPU section, at least

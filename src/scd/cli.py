@@ -112,7 +112,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    esub = _command_group(sub, "eval", "evaluate a model: " + ", ".join(REGISTRY))
+    names = [*REGISTRY, "stigma (--probe " + "|".join(commands.stigma_probes()) + ")"]
+    esub = _command_group(sub, "eval", "evaluate a model: " + ", ".join(names))
     for name, bench in REGISTRY.items():
         parser = esub.add_parser(name, help=bench.help.replace("%", "%%"))
         _add_eval_args(parser, [bench])
@@ -346,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
         "nationality, generates the contact prompts over a packaged toy descriptor list, "
         "LoRA-tunes it on setting 1 (TRL + PEFT), evaluates the base model and the tuned model "
         "on the held-out prompts, writes tables, figures and an HTML report into --out, "
-        "and prints Table 10. About a minute on 2 CPU cores; a second run is a no-op and a "
+        "and prints Table 10. About a minute on 2 idle CPU cores (several times that beside "
+        "other work); a second run is a no-op and a "
         "killed run resumes.",
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")

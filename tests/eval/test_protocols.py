@@ -192,8 +192,8 @@ def test_paper_protocols_equal_the_papers_code_on_smollm2(
     protocol: str, smollm2, hb_prompts: Path, tmp_path: Path
 ) -> None:
     """The real SmolLM2-135M-Instruct: the same token ids, log-probabilities within 1e-4 and the
-    same choices as CAPPr on the first 40 prompts of the subset."""
-    assert _check_against_cappr(smollm2.model, hb_prompts, tmp_path, protocol, 40) >= 40
+    same choices as CAPPr on 20 prompts of the subset."""
+    assert _check_against_cappr(smollm2.model, hb_prompts, tmp_path, protocol, 20) >= 20
 
 
 def test_protocol_and_rule_are_checked_in_one_line(

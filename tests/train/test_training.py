@@ -70,6 +70,8 @@ def test_output_dir_holds_a_servable_adapter_and_its_provenance(trained: Path) -
     info = json.loads((trained / "train_manifest.json").read_text())
     assert info["global_step"] > 0 and info["tokens_per_second"] > 0
     assert json.loads((trained / "data_manifest.json").read_text())["setting"] == 1
+    # the last step is logged too: the training loss is the mean over every step
+    assert info["log_history"][-1]["step"] == info["global_step"]
 
 
 def test_secrets_never_reach_outputs_or_logs(trained: Path) -> None:
@@ -389,7 +391,8 @@ def test_training_log_lines_are_readable():
 
     from scd.train.training_log import log_line as _log_line
 
-    state = SimpleNamespace(global_step=10, max_steps=50)
+    history = [{"step": 5, "loss": 1.0}, {"step": 10, "loss": 0.5}, {"step": 12, "loss": 0.25}]
+    state = SimpleNamespace(global_step=10, max_steps=50, log_history=history)
     line = _log_line(
         state,
         {
@@ -402,7 +405,9 @@ def test_training_log_lines_are_readable():
     )
     assert line == "step 10/50  loss 0.4739  lr 3.0e-04  grad norm 0.5587"
     done = _log_line(state, {"train_runtime": 78.1, "train_loss": 0.8874, "epoch": 0.4})
-    assert done == "trained 10 steps in 78 s, mean loss 0.8874 (this session's steps)"
+    # the training loss of every step as recorded (not transformers' train_loss of a session):
+    # (5 x 1.0 + 5 x 0.5 + 2 x 0.25) / 12
+    assert done == "trained 10 steps in 78 s, training loss 0.6667 (the mean over every step)"
 
 
 def test_training_in_the_paper_chat_protocols_text(toy_model: Path, tmp_path) -> None:

@@ -121,6 +121,11 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _prose(text: Any) -> str:
+    """A help text as a table cell outside code: ``<run_id>`` shown, not read as an HTML tag."""
+    return _cell(text).replace("<", "&lt;").replace(">", "&gt;")
+
+
 def recipe_reference(sections: Mapping[str, type] | None = None) -> str:
     """The recipe reference page (Markdown): one table per section."""
     out = [
@@ -146,7 +151,7 @@ def recipe_reference(sections: Mapping[str, type] | None = None) -> str:
         out.append(
             f"| `{row['key']}` | {_cell(row['type'])} | "
             f"{row.get('shown') or '`' + _cell(repr(row['default'])) + '`'} | "
-            f"{'yes' if pinned else 'no'} | {_cell(row['help'])} |"
+            f"{'yes' if pinned else 'no'} | {_prose(row['help'])} |"
         )
     return "\n".join(out) + "\n"
 
@@ -161,9 +166,9 @@ def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str,
 
 def cli_reference(parser: argparse.ArgumentParser) -> str:
     """The command-line reference page (Markdown): every command's ``--help``, as printed at
-    100 columns."""
+    80 columns (the width the site's code blocks show without scrolling)."""
     old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"
+    os.environ["COLUMNS"] = "80"
     try:
         pages = list(_commands(parser, "scd"))
     finally:

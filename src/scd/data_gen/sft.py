@@ -102,6 +102,8 @@ def _general_table(spec: str) -> Any:
     """The rows of a general-data source as a ``datasets.Dataset``."""
     import datasets
 
+    if spec.startswith("scd:") and spec != GENERAL_SET:
+        raise InputError(f"not one of scd's own sets ({GENERAL_SET})", key="general", value=spec)
     if spec == GENERAL_SET:
         items = read_yaml(data_path("general_instructions.yaml"))["items"]
         return datasets.Dataset.from_list(
@@ -110,10 +112,22 @@ def _general_table(spec: str) -> Any:
     path = Path(spec).expanduser()
     if not path.exists() and looks_local(spec):  # never sent to the Hub as a dataset id
         raise InputError("no such file", key="general", value=spec)
+    if path.is_file() and path.stat().st_size == 0:
+        raise InputError(
+            "an empty file (rows of instruction/output or prompt/response)",
+            key="general",
+            value=spec,
+        )
     try:
         if path.exists():
             kind = "parquet" if path.suffix == ".parquet" else "json"
-            return datasets.load_dataset(kind, data_files=str(path), split="train")
+            shown = datasets.is_progress_bar_enabled()
+            datasets.disable_progress_bars()  # a one-line error stays one line
+            try:
+                return datasets.load_dataset(kind, data_files=str(path), split="train")
+            finally:
+                if shown:
+                    datasets.enable_progress_bars()
         problem = hub_problem(spec, repo_type="dataset", filename=None)
         if problem:
             raise InputError(problem, key="general", value=spec)

@@ -59,6 +59,53 @@ def in_recipe_terms(err: InputError, stage: str | None, section: str | None = No
     return InputError(f"stage {stage}: {text}" if stage else text)
 
 
+def _check_prompts(key: str, path: Path) -> None:
+    """A prompt set's file: parquet, with the columns of ``scd generate contact``."""
+    import pyarrow.parquet as pq
+
+    from scd.config.vocabulary import PROMPT_COLUMNS
+
+    try:
+        columns = set(pq.read_schema(path).names)
+    except Exception:  # pyarrow raises several types for a file that is not parquet
+        raise InputError(
+            f"{key}: {path} is not a parquet file (run `scd generate contact`)"
+        ) from None
+    missing = [c for c in PROMPT_COLUMNS if c not in columns]
+    if missing:
+        raise InputError(
+            f"{key}: {path} has no column {missing[0]!r} (not `scd generate contact`'s)"
+        )
+
+
+def _check_data(recipe: Recipe) -> None:
+    """The data the recipe names, read now: its descriptors (a known set or a file), its general
+    instructions (scd's own set or a local file: there, not empty, the columns it needs) and its
+    lm-evaluation-harness tasks (known to lm-eval)."""
+    from scd.data_gen.descriptors import resolve_descriptors
+    from scd.data_gen.sft import load_general
+    from scd.io import looks_local
+
+    d, c = recipe.data, recipe.capability
+    if d.descriptors:
+        resolve_descriptors(d.descriptors, version=d.hb_version)
+    general = d.general or ""
+    if general.startswith("scd:") or looks_local(general) or Path(general).suffix:
+        load_general(general, 1, d.seed)  # a Hub dataset id: loaded by its stage
+    if c.lm_eval_tasks:
+        from lm_eval.tasks import TaskManager
+
+        known = TaskManager(include_path=c.lm_eval_include_path).all_tasks
+        for task in c.lm_eval_tasks:
+            if task not in known:
+                raise InputError(
+                    "not a task lm-evaluation-harness knows (a task of your own: "
+                    "capability.lm_eval_include_path)",
+                    key="capability.lm_eval_tasks",
+                    value=task,
+                )
+
+
 def validate_inputs(recipe: Recipe) -> None:
     """Check every path the recipe names before any stage runs (the benchmarks' own inputs are
     checked with the recipe).
@@ -75,10 +122,16 @@ def validate_inputs(recipe: Recipe) -> None:
     for key, value in {"data.prompts": d.prompts, "data.eval_prompts": d.eval_prompts}.items():
         if value and not (Path(value) / "prompts.parquet").is_file():
             raise InputError(f"{key}: {value} has no prompts.parquet (run `scd generate contact`)")
+        if value:
+            _check_prompts(key, Path(value) / "prompts.parquet")
     if recipe.train.push_to_hub:  # the adapters go to the Hub once evaluated
         from scd.hub import hub_token
 
         hub_token(key="train.push_to_hub")
+    try:
+        _check_data(recipe)
+    except InputError as err:
+        raise in_recipe_terms(err, None) from None
     if recipe.model != "toy":
         from scd.models import check_model_available
 

@@ -8,6 +8,7 @@ or a training, at its last chunk or checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -38,8 +39,9 @@ class RunState:
         if state.is_file():
             self.stages = json.loads(state.read_text())["stages"]
 
-    def pin(self) -> None:
-        """Write ``recipe.json``, or check that the directory's run had the same recipe.
+    def pin(self) -> bool:
+        """Write ``recipe.json``, or check that the directory's run had the same recipe; return
+        whether it was written now.
 
         Raises:
             InputError: the directory holds a run of another recipe.
@@ -54,13 +56,25 @@ class RunState:
                     f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])}{more} "
                     "differ); pass --run-id NEW_NAME or remove the directory"
                 )
-            return
+            return False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InputError(f"{self.path}: cannot write there ({err.strerror or err})") from None
         recorded = {k: v for k, v in self.recipe.items() if k != "wandb"}  # speed keys too
         write_json(path, {"kind": "scd_run", "run_id": self.path.name, "recipe": recorded})
+        return True
+
+    def unpin(self) -> None:
+        """Take back ``recipe.json`` of a run that finished no stage (it failed on bad input):
+        the corrected recipe may then run in the same directory. The directory goes too when
+        nothing else is left in it."""
+        if self.stages or (self.path / "state.json").is_file():
+            return
+        (self.path / "recipe.json").unlink(missing_ok=True)
+        (self.path / ".state.lock").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # other files left: they block nothing
+            self.path.rmdir()
 
     def done(self, stage: str) -> bool:
         """Whether ``stage`` finished (and what it wrote is still there)."""

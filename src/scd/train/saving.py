@@ -1,14 +1,32 @@
 """What a finished training writes beside the trainer's checkpoints: the adapter (checked that it
-was written), the kept step's weights under ``train.select: best``, and the adapter as a W&B
-``model`` artifact with what serving it alone needs."""
+was written), the kept step's weights under ``train.select: best``, the adapter as a W&B
+``model`` artifact with what serving it alone needs, and the training's manifest with the recipe
+as it ran."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SERVING_FILES", "keep_checkpoint", "log_adapter", "save_adapter"]
+import yaml
+
+from scd import __version__
+from scd.config.schema import Recipe
+from scd.io import write_json
+from scd.tracking import redact
+from scd.train.arms.base import Method
+from scd.train.bias_steps import KEYS as BIAS_KEYS
+
+__all__ = [
+    "SERVING_FILES",
+    "keep_checkpoint",
+    "log_adapter",
+    "save_adapter",
+    "train_manifest",
+    "write_training",
+]
 
 # what serving the adapter alone needs, by file name prefix: weights, config, tokenizer, template
 SERVING_FILES = ("adapter_", "tokenizer", "special_tokens_map", "chat_template")
@@ -56,3 +74,61 @@ def save_adapter(trainer: Any, out: Path, main: bool) -> None:
             f"training finished but no adapter was written to {out}/adapter_model.safetensors "
             "(the checkpoints under checkpoints/ hold the trained weights)"
         )
+
+
+def train_manifest(
+    trainer: Any, result: Any, method: Method, recipe: Recipe, model_path: str, **info: Any
+) -> dict[str, Any]:
+    """``train_manifest.json``: what the training did, every step across resumes."""
+    state = trainer.state
+    tokens = int(state.num_input_tokens_seen)  # every step, across resumes
+    loss = info.pop("loss")  # the training loss (scd.train.training_log.mean_loss)
+    seconds, earlier = info.pop("seconds"), info.pop("earlier")
+    return {
+        "kind": "scd_adapter",
+        "scd_version": __version__,
+        "method": method.name,
+        "base_model": model_path,
+        "model": recipe.model,
+        "global_step": state.global_step,
+        "train_loss": result.training_loss if loss is None else loss,
+        "train_seconds": round(seconds, 3),
+        "tokens_seen": tokens,
+        "tokens_per_second": round((tokens - earlier) / seconds, 1)
+        if seconds > 0 and tokens > earlier
+        else None,
+        "resumed_from": info.pop("resumed_from"),
+        "selected": info.pop("selected"),
+        "world_size": info.pop("world_size"),
+        "token_check_rows": info.pop("checked"),
+        "wandb_run_id": info.pop("wandb_run_id"),
+        "log_history": [
+            {k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm") if k in e}
+            for e in state.log_history
+            if "loss" in e
+        ],
+        "bias_history": [
+            {k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
+            for e in state.log_history
+            if BIAS_KEYS[0] in e
+        ],
+    }
+
+
+RAN_KEYS = ("optim", "bf16", "gradient_checkpointing")  # what scd changes on a CPU
+
+
+def write_training(
+    out: Path, recipe: Recipe, data_manifest: dict[str, Any], info: dict[str, Any], args: Any
+) -> None:
+    """What a finished training writes beside its adapter: the resolved recipe as it ran
+    (secrets redacted; a CPU run's optimizer, precision and checkpointing as TRL got them), its
+    data's manifest and its own."""
+    info["ran"] = {
+        key: getattr(getattr(args, key), "value", getattr(args, key)) for key in RAN_KEYS
+    }
+    train = dataclasses.replace(recipe.train, **info["ran"])
+    resolved = redact(dataclasses.replace(recipe, train=train).to_dict())
+    (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    write_json(out / "data_manifest.json", data_manifest)
+    write_json(out / "train_manifest.json", info)

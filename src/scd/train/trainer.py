@@ -23,21 +23,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from scd import __version__
 from scd.config.arms import method_class
 from scd.config.schema import Recipe
 from scd.errors import InputError
-from scd.io import write_json
-from scd.tracking import redact
 from scd.train.arms.base import Method
-from scd.train.bias_steps import KEYS as BIAS_KEYS
 from scd.train.bias_steps import selection
-from scd.train.saving import keep_checkpoint, save_adapter
+from scd.train.saving import keep_checkpoint, save_adapter, train_manifest, write_training
 from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
 from scd.train.sft_rows import data_dir, prepare_data, system_message
-from scd.train.training_log import finish_tracking, mean_loss, start_tracking, wandb_at_steps
+from scd.train.training_log import (
+    finish_tracking,
+    last_step_logged,
+    mean_loss,
+    start_tracking,
+    wandb_at_steps,
+)
 
 __all__ = ["build_trainer", "method_config", "sft_config", "train"]
 
@@ -167,6 +167,7 @@ def build_trainer(
         peft_config=lora_config(recipe),
     )
     checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, recipe)
+    trainer.add_callback(last_step_logged())  # the training loss covers every step
     quiet_callbacks(trainer, progress, verbose)
     if bias is not None:
         bias.trainer = trainer
@@ -174,9 +175,10 @@ def build_trainer(
     return trainer, checked
 
 
-def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str | None]:
+def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str | None, bool]:
     """What a training run needs before any work: the model resolved to a loadable path, the
-    output directory, and its checkpoint to resume from (None: a new run).
+    output directory, its checkpoint to resume from (None: a new run), and whether it trains on
+    a CUDA GPU.
 
     Raises:
         InputError: a recipe, method or output directory that cannot be trained.
@@ -207,7 +209,7 @@ def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str
             f"output_dir {out}: holds checkpoints; pass --resume to continue, "
             "or choose a new output_dir"
         )
-    return model_path, out, checkpoint
+    return model_path, out, checkpoint, _is_cuda(recipe)
 
 
 def _training_rows(recipe: Recipe, out: Path, method: Method, state: Any, progress: bool) -> Path:
@@ -239,15 +241,6 @@ def _keep(trainer: Any, recipe: Recipe, out: Path, checkpoints: Path) -> dict[st
     return selected
 
 
-def _write(out: Path, recipe: Recipe, data_manifest: dict[str, Any], info: dict[str, Any]) -> None:
-    """What a finished training writes beside its adapter: the resolved recipe (secrets
-    redacted), its data's manifest and its own."""
-    resolved = redact(recipe.to_dict())
-    (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    write_json(out / "data_manifest.json", data_manifest)
-    write_json(out / "train_manifest.json", info)
-
-
 def _tokens_before(checkpoint: str | None, progress: bool) -> int:
     """The tokens of the steps a killed process trained (not timed here), saying where the
     training resumes."""
@@ -260,45 +253,6 @@ def _tokens_before(checkpoint: str | None, progress: bool) -> int:
         step = saved["global_step"]
         say(f"resuming training from {checkpoint} (step {step}; the steps before it are kept)")
     return int(saved.get("num_input_tokens_seen") or 0)
-
-
-def _manifest(
-    trainer: Any, result: Any, method: Method, recipe: Recipe, model_path: str, **info: Any
-) -> dict[str, Any]:
-    """``train_manifest.json``: what the training did, every step across resumes."""
-    state = trainer.state
-    tokens = int(state.num_input_tokens_seen)  # every step, across resumes
-    loss = mean_loss(state.log_history)  # every step, across resumes
-    seconds, earlier = info.pop("seconds"), info.pop("earlier")
-    return {
-        "kind": "scd_adapter",
-        "scd_version": __version__,
-        "method": method.name,
-        "base_model": model_path,
-        "model": recipe.model,
-        "global_step": state.global_step,
-        "train_loss": result.training_loss if loss is None else loss,
-        "train_seconds": round(seconds, 3),
-        "tokens_seen": tokens,
-        "tokens_per_second": round((tokens - earlier) / seconds, 1)
-        if seconds > 0 and tokens > earlier
-        else None,
-        "resumed_from": info.pop("resumed_from"),
-        "selected": info.pop("selected"),
-        "world_size": info.pop("world_size"),
-        "token_check_rows": info.pop("checked"),
-        "wandb_run_id": info.pop("wandb_run_id"),
-        "log_history": [
-            {k: e[k] for k in ("step", "loss", "learning_rate", "grad_norm") if k in e}
-            for e in state.log_history
-            if "loss" in e
-        ],
-        "bias_history": [
-            {k: e[k] for k in ("step", *BIAS_KEYS) if k in e}
-            for e in state.log_history
-            if BIAS_KEYS[0] in e
-        ],
-    }
 
 
 def train(
@@ -329,8 +283,7 @@ def train(
     from accelerate import PartialState
 
     unit: Method = method_class(method)()
-    model_path, out, checkpoint = _check(recipe, unit, resume)
-    cuda = _is_cuda(recipe)
+    model_path, out, checkpoint, cuda = _check(recipe, unit, resume)
     enabled = use_wandb and recipe.wandb.enabled
     # The TRL config first: it sets up the distributed state (a PartialState made before it sees
     # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
@@ -362,7 +315,7 @@ def train(
     info: dict[str, Any] = {}
     if state.is_main_process:
         selected = _keep(trainer, recipe, out, Path(args.output_dir))
-        info = _manifest(
+        info = train_manifest(
             trainer,
             result,
             unit,
@@ -374,9 +327,10 @@ def train(
             selected=selected,
             world_size=state.num_processes,
             checked=checked,
+            loss=mean_loss(trainer.state.log_history),  # every step, across resumes
             wandb_run_id=run.id if run is not None else None,
         )
-        _write(out, recipe, manifest, info)
+        write_training(out, recipe, manifest, info, args)
         if run is not None:
             finish_tracking(run, recipe, out, info, model_path)
     state.wait_for_everyone()

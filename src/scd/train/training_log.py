@@ -18,6 +18,7 @@ from scd.train.saving import log_adapter
 
 __all__ = [
     "finish_tracking",
+    "last_step_logged",
     "log_history",
     "log_line",
     "log_lines",
@@ -40,7 +41,8 @@ END_OF_TRAINING = {
 def log_line(state: Any, logs: dict[str, Any]) -> str:
     """One readable line for a training log entry ("step 10/50  loss 0.4739  lr 3.0e-04 ...")."""
     if "train_loss" in logs:  # the last entry (every one has train_runtime with tokens counted)
-        mean = f", mean loss {float(logs['train_loss']):.4f} (this session's steps)"
+        loss = mean_loss(state.log_history)  # the training loss: over every step, as recorded
+        mean = "" if loss is None else f", training loss {loss:.4f} (the mean over every step)"
         return f"trained {state.global_step} steps in {float(logs['train_runtime']):.0f} s{mean}"
     if "eval_bias_pct" in logs:  # train.eval_every_steps
         return bias_line(state.global_step, state.max_steps, logs)
@@ -59,6 +61,20 @@ def log_line(state: Any, logs: dict[str, Any]) -> str:
             value = float(logs[key])
             parts.append(f"{name} {value:.1e}" if key == "learning_rate" else f"{name} {value:.4f}")
     return "  ".join(parts)
+
+
+def last_step_logged() -> Any:
+    """A callback that logs the last training step too when it does not fall on a logging
+    step, so that the log history -- and the training loss of :func:`mean_loss` -- covers every
+    step (transformers logs every ``logging_steps`` only)."""
+    from transformers import TrainerCallback
+
+    class LastStepLogged(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            if state.global_step >= state.max_steps:
+                control.should_log = True
+
+    return LastStepLogged()
 
 
 def log_lines(bar: bool) -> Any:
@@ -120,9 +136,11 @@ def wandb_at_steps(held: int) -> Any:
 
 
 def mean_loss(history: list[dict[str, Any]]) -> float | None:
-    """The mean training loss over every step the log history covers (a resumed run's history
-    starts with the steps of the run it continues), each logged mean weighted by the steps since
-    the log before it -- exact where checkpoints fall on logging steps, as in scd's recipes."""
+    """The training loss, as scd reports it everywhere (stdout, the manifest, W&B, the model
+    card): the mean loss over every step the log history covers (a resumed run's history starts
+    with the steps of the run it continues; the last step is logged too,
+    :func:`last_step_logged`), each logged mean weighted by the steps since the log before it --
+    exact where checkpoints fall on logging steps, as in scd's recipes."""
     total = steps = last = 0
     for entry in history:
         if "loss" in entry and "step" in entry:

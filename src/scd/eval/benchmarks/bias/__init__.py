@@ -209,11 +209,12 @@ class Bias(Benchmark):
     def describe(self, summary: dict[str, Any]) -> str:
         if "protocols" in summary:
             return "; ".join(f"{p}: {self.describe(s)}" for p, s in summary["protocols"].items())
-        o = summary["overall"]
+        o, run = summary["overall"], summary.get("run", {})
+        how = f", protocol {run['protocol']}, rule {run['rule']}" if "protocol" in run else ""
         return (
             f"bias {o['pct']:.2f}% [{o['ci_low']:.2f}, {o['ci_high']:.2f}] over {o['n']:,} "
             f"descriptor prompts (+{summary['n_baseline_records']:,} descriptor-free "
-            "baselines, reported apart)"
+            f"baselines, reported apart{how})"
         )
 
     def table(self, runs: dict[str, Path | str]) -> Table:

@@ -152,6 +152,12 @@ class BiasTask(CausalTask):
             for r, s, o in zip(rows, scores, options)
         ]
 
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """The engine (:class:`CausalTask`'s), and the protocol and rule every summary names,
+        also where run.json leaves them out (scd's own, pinned only when changed)."""
+        return {**super().recorded, "protocol": self.protocol.name, "rule": self.rule}
+
     def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         from scd.eval.benchmarks.bias.metrics import summarize
 
@@ -161,4 +167,5 @@ class BiasTask(CausalTask):
         from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.bias.metrics import tables_markdown
 
-        return {"tables.md": tables_markdown(summary, title=f"Bias: {evaluated(summary)}")}
+        title = f"Bias: {evaluated(summary)} (protocol {self.protocol.name}, rule {self.rule})"
+        return {"tables.md": tables_markdown(summary, title=title)}
