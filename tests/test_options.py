@@ -180,7 +180,9 @@ def test_errors_name_the_flag_or_the_recipe_key() -> None:
     assert str(in_recipe_terms(plain, None)) == "data.prompts: x has no prompts.parquet"
 
 
-def test_scd_run_reports_the_stage_and_recipe_key(toy_model: Path, tmp_path: Path, capsys) -> None:
+def test_scd_run_reports_a_bad_input_by_its_recipe_key_before_any_stage(
+    toy_model: Path, tmp_path: Path, capsys
+) -> None:
     from scd.io import cache_key
 
     key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
@@ -190,8 +192,9 @@ def test_scd_run_reports_the_stage_and_recipe_key(toy_model: Path, tmp_path: Pat
     recipe.write_text(f"model: toy\ndata:\n  descriptors: {missing}\nwandb:\n  enabled: false\n")
     assert main(["run", str(recipe), "--outputs", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("scd: error: stage prompts: data.descriptors "), err
-    assert str(missing) in err[0] and "--descriptors" not in err[0]
+    assert len(err) == 1 and err[0].startswith("scd: error: data.descriptors "), err
+    assert str(missing) in err[0] and "--descriptors" not in err[0] and "no such file" in err[0]
+    assert not (tmp_path / "recipe").exists()  # read before any stage: nothing written
 
 
 def test_scd_debug_shows_the_library_error(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -220,7 +223,11 @@ def test_scd_debug_shows_the_library_error(tmp_path: Path, capsys, monkeypatch) 
 def test_a_bool_on_by_default_can_be_turned_off_on_the_command_line() -> None:
     from scd.cli import build_parser
 
-    base = ["eval", "aq27", "--model", "m", "--prompts", "p", "--out", "o"]
+    base = ["eval", "bbq", "--model", "m", "--data", "d", "--out", "o"]
     parse = build_parser().parse_args
-    assert parse(base).in_vocabulary is True
-    assert parse([*base, "--no-in-vocabulary"]).in_vocabulary is False
+    assert parse(base).chat_template is True
+    assert parse([*base, "--no-chat-template"]).chat_template is False
+    aq27 = ["eval", "aq27", "--model", "m", "--prompts", "p", "--out", "o"]
+    assert parse(aq27).in_vocabulary is None  # by the model's kind: masked on, causal off
+    assert parse([*aq27, "--in-vocabulary"]).in_vocabulary is True
+    assert parse([*aq27, "--no-in-vocabulary"]).in_vocabulary is False

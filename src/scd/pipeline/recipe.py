@@ -128,14 +128,14 @@ def validate_inputs(recipe: Recipe) -> None:
         from scd.hub import hub_token
 
         hub_token(key="train.push_to_hub")
-    try:
-        _check_data(recipe)
-    except InputError as err:
-        raise in_recipe_terms(err, None) from None
     if recipe.model != "toy":
         from scd.models import check_model_available
 
         check_model_available(recipe.model, key="model")  # a Hub id: cached or on the Hub
+    try:
+        _check_data(recipe)
+    except InputError as err:
+        raise in_recipe_terms(err, None) from None
     for name, bench in REGISTRY.items():
         options = getattr(recipe.eval, name, None)
         if options is not None and options.enabled:

@@ -82,7 +82,7 @@ def over_seeds(rows: list[Row], keys: tuple[str, ...] = ("setting", "arm")) -> l
     for group in groups.values():
         merged = {**group[0], "seeds": len(group)}
         if len(group) > 1:
-            for key in group[0]:
+            for key in (k for k in group[0] if k not in keys):
                 values = [g.get(key) for g in group]
                 if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
                     merged[key] = sum(values) / len(values)
