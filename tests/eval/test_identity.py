@@ -110,7 +110,13 @@ def test_what_a_missing_key_stood_for_never_changes() -> None:
     this value then; a new default here would let such a run resume and mix records."""
     frozen = {
         "bias": {"protocol": "scd", "rule": "sum", "sets": None},
-        "bbq": {"permute_options": 1, "mode": "choice", "max_new_tokens": None},
+        "bbq": {
+            "permute_options": 1,
+            "mode": "choice",
+            "max_new_tokens": None,
+            "format": "scd",
+            "chat_template": True,
+        },
     }
     for name, bench in REGISTRY.items():
         defaults = bench.identity_defaults(bench.Options(), engine_spec())

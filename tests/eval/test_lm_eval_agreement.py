@@ -101,3 +101,52 @@ def test_winogender_equals_lm_evals_winogender_all(tiny_llama2, shared_data, tmp
         assert rec["logprobs"] == pytest.approx(lls, abs=1e-4)
         assert float(rec["correct"]) == sample["acc"]
     assert ours["overall"]["pct"] / 100 == pytest.approx(theirs["acc,none"])
+
+
+def test_bbq_in_lm_evals_format_equals_lm_evals_bbq(tiny_llama2, shared_data, tmp_path):
+    """``scd eval bbq --format lm-eval --no-chat-template``: lm-eval's twelve choices scored as
+    lm-eval scores them -- the same pick per item and the same acc, accuracy_amb,
+    accuracy_disamb and bias scores (its own aggregation code) on a stratified subset."""
+    from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
+
+    items = stratified_subset(
+        load_bbq(str(shared_data / "bbq" / "data"), ["Age", "Religion"]), 80, 0
+    )
+    fields = (
+        "example_id",
+        "question_index",
+        "question_polarity",
+        "context_condition",
+        "category",
+        "answer_info",
+        "additional_metadata",
+        "context",
+        "question",
+        "ans0",
+        "ans1",
+        "ans2",
+        "label",
+    )
+    docs = [{k: it[k] for k in fields} for it in items]
+    task = _task_dir(tmp_path / "task", "bbq/bbq_multiple_choice.yaml", "bbq_check", docs)
+    theirs, samples = _lm_eval(tiny_llama2, task, "bbq_check")
+    ours = get("bbq").evaluate(
+        str(tiny_llama2),
+        tmp_path / "scd",
+        data=str(shared_data / "bbq" / "data"),
+        categories=["Age", "Religion"],
+        limit=80,
+        seed=0,
+        format="lm-eval",
+        chat_template=False,
+    )
+    records = [json.loads(x) for x in (tmp_path / "scd" / "records.jsonl").open()]
+    assert [r["id"] for r in records] == [it["id"] for it in items]
+    assert len(samples) == len(records) > 60
+    for sample, rec in zip(samples, records):
+        lls = [x[0] for x in sample["filtered_resps"]]
+        assert rec["lm_eval"]["logprobs"] == pytest.approx(lls, abs=1e-4)
+        assert rec["lm_eval"]["pick"] == max(range(len(lls)), key=lambda i: lls[i])
+        assert rec["lm_eval"]["acc"] == sample["acc"]
+    for key, value in ours["lm_eval"].items():
+        assert value == pytest.approx(theirs[f"{key},none"], abs=1e-9), key

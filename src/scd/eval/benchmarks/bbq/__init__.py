@@ -65,6 +65,21 @@ class BBQOptions(BenchmarkOptions):
     max_new_tokens: int = option(
         16, "generate mode: tokens to generate", check=positive, pin="changed"
     )
+    format: Literal["scd", "lm-eval"] = option(
+        "scd",
+        "scd: each item as one user turn with its three answers; lm-eval: lm-evaluation-harness "
+        "0.4.13's bbq_multiple_choice (its prompt, its twelve choices and metrics, computed by "
+        "its own code: needs scd[lm-eval])",
+        pin="changed",
+        group="format",
+    )
+    chat_template: bool = option(
+        True,
+        "put the prompt through the model's chat template (false: plain text, as lm-eval reads "
+        "it without --apply_chat_template)",
+        pin="changed",
+        group="format",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.data, (list, tuple)):  # paths as text (pinned in run.json)
@@ -76,6 +91,10 @@ class BBQOptions(BenchmarkOptions):
 
     def problems(self) -> Iterator[tuple[str, str]]:
         yield from super().problems()
+        if self.format == "lm-eval" and (self.mode != "choice" or self.permute_options != 1):
+            yield "format", "lm-eval scores its twelve choices (mode choice, permute_options 1)"
+        if not self.chat_template and self.format != "lm-eval":
+            yield "chat_template", "false goes with format lm-eval (scd's own BBQ is a chat turn)"
         if self.enabled and not self.data:
             yield (
                 "data",
@@ -208,6 +227,12 @@ class BBQTask(CausalTask):
         import numpy as np
 
         from scd.eval.benchmarks.bbq.data import answer_orders, parse_letter, prompt_text
+
+        if self.config.get("format") == "lm-eval":
+            from scd.eval.benchmarks.bbq.lm_eval_format import score_items
+
+            chat = self.config.get("chat_template", True)
+            return score_items(self.engine, self.fmt, rows, chat)
         from scd.eval.benchmarks.bbq.metrics import generated_record, record
 
         orders = answer_orders(self.config.get("permute_options", 1))
@@ -255,6 +280,10 @@ class BBQTask(CausalTask):
         )
 
         summary = bbq_metrics(records)
+        if "lm_eval" in records[0]:
+            from scd.eval.benchmarks.bbq.lm_eval_format import lm_eval_metrics
+
+            summary["lm_eval"] = lm_eval_metrics(records)
         if "order_preds" in records[0]:
             summary["answer_orders"] = order_consistency(records, self.config["permute_options"])
         if "generated" in records[0]:
@@ -274,6 +303,13 @@ class BBQTask(CausalTask):
         )
 
         text = markdown(table15_rows({evaluated(summary): summary}))
+        if "lm_eval" in summary:
+            values = ", ".join(
+                f"{k} {v:.4f}" if v is not None else f"{k} –" for k, v in summary["lm_eval"].items()
+            )
+            text += (
+                f"\nlm-evaluation-harness 0.4.13's bbq_multiple_choice, its own metrics: {values}\n"
+            )
         if "generation" in summary:
             text += "\n" + "\n".join(generation_lines(summary["generation"]))
         if "answer_orders" in summary:
