@@ -51,17 +51,17 @@ def narrow_causal(toy_causal: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def runs(narrow_causal: Path, stigma_probe_prompts: Path, tmp_path_factory) -> dict[str, Path]:
-    """The filtered run (default) and the unfiltered one (in_vocabulary false)."""
+    """The filtered run (in_vocabulary true) and the unfiltered one (a causal LM's default)."""
     root = tmp_path_factory.mktemp("aq27-runs")
     aq27 = get("aq27")
-    aq27.evaluate(str(narrow_causal), root / "kept", prompts=stigma_probe_prompts, progress=False)
     aq27.evaluate(
         str(narrow_causal),
-        root / "all",
+        root / "kept",
         prompts=stigma_probe_prompts,
         progress=False,
-        in_vocabulary=False,
+        in_vocabulary=True,
     )
+    aq27.evaluate(str(narrow_causal), root / "all", prompts=stigma_probe_prompts, progress=False)
     return {"kept": root / "kept", "all": root / "all"}
 
 
@@ -120,7 +120,7 @@ def test_filter_drops_exactly_the_illnesses_out_of_the_vocabulary(runs: dict[str
     )
     assert "3 of 5 mental and 4 of 5 physical" in line
     assert "mental: Alzheimer's, schizophrenia; physical: a blocked nose" in line
-    # in_vocabulary false: nothing dropped, every illness scored
+    # a causal LM's default, in_vocabulary false: nothing dropped, every illness scored
     every = json.loads((runs["all"] / "summary.json").read_text())
     assert every["in_vocabulary"] is False
     assert every["illnesses_dropped"] == {"mental": [], "physical": []}
@@ -146,7 +146,13 @@ def test_too_few_illnesses_left_is_one_clear_error(
     toy_causal: Path, tiny_prompts: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(InputError) as err:  # tiny prompts: one illness per type, Alzheimer's
-        get("aq27").evaluate(str(toy_causal), tmp_path / "a", prompts=tiny_prompts, progress=False)
+        get("aq27").evaluate(
+            str(toy_causal),
+            tmp_path / "a",
+            prompts=tiny_prompts,
+            progress=False,
+            in_vocabulary=True,
+        )
     text = str(err.value)
     assert err.value.key == "in_vocabulary" and "\n" not in text
     assert "0 of the 1 mental illnesses" in text and "set in_vocabulary false" in text

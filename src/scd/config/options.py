@@ -287,7 +287,7 @@ def add_options(
 ) -> None:
     """Add ``--flag`` for each field of ``cls`` that is a flag (or those in ``names``): type,
     choices, default, help and check from the field. A list becomes ``nargs="+"``, a bool
-    ``store_true`` (``--FLAG/--no-FLAG`` when it is on by default)."""
+    ``store_true`` (``--FLAG/--no-FLAG`` when it is on by default, or None: decided later)."""
     hints = typing.get_type_hints(cls)
     for f in _flag_fields(cls, names):
         meta, tp = f.metadata, hints[f.name]
@@ -299,8 +299,10 @@ def add_options(
         }
         args = typing.get_args(tp)
         choices = literal_values(tp)
-        if tp is bool:  # on by default: --no-FLAG turns it off
-            kwargs["action"] = argparse.BooleanOptionalAction if default else "store_true"
+        if tp is bool or (set(args) == {bool, type(None)} and default is None):
+            # on by default, or decided later: --no-FLAG turns it off
+            on = default or default is None
+            kwargs["action"] = argparse.BooleanOptionalAction if on else "store_true"
         elif choices:
             kwargs["choices"] = choices
         else:

@@ -28,8 +28,12 @@ dimension (Bonferroni over the 9 dimensions), and Cronbach's alpha per dimension
 mental illnesses. Reverse-scored items (avoidance, help: willingness) are not flipped, as in
 Mina et al. 2024; read a positive difference there as *less* stigma.
 
-**In-vocabulary filter** (option ``in_vocabulary``, on by default). Mina et al. 2024 (section
-3.1) examine the illnesses "that are present in the models' vocabulary". Here an illness is in a
+**In-vocabulary filter** (option ``in_vocabulary``; by default on for masked LMs, off for causal
+LMs). Mina et al. 2024 (section 3.1) examine the illnesses "that are present in the models'
+vocabulary": a masked LM predicts one token at its one mask, so an illness of two tokens cannot
+be scored as the others are. A causal LM scores the whole sentence, every word of the illness
+included, so the filter would drop illnesses for no reason there; it is off for them unless
+asked for. Here an illness is in a
 model's vocabulary when every word of it (split at spaces), as it appears in the sentence --
 after a space, so that a BPE vocabulary's `` anxiety`` and a SentencePiece one's ``▁anxiety``
 count -- is one token of the model's tokenizer and not its unknown token. Concretely
@@ -50,6 +54,7 @@ dimension) and Figure 2 (the mean differences per dimension), one panel or bar g
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +65,7 @@ from scd.config.vocabulary import AQ27_COLUMNS
 from scd.errors import InputError, first_line
 from scd.eval.benchmarks.base import Table
 from scd.eval.benchmarks.stigma.aq27_report import aq27_markdown, aq27_table
-from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask
+from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask, model_kind
 from scd.eval.benchmarks.stigma.stats import mental_vs_physical
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel
@@ -100,10 +105,11 @@ AQ27_KEYS = tuple(c for c in AQ27_COLUMNS if c not in ("frame", "prompt"))  # re
 class AQ27Options(StigmaOptions):
     """The AQ-27 probe's options."""
 
-    in_vocabulary: bool = option(
-        True,
+    in_vocabulary: bool | None = option(
+        None,
         "score only the illnesses whose every word is one token of the model's tokenizer "
-        "(Mina et al. 2024, section 3.1); false: every illness of the prompts",
+        "(Mina et al. 2024, section 3.1); default: on for masked LMs (one mask, one token), off "
+        "for causal LMs (they score whole words)",
     )
 
 
@@ -276,7 +282,13 @@ class AQ27(StigmaProbe):
     table_file = "aq27"
 
     def task(self, model: CausalModel, options: AQ27Options) -> StigmaTask:
-        """The probe's task on the illnesses the in-vocabulary filter keeps (module docstring)."""
+        """The probe's task on the illnesses the in-vocabulary filter keeps (module docstring;
+        the filter's default resolved by the model's kind, and pinned so)."""
+        if options.in_vocabulary is None:
+            from scd.models import resolve_model
+
+            masked = model_kind(resolve_model(model.model)) == "masked"
+            options = dataclasses.replace(options, in_vocabulary=masked)
         task = super().task(model, options)
         kept, dropped = _illness_lists(task, options)
         keep = {(kind, name) for kind, names in kept.items() for name in names}
