@@ -37,6 +37,7 @@ ARMS: dict[str, Any] = {  # an arm that is not a method -> "module:Class" (or th
     "base": "scd.train.arms.untrained:Base",
     "prompt": "scd.train.arms.untrained:Prompt",
     "general": "scd.train.arms.sft:General",
+    "steer": "scd.train.arms.steer:Steer",
 }
 METHODS: dict[str, Any] = {  # a training method (and the arm of its name) -> "module:Class"
     "sft": "scd.train.arms.sft:SFT",

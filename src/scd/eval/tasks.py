@@ -216,18 +216,24 @@ class CausalModel:
             print(f"loading {model}{extra} ({self.spec.backend}) ...", file=sys.stderr, flush=True)
         tokenizer = load_tokenizer(model, self.adapter)
         fmt = Formatter(tokenizer, self.spec.system_prompt)
+        steer = getattr(self.spec, "steer", None)  # switched per evaluation, as adapters are
         if self.shared is not None:
-            running = (self.shared.spec.engine_options(), self.shared.model)
-            if running != (self.spec.engine_options(), model):
+            running = (_loaded_as(self.shared.spec), self.shared.model)
+            if running != (_loaded_as(self.spec), model):
                 raise ValueError(
                     f"a shared engine of {self.shared.model} ({self.shared.spec}) "
                     f"cannot evaluate {model} ({self.spec})"
                 )
-            return self.shared.get(tokenizer, self.adapter), fmt
+            return self.shared.get(tokenizer, self.adapter, steer), fmt
         adapters = [self.adapter] if self.adapter else []
         running = make_engine(self.spec, model, tokenizer=tokenizer, adapters=adapters)
         running.use_adapter(self.adapter)
         return running, fmt
+
+
+def _loaded_as(spec: EngineSpec) -> dict[str, Any]:
+    """What a loaded engine is: its options less what it switches per evaluation."""
+    return {k: v for k, v in spec.engine_options().items() if k != "steer"}
 
 
 def write_results(out: Path, files: dict[str, str]) -> None:

@@ -86,6 +86,19 @@ class TrainJob:
 
 
 @dataclass(frozen=True)
+class SteerJob:
+    """An arm's steering vector, and the layer and scale it is added at, chosen on the
+    setting's validation prompts (:func:`scd.eval.steering_search.search_steering`)."""
+
+    stage: str
+    setting: int
+    arm: str
+    sft: Path  # the setting's SFT data: its train rows make the vector, its eval rows choose
+    out: Path
+    phase: Phase = "own_model"
+
+
+@dataclass(frozen=True)
 class EvalJob:
     """One benchmark job (:class:`scd.eval.benchmarks.base.Job`: its name and options) of one
     arm: the base model (``cached``: the result lives in the shared cache), an adapter, or the
@@ -100,6 +113,7 @@ class EvalJob:
     system_prompt: str | None = None
     cached: bool = False
     phase: Phase = "engine"
+    steer: Path | None = None  # a steering directory added by the hf engine
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,7 @@ class CapabilityJob:
     adapter: Path | None = None
     system_prompt: str | None = None
     phase: Phase = "own_model"
+    steer: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +156,7 @@ class PushJob:
     phase: Phase = "engine"  # after its task's evaluations
 
 
-Job = DataJob | TrainJob | EvalJob | CapabilityJob | TrackJob | PushJob
+Job = DataJob | TrainJob | SteerJob | EvalJob | CapabilityJob | TrackJob | PushJob
 
 
 @dataclass(frozen=True)
@@ -173,9 +188,12 @@ class ArmResults:
     evals: dict[str, Path] = field(default_factory=dict)
     capability: Path | None = None
     seed: int | None = None  # the arena's seeds: the seed it was trained with
+    steer: Path | None = None  # the steering directory it adds
 
     def to_dict(self) -> dict[str, Any]:
         seed = {} if self.seed is None else {"seed": self.seed}  # layouts without seeds as before
+        if self.steer is not None:
+            seed["steer"] = str(self.steer)
         return {
             "setting": self.setting,
             "arm": self.arm,
@@ -254,16 +272,19 @@ def _arm_task(
     unit = arm_class(arm)()
     where = arm_dir(n, arm) + ("" if seed is None else f"/seed-{seed}")
     jobs: list[Any] = []
-    adapter, system = None, unit.system_prompt(r)
+    adapter, system, steer = None, unit.system_prompt(r), None
     if unit.method is not None:
         rows = run.dir / arm_dir(n, arm) / "data" if unit.own_rows else sft
         adapter = run.dir / where / "adapter"
         jobs.append(TrainJob(f"{where}/train", n, arm, unit.method, rows, adapter, seed=seed))
-    evals = _evals(run, (n, sft), f"{where}/eval", adapter, system)
+    if unit.steers:
+        steer = run.dir / where / "vector"
+        jobs.append(SteerJob(f"{where}/vector", n, arm, sft, steer))
+    evals = _evals(run, (n, sft), f"{where}/eval", adapter, system, steer)
     jobs += evals
     capability = run.dir / where / "capability" if r.arms else None
     if capability is not None:
-        jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system))
+        jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system, steer=steer))
     before = tuple(
         (j.name, base.evals[k]) for j in evals if (k := _base_job(j.name, sft)) in base.evals
     )
@@ -277,7 +298,7 @@ def _arm_task(
     name = f"setting {n}" + ("" if where == f"setting-{n}" else f" {arm}")
     name += "" if seed is None else f" seed {seed}"
     evaluated = {j.name: j.out for j in evals}
-    result = ArmResults(n, arm, sft, adapter, system, evaluated, capability, seed)
+    result = ArmResults(n, arm, sft, adapter, system, evaluated, capability, seed, steer)
     return Task(name, tuple(jobs), home=run.dir / where), result
 
 
@@ -305,6 +326,7 @@ def _evals(
     prefix: str,
     adapter: Path | None,
     system: str | None,
+    steer: Path | None = None,
 ) -> list[EvalJob]:
     """Every enabled benchmark's jobs for the base model (``setting`` None: results cached by
     their :meth:`~scd.eval.benchmarks.base.Benchmark.identity`) or for an arm of setting
@@ -333,6 +355,7 @@ def _evals(
                     adapter,
                     system,
                     cached=setting is None,
+                    steer=steer,
                 )
             )
     return jobs

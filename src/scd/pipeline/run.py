@@ -39,12 +39,14 @@ from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.engines import SharedEngine
 from scd.models import model_fingerprint
+from scd.pipeline.measures import capability, steer
 from scd.pipeline.plan import (
     CapabilityJob,
     DataJob,
     EvalJob,
     Job,
     Plan,
+    SteerJob,
     Task,
     TrackJob,
     TrainJob,
@@ -186,10 +188,12 @@ class Run:
             self._data(job)
         elif isinstance(job, TrainJob):
             self._train(job, processes)
+        elif isinstance(job, SteerJob):
+            steer(self, job)
         elif isinstance(job, EvalJob):
             self._evaluate(job, engine, launch)
         elif isinstance(job, CapabilityJob):
-            self._capability(job)
+            capability(self, job)
         elif isinstance(job, TrackJob):
             track(self, job)
         else:
@@ -260,6 +264,8 @@ class Run:
         spec = self.engine
         if job.system_prompt is not None:
             spec = dataclasses.replace(spec, system_prompt=job.system_prompt)
+        if job.steer is not None:  # the steer arm: the hf engine adds its vector
+            spec = dataclasses.replace(spec, steer=str(job.steer))
         work = partial(
             bench.evaluate,
             self.model,
@@ -279,51 +285,6 @@ class Run:
             cached=job.cached,
             section=f"eval.{bench.name}",
         )
-
-    def _capability(self, job: CapabilityJob) -> None:
-        """The arm's KL divergence from the base model on neutral prompts (``kl/``) and, when the
-        recipe lists tasks, lm-evaluation-harness's scores (``lm_eval/``); ``summary.json``
-        holds both."""
-        import torch
-
-        from scd.eval.capability import kl_from_base, lm_eval_scores
-        from scd.io import write_json
-
-        c, e = self.recipe.capability, self.engine
-        cuda = torch.cuda.is_available
-        adapter = str(job.adapter) if job.adapter else None
-        device = getattr(e, "device", None)  # the hf engine's (KL runs on transformers)
-        where = {
-            "adapter": adapter,
-            "system_prompt": job.system_prompt,
-            "device": device,
-            "dtype": e.dtype,
-            "batch_size": c.batch_size,
-        }
-
-        def work() -> None:
-            kl = kl_from_base(
-                self.model,
-                job.out / "kl",
-                prompts=c.neutral_prompts,
-                progress=self.progress,
-                **where,
-            )
-            scores = None
-            if c.lm_eval_tasks:
-                scores = lm_eval_scores(
-                    self.model,
-                    job.out / "lm_eval",
-                    tasks=list(c.lm_eval_tasks),
-                    include_path=c.lm_eval_include_path,
-                    limit=c.lm_eval_limit,
-                    **{**where, "device": device or ("cuda" if cuda() else "cpu")},
-                )
-            write_json(
-                job.out / "summary.json", {"kind": "capability", "kl": kl, "lm_eval": scores}
-            )
-
-        self.stage(job.stage, [job.out / "summary.json"], work, section="capability")
 
     def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> Any:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's

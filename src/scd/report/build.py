@@ -141,6 +141,9 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         from scd.report.arena import arena_section
 
         body += arena_section(layout, tables, figures)
+        from scd.report.steering import steering_section
+
+        body += steering_section(layout, tables, figures)
     for name, bench in REGISTRY.items():
         if _has_results(name, layout):
             body += bench.report(layout, tables, figures)

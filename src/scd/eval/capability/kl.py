@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -156,18 +157,25 @@ def _score(
     *,
     pad_id: int,
     batch_size: int,
-    arm_differs: bool,
     update: Callable[[int], None],
+    steer: Any = None,
 ) -> list[dict[str, float]]:
-    """Per prompt: mean KL(arm || base) over reply positions and both mean log-likelihoods."""
+    """Per prompt: mean KL(arm || base) over reply positions and both mean log-likelihoods;
+    ``steer``: a :class:`~scd.eval.steering.Steering` the arm adds (the base does not)."""
     import contextlib
 
     import torch
     import torch.nn.functional as F
     from peft import PeftModel
 
+    from scd.eval.steering import steered
+
     # the base: the same model with its adapter layers off
     base_ctx = model.disable_adapter if isinstance(model, PeftModel) else contextlib.nullcontext
+    arm_ctx = contextlib.nullcontext
+    if steer is not None:
+        vector = steer.vector.to(next(model.parameters()).device)
+        arm_ctx = functools.partial(steered, model, vector, steer.layer)
     order = sorted(range(len(spans)), key=lambda i: -len(arm_seqs[i]))
     results: list[Any] = [None] * len(spans)
     with torch.inference_mode():
@@ -176,17 +184,16 @@ def _score(
             sub = [spans[i] for i in batch]
             with base_ctx():
                 base = _reply_logprobs(model, [base_seqs[i] for i in batch], sub, pad_id)
-            arm = base
-            if arm_differs:
+            # measured for every arm, the base model's own too (where it must come out 0)
+            with arm_ctx():
                 arm = _reply_logprobs(model, [arm_seqs[i] for i in batch], sub, pad_id)
             for j, i in enumerate(batch):
                 n = spans[i]
                 targets = torch.tensor(base_seqs[i][-n:], device=base.device)[:, None]
                 lp_base, lp_arm = base[j, :n], arm[j, :n]
-                kl = 0.0  # the base arm: the same distribution, exactly
-                if arm_differs:  # D_KL(p_arm || p_base) per position; rounding can dip below 0
-                    kl = F.kl_div(lp_base, lp_arm, reduction="none", log_target=True).sum(-1)
-                    kl = kl.clamp(min=0).mean().item()
+                # D_KL(p_arm || p_base) per position; rounding can dip below 0
+                kl = F.kl_div(lp_base, lp_arm, reduction="none", log_target=True).sum(-1)
+                kl = kl.clamp(min=0).mean().item()
                 results[i] = {
                     "kl": kl,
                     "logp_arm": lp_arm.gather(1, targets).mean().item(),
@@ -222,11 +229,16 @@ def same_config(old: Any, config: dict[str, Any], out: Path) -> Any:
 
 
 def kl_in_memory(
-    model: Any, tokenizer: Any, items: list[dict[str, str]], batch_size: int = 8
+    model: Any,
+    tokenizer: Any,
+    items: list[dict[str, str]],
+    batch_size: int = 8,
+    steer: Any = None,
 ) -> dict[str, float | None]:
-    """The drift of a PEFT model already in memory -- one being trained -- from its base on the
-    neutral ``items``, as :func:`kl_from_base` measures it (its adapter switched off for the
-    base): the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval."""
+    """The drift of a model already in memory -- one being trained (its adapter switched off
+    for the base), or steered (``steer``, a :class:`~scd.eval.steering.Steering`, added for the
+    arm only) -- from its base on the neutral ``items``, as :func:`kl_from_base` measures it:
+    the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval."""
     base_seqs, arm_seqs, spans = _sequences(tokenizer, None, items)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scores = _score(
@@ -236,8 +248,8 @@ def kl_in_memory(
         spans,
         pad_id=pad or 0,
         batch_size=batch_size,
-        arm_differs=True,
         update=lambda _: None,
+        steer=steer,
     )
     kls = [s["kl"] for s in scores]
     low, high = _interval(kls)
@@ -250,6 +262,7 @@ def kl_from_base(
     *,
     adapter: str | None = None,
     system_prompt: str | None = None,
+    steer: str | None = None,
     prompts: Path | str | None = None,
     batch_size: int = 8,
     device: str | None = None,
@@ -264,6 +277,7 @@ def kl_from_base(
             logp_arm, logp_base) and ``summary.json``, each written atomically.
         adapter: a PEFT adapter directory (loaded unmerged), or None.
         system_prompt: the arm's system prompt, or None.
+        steer: a steering directory (:mod:`scd.eval.steering`) the arm adds, or None.
         prompts: the neutral prompt set (default: the packaged :data:`NEUTRAL_PROMPTS`).
         batch_size: prompts per forward pass (results do not depend on it).
         device: ``cpu``, ``cuda``, ``cuda:1`` (default: cuda if available).
@@ -295,12 +309,18 @@ def kl_from_base(
     prompts = data_path(NEUTRAL_PROMPTS) if prompts is None else prompts
     source, items = load_neutral_prompts(prompts)
     require_adapter(adapter)
+    steering = None
+    if steer is not None:
+        from scd.eval.steering import load_steering
+
+        steering = load_steering(steer)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = {
         "kind": KIND_KL,
         "model": model,
         "adapter": adapter,
         "system_prompt": system_prompt,
+        "steer": None if steering is None else steering.digest(),
         "prompts_sha256": sha256_file(prompts),
         "dtype": resolve_dtype(dtype, device),
     }
@@ -314,6 +334,11 @@ def kl_from_base(
     tokenizer = load_tokenizer(model_dir, adapter)
     base_seqs, arm_seqs, spans = _sequences(tokenizer, system_prompt, items)
     lm = _load(model_dir, adapter, device, config["dtype"])
+    if steering is not None:
+        from scd.eval.steering import check_fits
+        from scd.models import model_fingerprint
+
+        check_fits(steering, lm, model_fingerprint(model_dir))
     limit = getattr(lm.config, "max_position_embeddings", None) or float("inf")
     if too_long := [
         it["id"] for it, a, b in zip(items, arm_seqs, base_seqs) if max(len(a), len(b)) > limit
@@ -328,8 +353,8 @@ def kl_from_base(
         spans,
         pad_id=pad or 0,
         batch_size=batch_size,
-        arm_differs=bool(adapter or system_prompt),
         update=bar.update,
+        steer=steering,
     )
     bar.close()
 

@@ -26,6 +26,7 @@ from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, engine_spec, resolve_
 from scd.config.options import device_name, option, positive
 from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.steering import steering_digest
 from scd.progress import tick
 
 if TYPE_CHECKING:
@@ -47,6 +48,13 @@ class HFOptions(EngineSpec):
         "cpu, cuda, cuda:1 (default: cuda if available)",
         check=device_name,
         speed=True,
+    )
+    steer: str | None = option(
+        None,
+        "a steering directory (scd's steer arm: vector/, scd.eval.steering): its vector added "
+        "to its layer's output at every position, at its scale; hf only",
+        digest=steering_digest,  # scd.eval.steering
+        pin="changed",
     )
 
     def details(self, ran: dict[str, Any]) -> list[str]:
@@ -124,6 +132,7 @@ class HFEngine:
             require_adapter(path)
         self._attach(model, load_model(model, self.device, spec.dtype), tokenizer, spec.batch_size)
         self.padding_side = padding_side
+        self.use_steering(getattr(spec, "steer", None))
 
     @classmethod
     def in_memory(cls, model: Any, tokenizer: Any, batch_size: int | None = None) -> HFEngine:
@@ -141,6 +150,8 @@ class HFEngine:
         self.ran = {"device": self.device, "dtype": dtype}  # what "auto" became
         self.adapters: dict[str, str] = {}  # adapter path -> PEFT adapter name
         self.active: str | None = None
+        self.steering: Any = None  # the steering vector added (scd.eval.steering.Steering)
+        self._hook: Any = None
         self._loaded = 0
         self.batch_size = batch_size or EVAL_BATCH_SIZE
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -180,6 +191,23 @@ class HFEngine:
                     self.model.delete_adapter(name)
                     del self.adapters[other]
         self.active = key
+
+    def use_steering(self, steering: Any) -> None:
+        """Add a steering vector to the next calls (a steering directory, or one read back:
+        :mod:`scd.eval.steering`), or none.
+
+        Raises:
+            InputError: a vector of another model, or of a layer it does not have.
+        """
+        from scd.eval.steering import add_steering
+        from scd.models import model_fingerprint
+
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook, self.steering = None, None
+        if steering is not None:
+            fingerprint = model_fingerprint(self.model_name)
+            self._hook, self.steering = add_steering(self.model, steering, fingerprint)
 
     def _active_model(self) -> contextlib.AbstractContextManager:
         """The base model when no adapter is in use: PEFT's layers switched off."""

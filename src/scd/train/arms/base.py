@@ -43,6 +43,7 @@ class Arm:
     method: ClassVar[str | None] = None  # the method it trains an adapter with (None: none)
     own_rows: ClassVar[bool] = False  # it trains on rows it makes (write_rows), not the SFT rows
     directory: ClassVar[str | None] = None  # its directory under setting-N (default arm-<name>)
+    steers: ClassVar[bool] = False  # it adds a steering vector it makes (scd.eval.steering)
 
     def problems(self, recipe: Any) -> Iterator[Problem]:
         """What in ``recipe`` this arm cannot run with (checked before any work)."""

@@ -1,0 +1,209 @@
+"""Activation steering (contrastive activation addition: Rimsky et al. 2024, "Steering Llama 2 via
+Contrastive Activation Addition"; Turner et al. 2023): per layer, the mean difference of the
+residual stream between the unbiased and the biased answer to the same contact prompts, read at
+the answer's last token; at inference ``scale`` times one layer's vector is added to that layer's
+output at every position of the prompt and the answer.
+
+A steering directory (``scd eval ... --steer DIR``, the ``steer`` arm's ``vector/``)::
+
+    vectors.safetensors   {"vectors": [layers, hidden]}: each decoder layer's mean difference
+    steer.json            the layer and scale applied, the model's fingerprint, the rows the
+                          vectors came from (count and sha256), and why that layer and scale
+
+The intervention is a forward hook on the decoder layer (:func:`steered`); nnsight does the same
+job at a cost measured in BENCHMARKS.md ("Steering") -- docs/ARCHITECTURE.md says why scd keeps
+the hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scd.errors import InputError
+from scd.io import atomic_output_dir, read_json, write_json
+
+__all__ = [
+    "Steering",
+    "add_steering",
+    "check_fits",
+    "decoder_layers",
+    "load_steering",
+    "residual_differences",
+    "save_steering",
+    "steered",
+    "steering_digest",
+]
+
+VECTORS, INFO = "vectors.safetensors", "steer.json"
+
+
+@dataclass(frozen=True)
+class Steering:
+    """A steering directory read back: every layer's vector, and the layer and scale applied."""
+
+    path: Path
+    vectors: Any  # torch.Tensor [layers, hidden]
+    layer: int
+    scale: float
+    fingerprint: str
+    info: dict[str, Any]
+
+    @property
+    def vector(self) -> Any:
+        """``scale`` times the applied layer's vector."""
+        return self.scale * self.vectors[self.layer]
+
+    def digest(self) -> str:
+        """What identifies a result steered by it: the vectors' and the settings' sha256."""
+        data = hashlib.sha256((self.path / VECTORS).read_bytes())
+        data.update(json.dumps([self.layer, self.scale, self.fingerprint]).encode())
+        return data.hexdigest()
+
+
+def save_steering(
+    out: Path | str, vectors: Any, layer: int, scale: float, fingerprint: str, **info: Any
+) -> Path:
+    """Write a steering directory (atomically) and return it."""
+    from safetensors.torch import save_file
+
+    with atomic_output_dir(out, "steering") as tmp:
+        save_file({"vectors": vectors.float().contiguous().cpu()}, str(tmp / VECTORS))
+        write_json(
+            tmp / INFO,
+            {
+                "kind": "steering_vector",
+                "layer": layer,
+                "scale": scale,
+                "model_fingerprint": fingerprint,
+                "layers": int(vectors.shape[0]),
+                "hidden": int(vectors.shape[1]),
+                **info,
+            },
+        )
+    return Path(out)
+
+
+def load_steering(path: Path | str, key: str = "steer") -> Steering:
+    """A steering directory.
+
+    Raises:
+        InputError: not a steering directory of scd (naming ``key`` and the path).
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / INFO).is_file() or not (path / VECTORS).is_file():
+        raise InputError(
+            f"not a steering directory ({INFO} and {VECTORS}: the steer arm's vector/)",
+            key=key,
+            value=str(path),
+        )
+    info = read_json(path / INFO)
+    if info.get("kind") != "steering_vector":
+        raise InputError(f"{INFO} is not a steering vector's", key=key, value=str(path))
+    vectors = load_file(str(path / VECTORS))["vectors"]
+    return Steering(
+        path, vectors, int(info["layer"]), float(info["scale"]), info["model_fingerprint"], info
+    )
+
+
+def steering_digest(path: str | None) -> str | None:
+    """What stands for a steering directory in a result's identity (its vectors and settings;
+    the hf engine's ``steer`` option)."""
+    return None if path is None else load_steering(path).digest()
+
+
+def decoder_layers(model: Any) -> Sequence[Any]:
+    """The decoder layers of a causal LM (a PEFT model's too), in order."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else inner.model
+    return decoder.layers
+
+
+def check_fits(steering: Steering, model: Any, fingerprint: str, key: str = "steer") -> None:
+    """Refuse a steering vector of another model, or of a layer the model does not have.
+
+    Raises:
+        InputError: one line, naming the problem.
+    """
+    n, hidden = len(decoder_layers(model)), model.config.hidden_size
+    where = str(steering.path)
+    if steering.fingerprint != fingerprint:
+        raise InputError(
+            f"a steering vector of another model ({steering.fingerprint}, not {fingerprint})",
+            key=key,
+            value=where,
+        )
+    if not 0 <= steering.layer < n or steering.vectors.shape != (n, hidden):
+        raise InputError(
+            f"layer {steering.layer} of vectors {tuple(steering.vectors.shape)}: the model has "
+            f"{n} layers of width {hidden}",
+            key=key,
+            value=where,
+        )
+
+
+def add_steering(model: Any, steering: Any, fingerprint: str) -> tuple[Any, Steering]:
+    """Add a steering vector (a directory, or one read back) to ``model`` until the returned
+    hook handle is removed; refused when it does not fit (:func:`check_fits`)."""
+    if not isinstance(steering, Steering):
+        steering = load_steering(steering)
+    check_fits(steering, model, fingerprint)
+    param = next(model.parameters())
+    vector = steering.vector.to(device=param.device, dtype=param.dtype)
+    return decoder_layers(model)[steering.layer].register_forward_hook(_adder(vector)), steering
+
+
+def _adder(vector: Any) -> Any:
+    def add(module: Any, args: Any, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (output[0] + vector.to(output[0].dtype), *output[1:])
+        return output + vector.to(output.dtype)
+
+    return add
+
+
+@contextlib.contextmanager
+def steered(model: Any, vector: Any, layer: int) -> Iterator[None]:
+    """``vector`` added to decoder layer ``layer``'s output at every position while the block
+    runs (a forward hook; a zero vector changes nothing)."""
+    handle = decoder_layers(model)[layer].register_forward_hook(_adder(vector))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def residual_differences(
+    model: Any, pairs: Sequence[tuple[list[int], list[int]]], batch_size: int = 16
+) -> Any:
+    """Per decoder layer, the mean over ``pairs`` of (residual stream at the last token of the
+    first sequence) - (the same of the second): the unbiased answer's sequence first, the
+    biased one's second, each the evaluator's prompt ids and the option's ids. Returns
+    ``[layers, hidden]`` (float32)."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    total = None
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            seqs = [torch.tensor(s) for pair in chunk for s in pair]
+            ids = pad_sequence(seqs, batch_first=True, padding_value=0).to(device)
+            mask = (
+                torch.arange(ids.shape[1])[None, :] < torch.tensor([len(s) for s in seqs])[:, None]
+            )
+            out = model(input_ids=ids, attention_mask=mask.to(device), output_hidden_states=True)
+            last = torch.tensor([len(s) - 1 for s in seqs], device=device)
+            rows = torch.arange(len(seqs), device=device)
+            states = torch.stack([h[rows, last] for h in out.hidden_states[1:]], 1).float()
+            diff = (states[0::2] - states[1::2]).sum(0)  # [layers, hidden]
+            total = diff if total is None else total + diff
+    return total / len(pairs)

@@ -1,0 +1,191 @@
+"""The steer arm's vector, and the layer and scale it is applied at, chosen on validation prompts
+as ``train.select: best`` chooses a training step: the lowest bias on the setting's validation
+prompts (the training side's prompts that no training row uses) among the points of a grid of
+layers and scales whose KL divergence from the base model on scd's neutral prompts stays within
+a bound.
+
+Resumable: each grid point's measures are appended to ``OUT/search/curve.jsonl`` as it finishes,
+and a search run again measures only the points not there -- so a killed search resumes to the
+same choice. Scale 0 (the base model itself) is always a point: a vector that helps nowhere is
+not applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from scd.errors import InputError
+from scd.eval.steering import Steering, residual_differences, save_steering
+from scd.io import atomic_file
+
+__all__ = ["default_layers", "search_steering"]
+
+
+def default_layers(n: int) -> list[int]:
+    """Four layers evenly spread over the middle half of a model of ``n`` layers (all of a
+    model of four or fewer)."""
+    if n <= 4:
+        return list(range(n))
+    return sorted({round(n / 4 + i * (n / 2) / 3) for i in range(4)})
+
+
+def _prompt_rows(prompts: list[Path]) -> dict[str, dict[str, Any]]:
+    from scd.data_gen.contact import read_prompts
+
+    rows = {}
+    for path in prompts:
+        cols = ["prompt_id", "options", "unbiased_answer", "biased_answer"]
+        for r in read_prompts(path).select(cols).to_pylist():
+            rows[r["prompt_id"]] = r
+    return rows
+
+
+def _side(sft: Path, part: str, prompts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The contact rows of ``sft``'s ``part`` (train or eval) with their options and answers."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for r in pq.read_table(sft / f"{part}.parquet").to_pylist():
+        if r["source"] != "scd":
+            continue
+        if r["prompt_id"] not in prompts:
+            raise InputError(f"{sft}/{part}.parquet: prompt {r['prompt_id']} is in no prompt set")
+        user = next(m["content"] for m in r["prompt"] if m["role"] == "user")
+        out.append({**prompts[r["prompt_id"]], "user": user, "prompt": r["prompt"]})
+    return out
+
+
+def _done(curve: Path) -> dict[tuple[int, float], dict[str, Any]]:
+    if not curve.is_file():
+        return {}
+    points = {}
+    for line in curve.read_text().splitlines():
+        try:
+            p = json.loads(line)
+        except ValueError:  # a line cut by a kill: measured again
+            continue
+        points[(p["layer"], p["scale"])] = p
+    return points
+
+
+def _append(curve: Path, point: dict[str, Any]) -> None:
+    curve.parent.mkdir(parents=True, exist_ok=True)
+    with open(curve, "a", encoding="utf-8") as f:
+        f.write(json.dumps(point) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[str, Any], str]:
+    """The point kept, and why: the lowest validation bias within the KL bound, then the
+    lowest KL, then the smallest scale."""
+    within = [p for p in points if max_kl is None or p["kl"] <= max_kl]
+    best = min(within, key=lambda p: (p["bias_pct"], p["kl"], p["scale"], p["layer"]))
+    bound = "no KL bound" if max_kl is None else f"KL within {max_kl}"
+    return best, (
+        f"the lowest validation bias ({best['bias_pct']:.2f}% of {best['n']} prompts) with "
+        f"{bound} (its KL {best['kl']:.4f}) among {len(points)} layer x scale points"
+    )
+
+
+def search_steering(
+    model: str,
+    sft: Path,
+    prompts: list[Path],
+    out: Path,
+    *,
+    fingerprint: str,
+    layers: list[int] | None,
+    scales: list[float],
+    max_kl: float | None,
+    engine_options: Any,
+    neutral_prompts: str | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Compute the vectors from ``sft``'s train rows, measure every (layer, scale) of the grid
+    on its eval rows' prompts and scd's neutral prompts, and write the steering directory
+    ``out`` with the point kept; return its ``steer.json``."""
+    import torch
+
+    from scd.eval.capability.kl import kl_in_memory, load_neutral_prompts
+    from scd.eval.engines import ChoiceRequest
+    from scd.eval.engines.hf import HFEngine
+    from scd.models.formatting import Formatter, load_tokenizer
+    from scd.models.protocols import choose
+    from scd.train.sft_rows import system_message
+
+    work = out.parent / f"{out.name}.search"
+    rows = _prompt_rows(prompts)
+    train, valid = _side(sft, "train", rows), _side(sft, "eval", rows)
+    tokenizer = load_tokenizer(model)
+    fmt = Formatter(tokenizer, system_message(train))
+    engine = HFEngine(model, engine_options, tokenizer=tokenizer)
+    try:
+        vectors_file = work / "vectors.pt"
+        if vectors_file.is_file():
+            vectors = torch.load(vectors_file)
+        else:
+            pairs = []
+            for r in train:
+                head = list(fmt.encode([r["user"]])[0])
+                good, bad = fmt.option_ids((r["unbiased_answer"], r["biased_answer"]))
+                pairs.append((head + list(good), head + list(bad)))
+            vectors = residual_differences(engine.model, pairs, engine.batch_size)
+            work.mkdir(parents=True, exist_ok=True)
+            with atomic_file(vectors_file) as tmp:
+                torch.save(vectors, tmp)
+        n = vectors.shape[0]
+        grid_layers = layers if layers is not None else default_layers(n)
+        if bad := [layer for layer in grid_layers if not 0 <= layer < n]:
+            raise InputError(
+                f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers"
+            )
+        ids = [tuple(fmt.encode([r["user"]])[0]) for r in valid]
+        options = [fmt.option_ids(tuple(r["options"])) for r in valid]
+        requests = [ChoiceRequest(i, o) for i, o in zip(ids, options)]
+        _, neutral = load_neutral_prompts(neutral_prompts)
+        curve = work / "curve.jsonl"
+        done = _done(curve)
+        points = [(0, 0.0)] + [(la, float(s)) for la in grid_layers for s in scales if s != 0]
+        for layer, scale in points:
+            if (layer, scale) in done:
+                continue
+            steering = Steering(out, vectors, layer, scale, fingerprint, {})
+            engine.use_steering(steering if scale else None)
+            scores = engine.score(requests)
+            picks = [choose(r["options"], s, o, "sum") for r, s, o in zip(valid, scores, options)]
+            biased = sum(p == r["biased_answer"] for p, r in zip(picks, valid))
+            kl = kl_in_memory(engine.model, tokenizer, neutral, steer=steering if scale else None)
+            point = {
+                "layer": layer,
+                "scale": scale,
+                "bias_pct": 100.0 * biased / len(valid),
+                "biased": biased,
+                "n": len(valid),
+                "kl": kl["kl"],
+                "kl_ci_low": kl["kl_ci_low"],
+                "kl_ci_high": kl["kl_ci_high"],
+            }
+            _append(curve, point)
+            done[(layer, scale)] = point
+    finally:
+        engine.use_steering(None)
+        engine.close()
+    measured = [done[p] for p in points]
+    best, why = _choose(measured, max_kl)
+    save_steering(
+        out,
+        vectors,
+        best["layer"],
+        best["scale"],
+        fingerprint,
+        why=why,
+        max_kl=max_kl,
+        validation=best,
+        rows={"train": len(train), "validation": len(valid), "sft": str(sft)},
+        curve=measured,
+    )
+    return json.loads((out / "steer.json").read_text())

@@ -1,0 +1,81 @@
+"""The jobs of a run that load a model of their own besides training (:mod:`scd.pipeline.run`
+hands them over): what an arm costs -- the KL divergence from the base model on neutral prompts,
+lm-evaluation-harness scores -- and the steer arm's vector, layer and scale."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from scd.models import model_fingerprint
+from scd.pipeline.plan import CapabilityJob, SteerJob
+
+__all__ = ["capability", "steer"]
+
+
+def capability(run: Any, job: CapabilityJob) -> None:
+    """The arm's KL divergence from the base model on neutral prompts (``kl/``) and, when the
+    recipe lists tasks, lm-evaluation-harness's scores (``lm_eval/``); ``summary.json``
+    holds both."""
+    import torch
+
+    from scd.eval.capability import kl_from_base, lm_eval_scores
+    from scd.io import write_json
+
+    c, e = run.recipe.capability, run.engine
+    cuda = torch.cuda.is_available
+    adapter = str(job.adapter) if job.adapter else None
+    device = getattr(e, "device", None)  # the hf engine's (KL runs on transformers)
+    where = {
+        "adapter": adapter,
+        "system_prompt": job.system_prompt,
+        **({"steer": str(job.steer)} if job.steer else {}),
+        "device": device,
+        "dtype": e.dtype,
+        "batch_size": c.batch_size,
+    }
+
+    def work() -> None:
+        kl = kl_from_base(
+            run.model,
+            job.out / "kl",
+            prompts=c.neutral_prompts,
+            progress=run.progress,
+            **where,
+        )
+        scores = None
+        if c.lm_eval_tasks:
+            scores = lm_eval_scores(
+                run.model,
+                job.out / "lm_eval",
+                tasks=list(c.lm_eval_tasks),
+                include_path=c.lm_eval_include_path,
+                limit=c.lm_eval_limit,
+                **{k: v for k, v in where.items() if k not in ("steer", "device")},
+                device=device or ("cuda" if cuda() else "cpu"),
+            )
+        write_json(job.out / "summary.json", {"kind": "capability", "kl": kl, "lm_eval": scores})
+
+    run.stage(job.stage, [job.out / "summary.json"], work, section="capability")
+
+
+def steer(run: Any, job: SteerJob) -> None:
+    """The steer arm's steering directory (``vector/``): its vectors from the setting's training
+    rows, the layer and scale chosen on its validation prompts."""
+    from scd.eval.steering_search import search_steering
+
+    a, sources = run.recipe.arena, [p for p in (run.prompts, run.eval_prompts) if p]
+    work = partial(
+        search_steering,
+        run.model,
+        job.sft,
+        sources,
+        job.out,
+        fingerprint=model_fingerprint(run.model),
+        layers=a.steer_layers,
+        scales=a.steer_scales,
+        max_kl=a.steer_max_kl,
+        engine_options=run.engine,
+        neutral_prompts=run.recipe.capability.neutral_prompts,
+    )
+    run.stage(job.stage, [job.out / "steer.json"], work, section="arena")

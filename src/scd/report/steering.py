@@ -1,0 +1,84 @@
+"""The report's "Steering" section: for each arm that adds a steering vector, the layer and scale
+kept and why, and the validation curve it was chosen on -- bias and KL against the scale, one line
+per layer (``figures/steering-<n>.png``, ``tables/steering.*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scd.config.vocabulary import RunLayout
+from scd.eval.benchmarks.base import Table, markdown_table, save_table
+from scd.io import read_json
+
+__all__ = ["steering_png", "steering_section"]
+
+
+def steering_png(curve: list[dict[str, Any]], kept: dict[str, Any], title: str) -> bytes:
+    """Validation bias % (left) and KL from the base model (right) against the scale, a line
+    per layer; the point kept circled."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.0, 3.2), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    base = next(p for p in curve if p["scale"] == 0)
+    for layer in sorted({p["layer"] for p in curve if p["scale"] != 0}):
+        points = [base] + sorted(
+            (p for p in curve if p["layer"] == layer and p["scale"] != 0), key=lambda p: p["scale"]
+        )
+        scales = [p["scale"] for p in points]
+        left.plot(scales, [p["bias_pct"] for p in points], marker="o", ms=3, label=f"layer {layer}")
+        right.plot(scales, [p["kl"] for p in points], marker="o", ms=3, label=f"layer {layer}")
+    left.plot([kept["scale"]], [kept["bias_pct"]], "o", ms=11, mfc="none", mec="black")
+    right.plot([kept["scale"]], [kept["kl"]], "o", ms=11, mfc="none", mec="black")
+    left.set(xlabel="scale", ylabel="validation bias %")
+    right.set(xlabel="scale", ylabel="KL from base (nats/token)")
+    for ax in (left, right):
+        ax.grid(color="#e0e0e0", linewidth=0.8)
+        ax.spines[["top", "right"]].set_visible(False)
+    right.legend(frameon=False, fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buffer, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def steering_section(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
+    """The section (empty when no arm steers)."""
+    steered = [a for a in layout.get("arms", []) if a.get("steer")]
+    if not steered:
+        return []
+    lines, rows = ["## Steering", ""], []
+    for arm in steered:
+        info = read_json(Path(arm["steer"]) / "steer.json")
+        name = f"steering-{arm['setting']}" + (f"-seed-{arm['seed']}" if "seed" in arm else "")
+        kept = info["validation"]
+        figures[name] = steering_png(
+            info["curve"], kept, f"Setting {arm['setting']}: the {arm['arm']} arm's grid"
+        )
+        lines += [
+            f"Setting {arm['setting']}, arm `{arm['arm']}`: layer {info['layer']}, scale "
+            f"{info['scale']:g} kept: {info['why']}.",
+            "",
+            f"{{{{figure:{name}}}}}",
+            "",
+        ]
+        rows += [{"setting": arm["setting"], "arm": arm["arm"], **p} for p in info["curve"]]
+    head = ["Setting", "Layer", "Scale", "Validation bias %", "n", "KL from base"]
+    body = [
+        [
+            r["setting"],
+            r["layer"],
+            f"{r['scale']:g}",
+            f"{r['bias_pct']:.1f}",
+            r["n"],
+            f"{r['kl']:.4f}",
+        ]
+        for r in rows
+    ]
+    table = Table("\n".join(markdown_table(head, body)), rows, "steering")
+    save_table(tables, table)
+    return [*lines, *markdown_table(head, body)]

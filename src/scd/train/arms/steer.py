@@ -1,0 +1,67 @@
+"""The ``steer`` arm: no training -- a steering vector computed from the setting's training
+prompts (the mean difference of the residual stream between their unbiased and biased answers)
+and added at the layer and scale that keep validation bias lowest within a KL bound
+(:mod:`scd.eval.steering_search`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from scd.config.options import Options, non_negative, option
+from scd.train.arms.base import Arm, Problem
+
+__all__ = ["Steer", "SteerOptions"]
+
+SCALES = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def _scales(value: Any) -> str | None:
+    if not value or any(s < 0 for s in value):
+        return "expected a list of scales >= 0"
+    return None
+
+
+@dataclass
+class SteerOptions(Options):
+    steer_layers: list[int] | None = option(
+        None,
+        "steer arm: the decoder layers to try (default: four spread over the middle half)",
+    )
+    steer_scales: list[float] = option(
+        None,
+        "steer arm: the scales to try at each layer (0, the base model, always)",
+        factory=lambda: list(SCALES),
+        check=_scales,
+    )
+    steer_max_kl: float | None = option(
+        0.5,
+        "steer arm: the largest KL from the base model on neutral prompts (nats/token) a kept "
+        "layer and scale may have (none: no bound)",
+        check=non_negative,
+    )
+
+
+class Steer(Arm):
+    name = "steer"
+    help = (
+        "the untuned model steered by a vector of its own activations on the same prompts "
+        "(unbiased minus biased answer), at the layer and scale chosen on validation prompts"
+    )
+    Options = SteerOptions
+    steers = True
+
+    def problems(self, recipe: Any) -> Iterator[Problem]:
+        if recipe.eval.backend != "hf":
+            yield (
+                "arms",
+                f"arms: the steer arm adds its vector in the hf engine; eval.backend is "
+                f"{recipe.eval.backend}",
+            )
+        if recipe.capability.lm_eval_tasks:
+            yield (
+                "capability.lm_eval_tasks",
+                "capability.lm_eval_tasks: lm-evaluation-harness cannot add the steer arm's "
+                "vector; leave the steer arm out of a run with lm-eval tasks",
+            )
