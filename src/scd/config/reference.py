@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import os
-import re
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -19,27 +17,11 @@ from scd.config.schema import EvalSpec, Recipe, eval_spec_class
 
 __all__ = ["cli_reference", "recipe_keys", "recipe_reference"]
 
-_COMMENT = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
 # what a key without a help of its own is, by the section it is in
 _LIBRARY = {
     "TrainSpec": "TRL's `SFTConfig` key of this name",
     "LoraSpec": "PEFT's `LoraConfig`: `r`, `lora_alpha`, `lora_dropout`, `target_modules`",
 }
-
-
-def _comments(cls: type) -> dict[str, str]:
-    """The trailing ``# comment`` of each field line of ``cls``'s source (its help where the
-    field has none of its own)."""
-    try:
-        lines = inspect.getsource(cls).splitlines()
-    except (OSError, TypeError):
-        return {}
-    found = {}
-    for line in lines:
-        match = _COMMENT.match(line)
-        if match and not match.group(2).startswith("fmt:"):
-            found.setdefault(match.group(1), match.group(2).strip())
-    return found
 
 
 def _type_name(tp: Any) -> str:
@@ -61,7 +43,7 @@ def recipe_keys(
     """Every key of a recipe, sections first-class: ``{key, type, default, help, pinned}``
     (``pinned``: it identifies the run's results; speed options and tracking are only
     recorded). ``sections``: the benchmarks' options classes of the ``eval`` section."""
-    hints, comments = typing.get_type_hints(cls), _comments(cls)
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.metadata.get("key", True):
             continue
@@ -94,9 +76,7 @@ def recipe_keys(
             "key": key,
             "type": _type_name(tp),
             "default": _default(f),
-            "help": f.metadata.get("help")
-            or comments.get(f.name)
-            or _LIBRARY.get(cls.__name__, ""),
+            "help": f.metadata.get("help") or _LIBRARY.get(cls.__name__, ""),
             "pinned": not f.metadata.get("speed"),
         }
 

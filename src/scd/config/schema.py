@@ -73,13 +73,21 @@ class DataSpec(SFTOptions):
     """Where the SFT data comes from: a ready SFT dir, a prompt dir, or descriptors to generate;
     and how it is built (:class:`SFTOptions`, shared with ``scd generate sft``)."""
 
-    sft: str | None = None  # a directory from `scd generate sft`
-    prompts: str | None = None  # a directory from `scd generate contact`
-    descriptors: str | None = None  # generate prompts: holistic_bias | stigma | toy | PATH
-    hb_version: str = "v1.0"
-    eval_prompts: str | None = None  # a source-split setting (2): the stigma prompt dir
-    eval_descriptors: str | None = "stigma"  # a source-split setting when generating on the fly
-    setting: int = 1
+    sft: str | None = option(None, "a directory from `scd generate sft`")
+    prompts: str | None = option(None, "a directory from `scd generate contact`")
+    descriptors: str | None = option(
+        None, "descriptors to generate prompts from: holistic_bias | stigma | toy | PATH"
+    )
+    hb_version: str = option("v1.0", "the HolisticBias release (its descriptors.json)")
+    eval_prompts: str | None = option(
+        None, "a source-split setting (2): the stigma prompt directory"
+    )
+    eval_descriptors: str | None = option(
+        "stigma", "a source-split setting when generating on the fly: its evaluation descriptors"
+    )
+    setting: int = option(
+        1, "the transfer setting (1-8, the paper's Table 2): which prompts train and which evaluate"
+    )
 
 
 @dataclass
@@ -123,18 +131,18 @@ class TrainSpec:
     (:mod:`scd.report.model_card`), instead of the trainer's checkpoint folder."""
 
     num_train_epochs: float = option(1.0, check=above_zero)
-    max_steps: int = -1  # > 0: overrides the epochs
+    max_steps: int = option(-1, "> 0: overrides the epochs")
     per_device_train_batch_size: int = option(6, check=positive)
-    per_device_eval_batch_size: int | None = option(None, check=positive)  # default: train's
+    per_device_eval_batch_size: int | None = option(None, "default: train's", check=positive)
     gradient_accumulation_steps: int = option(2, check=positive)
     learning_rate: float = option(3e-4, check=above_zero)
     lr_scheduler_type: str = "constant"
-    warmup_steps: float = option(0.0, check=non_negative)  # < 1: a ratio of the steps
+    warmup_steps: float = option(0.0, "< 1: a ratio of the steps", check=non_negative)
     max_grad_norm: float = option(0.3, check=above_zero)
     weight_decay: float = option(0.0, check=non_negative)
     gradient_checkpointing: bool = True
-    optim: str = "paged_adamw_32bit"  # on CUDA; CPU runs use adamw_torch
-    bf16: bool = True  # on CUDA; CPU runs train in float32
+    optim: str = option("paged_adamw_32bit", "on CUDA; CPU runs use adamw_torch")
+    bf16: bool = option(True, "on CUDA; CPU runs train in float32")
     seed: int = SEED
     max_length: int = option(512, check=positive)
     packing: bool = False
@@ -209,20 +217,24 @@ class CapabilitySpec:
 class WandbSpec:
     """Weights & Biases tracking; offline automatically without a key or network."""
 
-    enabled: bool = True
-    project: str = "scd"
-    entity: str | None = None
-    run_name: str | None = None
-    group: str | None = None
-    log_adapter: bool = False
+    enabled: bool = option(True, "log to W&B (offline without a key or network)")
+    project: str = option("scd", "the W&B project")
+    entity: str | None = option(None, "the W&B entity (team or user; default: your own)")
+    run_name: str | None = option(None, "the W&B run's name (default: the run's and arm's)")
+    group: str | None = option(None, "the W&B group of a run's runs (default: the run id)")
+    log_adapter: bool = option(False, "upload each trained adapter as a W&B artifact")
 
 
 @dataclass
 class ToyModelSpec:
     """``model: toy``: the planted-bias toy model that ``scd run`` builds (and caches)."""
 
-    bias_axes: list[str] = field(default_factory=lambda: ["religion", "nationality"])
-    seed: int = 0
+    bias_axes: list[str] = option(
+        None,
+        "the toy descriptors' axes the bias is planted on",
+        factory=lambda: ["religion", "nationality"],
+    )
+    seed: int = option(0, "the toy model's training seed")
 
 
 @dataclass
@@ -259,9 +271,13 @@ def eval_spec_class(
 class ResourcesSpec:
     """What each task of ``scd run --launcher ray`` asks Ray for (Ray's own task options)."""
 
-    num_cpus: float = option(1.0, check=non_negative)
-    num_gpus: float = option(0.0, check=non_negative)  # > 1: training runs under torchrun
-    max_retries: int = option(3, check=non_negative)  # Ray's default: a crashed worker reruns
+    num_cpus: float = option(1.0, "CPUs per task", check=non_negative)
+    num_gpus: float = option(
+        0.0, "GPUs per task (> 1: training runs under torchrun)", check=non_negative
+    )
+    max_retries: int = option(
+        3, "times a task whose worker crashed runs again (Ray's default)", check=non_negative
+    )
 
 
 @dataclass
@@ -269,8 +285,10 @@ class RunSpec:
     """``scd run``: the run's name (its directory), the settings it sweeps, and what each
     setting's task asks for under ``--launcher ray``."""
 
-    name: str | None = None  # default: the recipe file's name
-    settings: list[int] | None = None  # default: [data.setting]; a sweep trains one per setting
+    name: str | None = option(None, "the run's name (default: the recipe file's name)")
+    settings: list[int] | None = option(
+        None, "the settings it sweeps, one adapter each (default: [data.setting])"
+    )
     resources: ResourcesSpec = option(factory=ResourcesSpec, speed=True)
 
 
@@ -278,17 +296,21 @@ class RunSpec:
 class Recipe:
     """One training run (``scd train``), or a whole pipeline (``scd run``)."""
 
-    model: str  # a local directory, a Hub id, a GGUF file, or "toy" (the planted-bias model)
-    output_dir: str | None = None  # scd train writes here; scd run uses outputs/<run_id>/
+    model: str = field(
+        metadata={
+            "help": 'a local directory, a Hub id, a GGUF file, or "toy" (the planted-bias model)'
+        }
+    )
+    output_dir: str | None = option(None, "scd train writes here; scd run uses outputs/<run_id>/")
     data: DataSpec = field(default_factory=DataSpec)
     lora: LoraSpec = field(default_factory=LoraSpec)
-    quantization: Literal["none", "4bit"] = "none"  # 4bit: bitsandbytes NF4 QLoRA
+    quantization: Literal["none", "4bit"] = option("none", "4bit: bitsandbytes NF4 QLoRA")
     train: TrainSpec = field(default_factory=TrainSpec)
     wandb: WandbSpec = option(factory=WandbSpec, speed=True)  # tracking: never pinned
     toy_model: ToyModelSpec = field(default_factory=ToyModelSpec)
     eval: EvalSpec = field(default_factory=lambda: eval_spec_class()())
     run: RunSpec = field(default_factory=RunSpec)
-    arms: list[str] | None = None  # the arena: arms compared per setting (scd.config.arms)
+    arms: list[str] | None = option(None, "the arena: arms compared per setting (scd.config.arms)")
     arena: ArenaOptions = field(default_factory=lambda: arena_spec_class()())  # arms' own keys
     capability: CapabilitySpec = field(default_factory=CapabilitySpec)
 

@@ -17,8 +17,10 @@ runs and in which order within a task; a launcher decides only *where* and when:
   its one engine loads), so that the engine never shares a GPU with a training run;
 - ``plan.arms``: where each arm's results are, for ``layout.json`` and the report.
 
-Every job is one resumable stage of the run (its ``stage`` name in ``state.json``), so a plan
-executed again skips what finished and resumes the rest.
+Every job but a :class:`TrackJob` is one resumable stage of the run (its ``stage`` name in
+``state.json``), so a plan executed again skips what finished and resumes the rest; a
+``TrackJob`` writes no file of the run (it adds finished results to a W&B run's summary) and
+runs whenever its evaluations ran in the process.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 In ``scd run`` the base model answers every prompt of the prompt set (Tables 1, 3-5; the second
 prompt set of a source split too) and each tuned model its setting's held-out prompts -- the
 held-out part of the base model's subset, so "before" and "after" are the same prompts
-(Tables 10-14, :mod:`~scd.eval.benchmarks.bias.report`).
+(Tables 10-14, :mod:`~scd.eval.benchmarks.bias.sections`).
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ class BiasOptions(BenchmarkOptions):
         key=False,
         pin=False,  # each protocol's result is one of its own
     )
-    sets: list[str] | None = option(  # only these prompt sets
-        None, flag=False, key=False, pin="changed", digest=set_digest
+    sets: list[str] | None = option(
+        None, "only these prompt sets", flag=False, key=False, pin="changed", digest=set_digest
     )
 
     def __post_init__(self) -> None:
