@@ -124,7 +124,7 @@ def test_a_registered_engine_is_a_recipe_backend(fixed) -> None:
 
     base = {"model": "toy", "data": {"descriptors": "toy"}}
     recipe = recipe_from_dict({**base, "eval": {"backend": "fixed", "prefer": "last", "pace": 2}})
-    engine = recipe.eval.engine()
+    engine = recipe.eval.to_engine_spec()
     assert isinstance(engine, FixedOptions) and engine.prefer == "last"
     assert engine.identity() == {
         "backend": "fixed",

@@ -223,8 +223,8 @@ def test_engine_keys_belong_to_their_backend() -> None:
     with pytest.raises(InputError, match="eval.gpu_memory_utilization: expected 0 < f <= 1"):
         recipe_from_dict({**base, "eval": {"backend": "vllm", "gpu_memory_utilization": 1.5}})
     vllm = {"backend": "vllm", "tensor_parallel_size": 2, "max_model_len": 2048}
-    options = recipe_from_dict({**base, "eval": vllm}).eval.engine().engine_options()
+    options = recipe_from_dict({**base, "eval": vllm}).eval.to_engine_spec().engine_options()
     assert options["tensor_parallel_size"] == 2 and options["max_model_len"] == 2048
     older = {**vllm, "batch_size": None, "device": None, "base_url": None}  # every engine's key
-    assert recipe_from_dict({**base, "eval": older}).eval.engine() == engine_spec(**vllm)
+    assert recipe_from_dict({**base, "eval": older}).eval.to_engine_spec() == engine_spec(**vllm)
     assert "batch_size" not in options  # unset: the engine's default

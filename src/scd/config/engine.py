@@ -142,7 +142,7 @@ class EngineSpec(Options):
             if f.name not in shared and getattr(self, f.name) is not None
         }
 
-    def engine(self) -> EngineSpec:
+    def to_engine_spec(self) -> EngineSpec:
         """The engine options alone (a recipe's ``eval`` section holds more)."""
         cls = self.engine_class or type(self)
         return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})

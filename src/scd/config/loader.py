@@ -29,7 +29,7 @@ from scd.config.options import TYPE_NAMES, one_of, speed_keys
 from scd.config.schema import TRL_DECIDED, EvalSpec, Recipe, eval_spec_class
 from scd.errors import InputError
 
-__all__ = ["RENAMED", "library_fields", "load_recipe", "pinned", "recipe_from_dict"]
+__all__ = ["RENAMED", "library_fields", "parse_recipe_dict", "parse_recipe_file", "pinned"]
 
 Say = Callable[[str], None]
 RENAMED = {  # old key -> the keys that replaced it (SFTConfig's own names; sections per benchmark)
@@ -307,7 +307,7 @@ def _overrides(data: dict[str, Any], overrides: list[str], say: Say | None) -> d
     return given
 
 
-def recipe_from_dict(
+def parse_recipe_dict(
     data: dict[str, Any],
     source: str = "recipe",
     *,
@@ -316,20 +316,21 @@ def recipe_from_dict(
     say: Say | None = None,
 ) -> Recipe:
     """Validate a recipe given as a mapping (``source`` names it in errors); ``sections``: each
-    benchmark's options class by name (the ``eval.<name>`` sections)."""
+    benchmark's options class by name (the ``eval.<name>`` sections). Users call
+    :func:`scd.pipeline.recipe.recipe_from_dict`, which passes every registered benchmark's."""
     data = _rename(json.loads(json.dumps(data)), say, source)
     given = _overrides(data, overrides or [], say)
     return _parse(data, source, sections or {}, given)
 
 
-def load_recipe(
+def parse_recipe_file(
     path: Path | str,
     overrides: list[str] | None = None,
     *,
     sections: Mapping[str, type] | None = None,
     say: Say | None = None,
 ) -> Recipe:
-    """Read, override and validate a recipe file (see :func:`recipe_from_dict`).
+    """Read, override and validate a recipe file (see :func:`parse_recipe_dict`).
 
     Raises:
         InputError: unreadable YAML, unknown keys, wrong types or inconsistent settings.
@@ -352,7 +353,7 @@ def load_recipe(
         line = f" (line {mark.line + 1}: {problem})" if mark and problem else ""
         raise InputError(f"{path}: not valid YAML{line}") from None
     data = data if isinstance(data, dict) else {}
-    return recipe_from_dict(data, str(path), sections=sections, overrides=overrides, say=say)
+    return parse_recipe_dict(data, str(path), sections=sections, overrides=overrides, say=say)
 
 
 def pinned(recipe: dict[str, Any]) -> dict[str, Any]:

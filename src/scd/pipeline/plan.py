@@ -102,9 +102,9 @@ class SteerJob:
 
 @dataclass(frozen=True)
 class EvalJob:
-    """One benchmark job (:class:`scd.eval.benchmarks.base.Job`: its name and options) of one
-    arm: the base model (``cached``: the result lives in the shared cache), an adapter, or the
-    base model with a system prompt."""
+    """One benchmark job (:class:`scd.eval.benchmarks.base.BenchmarkJob`: its name and options)
+    of one arm: the base model (``cached``: the result lives in the shared cache), an adapter,
+    the base model with a system prompt, or it steered."""
 
     stage: str
     benchmark: str

@@ -26,14 +26,14 @@ def load_recipe(
     Raises:
         InputError: every problem, one line each naming the file (or ``--set``) and the key.
     """
-    return loader.load_recipe(path, overrides, sections=recipe_sections(), say=say)
+    return loader.parse_recipe_file(path, overrides, sections=recipe_sections(), say=say)
 
 
 def recipe_from_dict(
     data: dict[str, Any], source: str = "recipe", overrides: list[str] | None = None
 ) -> Recipe:
     """:func:`load_recipe` for a recipe given as a mapping (``source`` names it in errors)."""
-    return loader.recipe_from_dict(data, source, sections=recipe_sections(), overrides=overrides)
+    return loader.parse_recipe_dict(data, source, sections=recipe_sections(), overrides=overrides)
 
 
 def recipe_key(key: str, section: str | None) -> str:

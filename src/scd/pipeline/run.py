@@ -87,7 +87,7 @@ class Run:
         self.started = time.time()
         self.state = RunState(self.dir, recipe.to_dict())
         self.model = model or recipe.model
-        self.engine = recipe.eval.engine()
+        self.engine = recipe.eval.to_engine_spec()
         self.settings = load_settings(recipe.data.settings_file)
         self.prompts: Path | None = None
         self.eval_prompts: Path | None = None

@@ -32,7 +32,7 @@ from scd.io import json_text, read_json
 __all__ = [
     "Benchmark",
     "BenchmarkOptions",
-    "Job",
+    "BenchmarkJob",
     "RunData",
     "Table",
     "evaluated",
@@ -74,7 +74,7 @@ class RunData(Protocol):
 
 
 @dataclass(frozen=True)
-class Job:
+class BenchmarkJob:
     """One evaluation in ``scd run``: ``name`` is its stage's last part, its result directory's
     name and its key in ``layout.json``; a base-model result is cached under its
     :meth:`Benchmark.identity`."""
@@ -277,10 +277,12 @@ class Benchmark:
         """The options with the run's inputs filled in (generating them as a stage if needed)."""
         return options
 
-    def jobs(self, run: RunData, options: Any, setting: tuple[int, Path] | None) -> list[Job]:
+    def jobs(
+        self, run: RunData, options: Any, setting: tuple[int, Path] | None
+    ) -> list[BenchmarkJob]:
         """The evaluations of the base model (``setting`` None) or of setting ``(n, sft dir)``'s
         tuned model: by default one, on the same data."""
-        return [Job(self.name, self, options)]
+        return [BenchmarkJob(self.name, self, options)]
 
     def runs(self, layout: RunLayout) -> dict[str, str]:
         """The result directories of the base and each tuned model, by row label (base first)."""

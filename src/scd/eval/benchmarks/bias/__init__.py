@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from scd.config.options import option, positive
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Job, RunData, Table
+from scd.eval.benchmarks.base import Benchmark, BenchmarkJob, BenchmarkOptions, RunData, Table
 from scd.eval.benchmarks.bias.columns import BIAS_COLUMNS
 from scd.eval.tasks import CausalModel
 
@@ -230,7 +230,7 @@ class Bias(Benchmark):
         if setting is None:  # the base model: every prompt set, its subset of each
             sets = (("bias", run.prompts), ("bias_eval_prompts", run.eval_prompts))
             return [
-                Job(name, self, replace(options, prompts=str(prompts)))
+                BenchmarkJob(name, self, replace(options, prompts=str(prompts)))
                 for name, prompts in sets
                 if prompts is not None
             ]
@@ -244,7 +244,7 @@ class Bias(Benchmark):
             table = read_prompts(run.eval_prompts if source else run.prompts)
             sets = sorted(stratified_sets(table, options.limit, options.seed))
         heldout = replace(options, prompts=str(sft / "heldout"), limit=None, sets=sets)
-        return [Job(self.name, self, heldout)]
+        return [BenchmarkJob(self.name, self, heldout)]
 
     def base_job(self, sft: Path) -> str:
         """A setting that splits by source (setting 2) holds out prompts of the second prompt
