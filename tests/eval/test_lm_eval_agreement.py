@@ -7,8 +7,6 @@ aggregates."""
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,28 +14,9 @@ import pytest
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.crows_pairs import load_pairs
 from scd.eval.benchmarks.winogender import load_sentences
+from scd.export.lm_eval_subset import lm_eval_task_on
 
 pytestmark = pytest.mark.slow
-
-
-def _task_dir(root: Path, lm_eval_file: str, name: str, docs: list[dict]) -> Path:
-    """lm-eval's own task file (and its utils.py) with the dataset swapped for ``docs``."""
-    import lm_eval
-
-    source = Path(lm_eval.__file__).parent / "tasks" / lm_eval_file
-    root.mkdir(parents=True)
-    data = root / "docs.jsonl"
-    data.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    text = source.read_text()
-    text = re.sub(r"(?ms)^tag:\n(  - .*?\n)+", "", text)
-    text = re.sub(r"(?m)^task: .*$", f"task: {name}", text)
-    text = re.sub(r"(?m)^dataset_name: .*\n", "", text)
-    swap = f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}"
-    text = re.sub(r"(?m)^dataset_path: .*$", swap, text)
-    (root / f"{name}.yaml").write_text(text)
-    if (source.parent / "utils.py").is_file():
-        shutil.copy(source.parent / "utils.py", root / "utils.py")
-    return root
 
 
 def _lm_eval(model: Path, task_dir: Path, task: str) -> tuple[dict, list[dict]]:
@@ -70,7 +49,9 @@ def test_crows_pairs_equals_lm_evals_crows_pairs_english(tiny_llama2, shared_dat
     (subset / "crows_pairs_anonymized.csv").write_text("\n".join(head[:151]) + "\n")
     assert [p["id"] for p in load_pairs(str(subset))] == [p["id"] for p in pairs]
     docs = [{"sent_more": p["sent_more"], "sent_less": p["sent_less"]} for p in pairs]
-    task = _task_dir(tmp_path / "task", "crows_pairs/crows_pairs_english.yaml", "cp_check", docs)
+    task = lm_eval_task_on(
+        tmp_path / "task", "crows_pairs/crows_pairs_english.yaml", "cp_check", docs
+    )
     theirs, samples = _lm_eval(tiny_llama2, task, "cp_check")
     ours = get("crows_pairs").evaluate(str(tiny_llama2), tmp_path / "scd", data=str(subset))
     records = [json.loads(x) for x in (tmp_path / "scd" / "records.jsonl").open()]
@@ -91,7 +72,7 @@ def test_winogender_equals_lm_evals_winogender_all(tiny_llama2, shared_data, tmp
     rows = load_sentences(str(data))
     fields = ("sentence", "pronoun", "occupation", "participant", "label", "gender")
     docs = [{k: r[k] for k in fields} for r in rows]
-    task = _task_dir(tmp_path / "task", "winogender/winogender.yaml", "wg_check", docs)
+    task = lm_eval_task_on(tmp_path / "task", "winogender/winogender.yaml", "wg_check", docs)
     theirs, samples = _lm_eval(tiny_llama2, task, "wg_check")
     ours = get("winogender").evaluate(str(tiny_llama2), tmp_path / "scd", data=str(data))
     records = [json.loads(x) for x in (tmp_path / "scd" / "records.jsonl").open()]
@@ -128,7 +109,7 @@ def test_bbq_in_lm_evals_format_equals_lm_evals_bbq(tiny_llama2, shared_data, tm
         "label",
     )
     docs = [{k: it[k] for k in fields} for it in items]
-    task = _task_dir(tmp_path / "task", "bbq/bbq_multiple_choice.yaml", "bbq_check", docs)
+    task = lm_eval_task_on(tmp_path / "task", "bbq/bbq_multiple_choice.yaml", "bbq_check", docs)
     theirs, samples = _lm_eval(tiny_llama2, task, "bbq_check")
     ours = get("bbq").evaluate(
         str(tiny_llama2),
