@@ -20,21 +20,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIELDS = (
-    "example_id",
-    "question_index",
-    "question_polarity",
-    "context_condition",
-    "category",
-    "answer_info",
-    "additional_metadata",
-    "context",
-    "question",
-    "ans0",
-    "ans1",
-    "ans2",
-    "label",
-)
 
 
 def main() -> None:
@@ -53,7 +38,7 @@ def main() -> None:
 
     from scd.config.engine import engine_spec
     from scd.eval.benchmarks import get
-    from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
+    from scd.eval.benchmarks.bbq.data import FIELDS, load_bbq, stratified_subset
     from scd.export.lm_eval_subset import lm_eval_task_on
     from scd.io import write_json
     from scd.models import resolve_model

@@ -88,27 +88,12 @@ def test_bbq_in_lm_evals_format_equals_lm_evals_bbq(tiny_llama2, shared_data, tm
     """``scd eval bbq --format lm-eval --no-chat-template``: lm-eval's twelve choices scored as
     lm-eval scores them -- the same pick per item and the same acc, accuracy_amb,
     accuracy_disamb and bias scores (its own aggregation code) on a stratified subset."""
-    from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
+    from scd.eval.benchmarks.bbq.data import FIELDS, load_bbq, stratified_subset
 
     items = stratified_subset(
         load_bbq(str(shared_data / "bbq" / "data"), ["Age", "Religion"]), 80, 0
     )
-    fields = (
-        "example_id",
-        "question_index",
-        "question_polarity",
-        "context_condition",
-        "category",
-        "answer_info",
-        "additional_metadata",
-        "context",
-        "question",
-        "ans0",
-        "ans1",
-        "ans2",
-        "label",
-    )
-    docs = [{k: it[k] for k in fields} for it in items]
+    docs = [{k: it[k] for k in FIELDS} for it in items]
     task = lm_eval_task_on(tmp_path / "task", "bbq/bbq_multiple_choice.yaml", "bbq_check", docs)
     theirs, samples = _lm_eval(tiny_llama2, task, "bbq_check")
     ours = get("bbq").evaluate(
