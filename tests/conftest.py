@@ -120,13 +120,30 @@ def toy_prompts(toy_descriptors: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
-def toy_model(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
-    """The toy model with a bias planted on religion and nationality."""
-    from scd.models.toy import build_toy_model
+def toy_model(
+    toy_descriptors: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Path:
+    """The toy model with a bias planted on religion and nationality, built once per version of
+    what makes it (its code, the contact prompts' code and descriptors, torch, transformers)
+    under ``$SCD_TEST_CACHE`` (both test tiers share it), and copied for the session."""
+    import hashlib
+    import shutil
 
-    out = tmp_path_factory.mktemp("toy") / "model"
+    import torch
+    import transformers
+
+    import scd.data_gen.contact as contact
+    import scd.models.toy as toy
+
+    sources = [Path(toy.__file__), Path(contact.__file__), toy_descriptors]
+    what = b"".join(p.read_bytes() for p in sources)
+    what += f"{torch.__version__} {transformers.__version__}".encode()
+    version = hashlib.sha256(what).hexdigest()
+    cache = Path(_test_cache(tmp_path_factory)) / "toy" / version[:16]
     with announce(pytestconfig, "building the planted-bias toy model (about a minute)"):
-        build_toy_model(out, bias_axes=PLANTED, seed=0)
+        built = toy.ensure_toy_model(PLANTED, seed=0, cache=cache, say=lambda _: None)
+    out = tmp_path_factory.mktemp("toy") / "model"
+    shutil.copytree(built, out)
     return out
 
 

@@ -7,6 +7,14 @@ KV cache shared by its options, and each option's token log-probabilities are su
 are formed from length-sorted requests; positions are computed from the attention mask, so the
 padding side does not change a result (tests compare every path with a one-sequence forward).
 
+Prefix cache: with ``prefix_cache`` on (the default) requests are sorted by their token ids
+instead, so that prompts with the same head -- a chat template's system text, the paper
+protocol's Llama 2 system prompt, a BBQ context -- fall into one batch; the head that all of a
+batch's prompts share (at least :data:`MIN_SHARED_HEAD` tokens) runs once, at batch size one,
+into transformers' ``DynamicCache``, which is repeated for every row
+(``batch_repeat_interleave``), and only each prompt's rest is computed: the same numbers on every
+path (single-token options, multi-token options, generation).
+
 Adapters: the base model is loaded once; :meth:`HFEngine.use_adapter` loads a PEFT adapter onto
 it (unmerged) and switches between adapters, or runs the base with the adapter layers disabled.
 """
@@ -32,7 +40,9 @@ from scd.progress import tick
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HFEngine", "HFOptions", "load_model"]
+__all__ = ["MIN_SHARED_HEAD", "HFEngine", "HFOptions", "load_model"]
+
+MIN_SHARED_HEAD = 16  # tokens: a batch's shared head shorter than this is computed per row
 
 
 @dataclass
@@ -47,6 +57,12 @@ class HFOptions(EngineSpec):
         None,
         "cpu, cuda, cuda:1 (default: cuda if available)",
         check=device_name,
+        speed=True,
+    )
+    prefix_cache: bool = option(
+        True,
+        "compute the token head a batch's prompts share once and reuse its KV cache (the same "
+        "numbers; --no-prefix-cache computes every prompt whole)",
         speed=True,
     )
     steer: str | None = option(
@@ -132,6 +148,7 @@ class HFEngine:
             require_adapter(path)
         self._attach(model, load_model(model, self.device, spec.dtype), tokenizer, spec.batch_size)
         self.padding_side = padding_side
+        self.prefix_cache = spec.prefix_cache
         self.use_steering(getattr(spec, "steer", None))
 
     @classmethod
@@ -142,6 +159,7 @@ class HFEngine:
         engine.device = str(next(model.parameters()).device)
         engine._attach("the model in memory", model, tokenizer, batch_size)
         engine.padding_side = "left"
+        engine.prefix_cache = True
         return engine
 
     def _attach(self, name: str, model: Any, tokenizer: Any, batch_size: int | None) -> None:
@@ -237,6 +255,42 @@ class HFEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return ids.to(self.device), mask.to(self.device), positions.to(self.device)
 
+    def _head(self, prompts: Sequence[Sequence[int]], rest: int) -> int:
+        """How many leading tokens all ``prompts`` share that the prefix cache computes once,
+        leaving at least ``rest`` tokens of each to run after them (0: none worth it)."""
+        if not self.prefix_cache or len(prompts) < 2:
+            return 0
+        first, last = min(prompts), max(prompts)  # whatever these two share, all share
+        shared = next(
+            (i for i, (a, b) in enumerate(zip(first, last)) if a != b), min(len(first), len(last))
+        )
+        shared = min(shared, min(len(p) for p in prompts) - rest)
+        return shared if shared >= MIN_SHARED_HEAD else 0
+
+    def _after_head(
+        self, seqs: Sequence[Sequence[int]], head: Sequence[int], side: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """:meth:`_pad` of ``seqs`` as the continuation of ``head`` (the same for every row):
+        the attention mask and positions cover the head too, and the head's KV cache, computed
+        once and repeated for every row, comes fourth (None without a head)."""
+        import torch
+
+        ids, mask, positions = self._pad(seqs, side)
+        if not head:
+            return ids, mask, positions, None
+        head_ids = torch.tensor([list(head)], device=self.device)
+        cache = self.model(input_ids=head_ids, use_cache=True, logits_to_keep=1).past_key_values
+        cache.batch_repeat_interleave(len(seqs))
+        mask = torch.cat([mask.new_ones(len(seqs), len(head)), mask], 1)
+        return ids, mask, positions + len(head), cache
+
+    def _order(self, prompts: Sequence[Sequence[int]]) -> list[int]:
+        """The order requests are batched in: by token ids with the prefix cache on (prompts
+        with the same head together), else longest first (the least padding)."""
+        if self.prefix_cache:
+            return sorted(range(len(prompts)), key=lambda i: prompts[i])
+        return sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+
     @_inference
     def _token_logprobs(self, seqs: list[list[int]], spans: list[int]) -> list[list[float]]:
         """Log-probabilities of the last ``spans[i]`` tokens of each sequence, per token."""
@@ -259,7 +313,7 @@ class HFEngine:
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
         """Summed option log-probabilities per request (see the module docstring)."""
-        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt_ids))
+        order = self._order([r.prompt_ids for r in requests])
         scores: list[Any] = [None] * len(requests)
         with self._active_model():
             start = 0
@@ -300,20 +354,25 @@ class HFEngine:
 
     @_inference
     def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
-        """Single-token options: one forward pass, all options read at the last position."""
+        """Single-token options: one forward pass (after the batch's shared head), all options
+        read at the last position."""
         import torch
         from torch.nn.utils.rnn import pad_sequence
 
-        ids, mask, positions = self._pad([r.prompt_ids for r in reqs])
+        head = reqs[0].prompt_ids[: self._head([r.prompt_ids for r in reqs], rest=1)]
+        rests = [r.prompt_ids[len(head) :] for r in reqs]
+        ids, mask, positions, cache = self._after_head(rests, head)
         left = self.padding_side == "left"
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
+            past_key_values=cache,
             logits_to_keep=1 if left else 0,
         )
         rows = torch.arange(len(reqs), device=mask.device)
-        last = out.logits[:, -1] if left else out.logits[rows, mask.sum(-1) - 1]
+        ends = torch.tensor([len(x) - 1 for x in rests], device=mask.device)
+        last = out.logits[:, -1] if left else out.logits[rows, ends]
         logprobs = torch.log_softmax(last.float(), dim=-1)
         options = [torch.tensor([o[0] for o in r.option_ids]) for r in reqs]
         options = pad_sequence(options, batch_first=True).to(logprobs.device)  # 0 after the last
@@ -322,18 +381,22 @@ class HFEngine:
 
     @_inference
     def _score_shared_prefix(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
-        """Multi-token options: the prompt (but its last token) runs once into a KV cache, which
-        is repeated per option; each option row then feeds ``[last prompt token] + option[:-1]``
-        and reads the option's tokens. Same numbers as scoring each prompt + option alone."""
+        """Multi-token options: the prompt (but its last token) runs once into a KV cache (after
+        the batch's shared head), which is repeated per option; each option row then feeds
+        ``[last prompt token] + option[:-1]`` and reads the option's tokens. Same numbers as
+        scoring each prompt + option alone."""
         import torch
         from torch.nn.utils.rnn import pad_sequence
 
         k = max(len(r.option_ids) for r in reqs)
-        ids, mask, positions = self._pad([r.prompt_ids[:-1] for r in reqs])
+        head = reqs[0].prompt_ids[: self._head([r.prompt_ids for r in reqs], rest=2)]
+        rests = [r.prompt_ids[len(head) : -1] for r in reqs]
+        ids, mask, positions, cache = self._after_head(rests, head)
         cache = self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
+            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         ).past_key_values
@@ -369,21 +432,32 @@ class HFEngine:
     def generate(
         self, prompt_ids: list[list[int]], max_new_tokens: int, *, messages: Any = None
     ) -> list[str]:
-        """Greedy continuations (left-padded batches), decoded without special tokens."""
+        """Greedy continuations (left-padded batches, after the batch's shared head), decoded
+        without special tokens."""
+        import torch
+
         texts: list[Any] = [None] * len(prompt_ids)
-        order = sorted(range(len(prompt_ids)), key=lambda i: -len(prompt_ids[i]))
+        order = self._order(prompt_ids)
         for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            ids, mask, _ = self._pad([prompt_ids[i] for i in batch], "left")
+            rows = order[start : start + self.batch_size]
+            batch = [prompt_ids[i] for i in rows]
+            head = batch[0][: self._head(batch, rest=1)]
             with self._active_model():
+                ids, mask, _, cache = self._after_head(
+                    [p[len(head) :] for p in batch], head, "left"
+                )
+                if head:  # generate takes the head's tokens from the cache, the rest from ids
+                    heads = torch.tensor([list(head)] * len(batch), device=ids.device)
+                    ids = torch.cat([heads, ids], 1)
                 new = self.model.generate(
                     input_ids=ids,
                     attention_mask=mask,
+                    past_key_values=cache,
                     max_new_tokens=max_new_tokens,
                     do_sample=False,
                     pad_token_id=self.pad_id,
                 )
-            for i, row in zip(batch, new[:, ids.shape[1] :].tolist()):
+            for i, row in zip(rows, new[:, ids.shape[1] :].tolist()):
                 texts[i] = self.tokenizer.decode(row, skip_special_tokens=True).strip()
             tick(start + len(batch), len(order))
         return texts
