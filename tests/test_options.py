@@ -18,12 +18,12 @@ from scd.errors import InputError
 
 
 def _flags(*argv: str) -> dict[str, object]:
-    """The options of a subcommand: flag -> default."""
+    """The options of a subcommand: flag -> default (``--x`` and ``--no-x`` both)."""
     parser = build_parser()
     sub = parser
     for word in argv:
         sub = next(a for a in sub._actions if a.dest in ("command", "what")).choices[word]
-    return {a.option_strings[-1]: a.default for a in sub._actions if a.option_strings}
+    return {flag: a.default for a in sub._actions for flag in a.option_strings}
 
 
 def _flag(name: str) -> str:

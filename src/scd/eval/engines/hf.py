@@ -59,10 +59,10 @@ class HFOptions(EngineSpec):
         check=device_name,
         speed=True,
     )
-    prefix_cache: bool = option(
-        True,
-        "compute the token head a batch's prompts share once and reuse its KV cache (the same "
-        "numbers; --no-prefix-cache computes every prompt whole)",
+    prefix_cache: bool | None = option(
+        None,
+        "compute the token head a batch's prompts share once and reuse its KV cache (default: "
+        "on; the same numbers; --no-prefix-cache computes every prompt whole)",
         speed=True,
     )
     steer: str | None = option(
@@ -148,7 +148,7 @@ class HFEngine:
             require_adapter(path)
         self._attach(model, load_model(model, self.device, spec.dtype), tokenizer, spec.batch_size)
         self.padding_side = padding_side
-        self.prefix_cache = spec.prefix_cache
+        self.prefix_cache = spec.prefix_cache is not False  # None: not given, on
         self.use_steering(getattr(spec, "steer", None))
 
     @classmethod
