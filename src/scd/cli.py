@@ -29,7 +29,7 @@ from scd.config.options import add_options, argument_type, positive
 from scd.config.schema import SFTOptions
 from scd.errors import InputError, RunFailed
 from scd.eval.benchmarks import REGISTRY
-from scd.eval.engines.hf import HFOptions
+from scd.eval.engines.hf_setup import HFOptions
 from scd.models.catalog import catalog
 
 __all__ = ["main", "build_parser"]

@@ -164,10 +164,10 @@ def test_a_finished_stage_is_returned_without_loading_the_model(
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    import scd.eval.engines.hf as hf
+    import scd.eval.engines.hf_setup as hf_setup
     import scd.models.formatting as formatting
 
-    monkeypatch.setattr(hf, "load_model", refuse)
+    monkeypatch.setattr(hf_setup, "load_model", refuse)
     monkeypatch.setattr(formatting, "load_tokenizer", refuse)
     again = kl_from_base(str(toy_model), out, system_prompt=SYSTEM, prompts=prompts, batch_size=2)
     assert again == first

@@ -106,7 +106,7 @@ def _load(model_dir: str, adapter: str | None, device: str, dtype: str) -> Any:
     """The causal LM (no remote code), with ``adapter`` loaded unmerged, in eval mode."""
     import torch
 
-    from scd.eval.engines.hf import load_model
+    from scd.eval.engines.hf_setup import load_model
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError("no CUDA GPU is available here", key="device", value=device)
