@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, engine_spec
 from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
-from scd.eval.engines.hf_setup import HFOptions, first_line, load_model
+from scd.eval.engines.hf_setup import HFOptions, load_model, telling_line
 from scd.progress import tick
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class HFEngine:
                     self.model = PeftModel.from_pretrained(self.model, adapter, adapter_name=name)
             except (RuntimeError, ValueError, KeyError) as err:
                 raise InputError(
-                    f"does not fit the model {self.model_name} ({cut_line(first_line(err))})",
+                    f"does not fit the model {self.model_name} ({cut_line(telling_line(err))})",
                     key="adapter",
                     value=adapter,
                 ) from None

@@ -12,7 +12,7 @@ from scd.config.options import device_name, option, positive
 from scd.errors import InputError
 from scd.eval.steering import steering_digest
 
-__all__ = ["HFOptions", "first_line", "load_model"]
+__all__ = ["HFOptions", "telling_line", "load_model"]
 
 
 @dataclass
@@ -48,8 +48,9 @@ class HFOptions(EngineSpec):
         return [f"batch {self.batch_size or EVAL_BATCH_SIZE}", f"device {device}"]
 
 
-def first_line(err: BaseException) -> str:
-    """The most telling line of an error ("size mismatch for ..." rather than a heading)."""
+def telling_line(err: BaseException) -> str:
+    """The most telling line of an error ("size mismatch for ..." rather than a heading; not
+    scd.errors.first_line, which takes the first)."""
     lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
     telling = [x for x in lines if "mismatch" in x or "not found" in x.lower()]
     return (telling or lines or [type(err).__name__])[0]
@@ -69,7 +70,7 @@ def load_model(model: str, device: str, dtype: str) -> Any:
     except (OSError, ValueError) as err:
         raise InputError(
             "cannot load a causal LM (a local model directory or a Hub id is "
-            f"expected): {first_line(err)}",
+            f"expected): {telling_line(err)}",
             key="model",
             value=model,
         ) from None
