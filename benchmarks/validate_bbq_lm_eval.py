@@ -46,7 +46,6 @@ def main() -> None:
     out = Path(args.out)
     model = resolve_model(args.model)
     items = stratified_subset(load_bbq(args.bbq), args.limit, args.seed)
-    start = time.perf_counter()
     get("bbq").evaluate(
         model,
         out / "scd",
@@ -57,7 +56,9 @@ def main() -> None:
         chat_template=False,
         engine=engine_spec("hf", dtype="float32", batch_size=args.batch_size, device="cpu"),
     )
-    scd_seconds = time.perf_counter() - start
+    # scd's own scoring time, summed over its timing log (a resumed run scores only what is left)
+    timing = (out / "scd" / "timing.jsonl").read_text().splitlines()
+    scd_seconds = sum(json.loads(line)["seconds"] for line in timing) if timing else 0.0
     ours = json.loads((out / "scd" / "summary.json").read_text())["lm_eval"]
     records = [json.loads(x) for x in (out / "scd" / "records.jsonl").open()]
 

@@ -63,11 +63,26 @@ def _run(argv: list[str]) -> tuple[int, str]:
         ),  # no abbreviations: it would have run
         (["run", "r.yaml", "--setting", "3"], "--setting (did you mean --set run.settings=[N]"),
         (["run", "r.yaml", "--out", "o"], "--out (did you mean --outputs?)"),  # others' flag
+        (  # a causal LM's engine option on a masked-LM command: not a misspelling
+            ["eval", "mlm", "--model", "m", "--prompts", "p", "--out", "o", "--prefix-cache"],
+            "--prefix-cache (an option of scd eval bias, scd eval bbq and ",
+        ),
     ],
 )
 def test_a_mistyped_flag_is_named_before_a_missing_one(argv, expected):
     code, err = _run(argv)
     assert code == 2 and expected in err and err.count("\n") == 1
+
+
+def test_an_engine_option_shows_only_where_the_command_runs_a_model_it_applies_to():
+    """The prefix cache and steering act on a causal LM: no flag on the masked-LM and
+    classifier probes, a flag wherever a causal LM is scored."""
+    helps = {prog: p.format_help() for prog, p in _parsers(build_parser())}
+    for prog in ("scd eval mlm", "scd eval sentiment"):
+        assert "--prefix-cache" not in helps[prog] and "--steer" not in helps[prog], prog
+        assert "--batch-size" in helps[prog]  # the engine's other options stay
+    for prog in ("scd eval bias", "scd eval bbq", "scd eval aq27"):
+        assert "--no-prefix-cache" in helps[prog] and "--steer" in helps[prog], prog
 
 
 def test_quickstart_help_says_what_where_and_how_long():

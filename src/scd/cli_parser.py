@@ -17,7 +17,9 @@ __all__ = ["HelpFormatter", "Parser", "add_engine_options"]
 
 def add_engine_options(parser: argparse.ArgumentParser, kinds: Sequence[str]) -> None:
     """``--backend``: the engines that run a model of one of ``kinds``, and each one's own
-    options in a group of its own (a flag two engines share: once, in the first group)."""
+    options in a group of its own (a flag two engines share: once, in the first group; an
+    option for other model kinds only -- a causal LM's prefix cache on a masked-LM command --
+    not at all)."""
     engines = engines_for(kinds)
     parser.add_argument(
         "--backend",
@@ -28,7 +30,11 @@ def add_engine_options(parser: argparse.ArgumentParser, kinds: Sequence[str]) ->
     )
     added = {f.name for f in dataclasses.fields(EngineSpec)}
     for name, engine in engines.items():
-        names = [f.name for f in dataclasses.fields(engine.Options) if f.name not in added]
+        names = [
+            f.name
+            for f in dataclasses.fields(engine.Options)
+            if f.name not in added and set(f.metadata.get("kinds") or kinds) & set(kinds)
+        ]
         if names:
             group = parser.add_argument_group(f"{name} engine (--backend {name})")
             add_options(group, engine.Options, names)
@@ -67,9 +73,15 @@ class Parser(argparse.ArgumentParser):
         everywhere = sorted({o for p in self.parsers for o in p._option_string_actions})
         parts = []
         for flag in flags:
-            near = difflib.get_close_matches(flag, mine, n=1) or difflib.get_close_matches(
-                flag, [o for o in everywhere if o != flag], n=1
-            )
+            near = difflib.get_close_matches(flag, mine, n=1)
+            owners = [p.prog for p in self.parsers if flag in p._option_string_actions]
+            if owners and not near:  # another command's option, not a misspelling of this one's
+                more = f" and {len(owners) - 2} more" if len(owners) > 2 else ""
+                where = f"{', '.join(owners[:2])}{more}"
+                parts.append(f"{flag} (an option of {where}, not of {commands[words].prog})")
+                continue
+            others = [o for o in everywhere if o != flag]
+            near = near or difflib.get_close_matches(flag, others, n=1)
             if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
                 near = ["--set run.settings=[N] (or --set data.setting=N)"]
             parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)

@@ -119,7 +119,7 @@ def _engine_from_flags(args: argparse.Namespace) -> EngineSpec:
     from scd.config.engine import ENGINES, engine_class, engine_spec
 
     own = {f.name for f in dataclasses.fields(engine_class(args.backend).Options)} - {"backend"}
-    values = {name: getattr(args, name) for name in own}
+    values = {name: getattr(args, name, None) for name in own}  # None: no flag on this command
     for engine in ENGINES:  # the flags of the other engines the command offers
         for f in dataclasses.fields(engine_class(engine).Options):
             value = getattr(args, f.name, None)

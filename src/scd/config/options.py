@@ -119,6 +119,7 @@ def option(
     pin: Pin = True,
     digest: Callable[[Any], Any] | None = None,
     group: str | None = None,
+    kinds: tuple[str, ...] | None = None,
 ) -> Any:
     """A dataclass field that is an option (see the module docstring); ``required``: the flag
     must be given (``scd run`` fills the value itself); ``factory`` for a mutable default;
@@ -133,7 +134,10 @@ def option(
     ``"summary"`` -- it changes the summary, not the records (a finished evaluation is
     summarized again with another value; a cached result is another one); False -- never (an
     input path, whose content the benchmark hashes instead, or what to run rather than how);
-    ``digest``: what stands for the value in the identity (a hash of a long list)."""
+    ``digest``: what stands for the value in the identity (a hash of a long list).
+
+    ``kinds``: an engine option that only means something for these model kinds (``causal``,
+    ``masked``, ``classifier``): a command that runs none of them has no flag for it."""
     meta = {
         "help": help,
         "check": check,
@@ -145,6 +149,7 @@ def option(
         "key": key,
         "required": required,
         "spread": spread,
+        "kinds": kinds,
     }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)

@@ -34,6 +34,7 @@ class HFOptions(EngineSpec):
         "compute the token head a batch's prompts share once and reuse its KV cache (default: "
         "on; the same numbers; --no-prefix-cache computes every prompt whole)",
         speed=True,
+        kinds=("causal",),
     )
     steer: str | None = option(
         None,
@@ -41,6 +42,7 @@ class HFOptions(EngineSpec):
         "to its layer's output at every position, at its scale; hf only",
         digest=steering_digest,  # scd.eval.steering
         pin="changed",
+        kinds=("causal",),
     )
 
     def details(self, ran: dict[str, Any]) -> list[str]:
