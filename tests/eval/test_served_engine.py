@@ -21,7 +21,7 @@ from scd.config.engine import EngineSpec, engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest
-from scd.eval.engines.served import ServedEngine
+from scd.eval.engines.openai import OpenAIEngine
 
 HF = engine_spec(dtype="float32", device="cpu")
 LIMIT, CHUNK = 48, 16
@@ -156,7 +156,7 @@ def test_bbq_through_a_chat_api_in_generate_mode(toy_model, shared_data, stub, t
 
 
 def test_chat_api_refuses_what_it_cannot_score(toy_model, stub) -> None:
-    engine = ServedEngine(str(toy_model), _served(stub, api="chat"))
+    engine = OpenAIEngine(str(toy_model), _served(stub, api="chat"))
     with pytest.raises(InputError, match="scores only what scd eval bias asks"):
         engine.score([ChoiceRequest((1, 2), ((3,), (4,)))])  # BBQ's, SDS's: no conversation
     two_words = ChoiceRequest((1,), ((3,), (4,)), (("user", "Who?"),), ("The man", "Unknown"))
@@ -308,7 +308,7 @@ def test_another_models_tokenizer_is_refused(toy_model, real_tokenizers, tmp_pat
         other.tokenizer = AutoTokenizer.from_pretrained(real_tokenizers / "qwen3")
         local = AutoTokenizer.from_pretrained(toy_model)
         with pytest.raises(InputError, match="tokenizer splits text differently"):
-            ServedEngine(str(toy_model), _served(other), tokenizer=local)
+            OpenAIEngine(str(toy_model), _served(other), tokenizer=local)
 
 
 def test_adapters_go_by_their_served_name(toy_model, tmp_path) -> None:
@@ -318,7 +318,7 @@ def test_adapters_go_by_their_served_name(toy_model, tmp_path) -> None:
         (tmp_path / name / "adapter_config.json").write_text("{}")
         adapters[name] = str(tmp_path / name)
     with StubServer(toy_model, adapters={"tuned": adapters["static"]}) as server:
-        engine = ServedEngine(str(toy_model), _served(server))
+        engine = OpenAIEngine(str(toy_model), _served(server))
         request = [ChoiceRequest((1, 2, 3), ((4,), (5,)))]
         engine.use_adapter(adapters["static"])
         engine.score(request)
@@ -335,14 +335,14 @@ def test_adapters_go_by_their_served_name(toy_model, tmp_path) -> None:
         assert server.adapters[server.bodies[-1]["model"]] == adapters["runtime"]
         weights = tmp_path / "runtime" / "adapter_model.safetensors"
         weights.write_bytes(b"first")
-        first = ServedEngine(str(toy_model), _served(server))
+        first = OpenAIEngine(str(toy_model), _served(server))
         first.use_adapter(adapters["runtime"])
         weights.write_bytes(b"trained again")  # same path, new weights: loaded again
-        again = ServedEngine(str(toy_model), _served(server))
+        again = OpenAIEngine(str(toy_model), _served(server))
         again.use_adapter(adapters["runtime"])
         assert again.model != first.model and again.model in server.adapters
         first.use_adapter(adapters["runtime"])  # its own adapters are remembered by name
-        by_name = ServedEngine(str(toy_model), _served(server, served_model="tuned"))
+        by_name = OpenAIEngine(str(toy_model), _served(server, served_model="tuned"))
         by_name.score(request)  # an adapter the server holds, with no files here: by its name
         assert server.bodies[-1]["model"] == "tuned"
 
@@ -403,9 +403,9 @@ def test_options_of_the_served_engine_belong_to_it() -> None:
 
 def test_openai_s_key_goes_to_openai_only(toy_model, stub, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-for-openai-only")
-    ServedEngine(str(toy_model), _served(stub)).score([ChoiceRequest((1, 2), ((3,), (4,)))])
+    OpenAIEngine(str(toy_model), _served(stub)).score([ChoiceRequest((1, 2), ((3,), (4,)))])
     assert set(stub.headers) == {None}  # 127.0.0.1 is not api.openai.com
-    from scd.eval.engines.served import _default_key_env
+    from scd.eval.engines.openai import _default_key_env
 
     assert _default_key_env("https://api.openai.com/v1") == "OPENAI_API_KEY"
 

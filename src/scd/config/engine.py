@@ -33,7 +33,7 @@ __all__ = [
 ENGINES: dict[str, Any] = {  # backend -> "module:Class" (imported when used), or the class
     "hf": "scd.eval.engines.hf:HFEngine",
     "vllm": "scd.eval.engines.vllm:VLLMEngine",
-    "openai": "scd.eval.engines.served:ServedEngine",
+    "openai": "scd.eval.engines.openai:OpenAIEngine",
 }
 DEFAULT_BACKEND = "hf"
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]

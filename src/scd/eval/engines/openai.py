@@ -56,7 +56,7 @@ from scd.eval.engines.completions_api import (
     ids_parser,
 )
 
-__all__ = ["DEFAULT_KEY_ENV", "PROMPTS_PER_REQUEST", "ServedEngine", "ServedOptions"]
+__all__ = ["DEFAULT_KEY_ENV", "PROMPTS_PER_REQUEST", "OpenAIEngine", "OpenAIOptions"]
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 PROMPTS_PER_REQUEST = 16  # token lists in one completions request (vLLM takes up to 1024)
@@ -80,7 +80,7 @@ def _models(answer: Any) -> list[dict[str, Any]]:
 
 
 @dataclass
-class ServedOptions(EngineSpec):
+class OpenAIOptions(EngineSpec):
     """A served model's options: where it is and how to ask it (pinned: another server may serve
     another model under the same name), how hard to try (speed)."""
 
@@ -134,11 +134,11 @@ class ServedOptions(EngineSpec):
         return text + f", option log-probs via {self.score_via or 'token_ids'}"
 
 
-class ServedEngine:
+class OpenAIEngine:
     """A served model behind the engine interface (see the module docstring)."""
 
     help = "a model behind an OpenAI-compatible server (vllm serve, ...) at --base-url"
-    Options = ServedOptions
+    Options = OpenAIOptions
     model_kinds = ("causal",)
 
     def __init__(
