@@ -64,8 +64,9 @@ def _cappr_as_the_paper_ran_it(
     (``cache_model(PREFIX)``, then ``predict`` on the cached model), else ``predict`` on the
     model itself; ``end_of_prompt=""``. Returns the token ids the model read before the options
     (recorded from the model's own forward calls: each batch of prompts, then its options),
-    each option's token log-probs and CAPPr's choices. Shims: what transformers 5 and numpy 2
-    changed."""
+    each option's token log-probs and CAPPr's choices (``predict``'s own steps on the log-probs
+    of the one model call, rather than a second call that computes them again). Shims: what
+    transformers 5 and numpy 2 changed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
     if not hasattr(DynamicCache, "from_legacy_cache"):
@@ -73,7 +74,8 @@ def _cappr_as_the_paper_ran_it(
         DynamicCache.to_legacy_cache = lambda self: tuple((x.keys, x.values) for x in self.layers)
     if not hasattr(np, "VisibleDeprecationWarning"):
         np.VisibleDeprecationWarning = np.exceptions.VisibleDeprecationWarning
-    from cappr.huggingface.classify import cache_model, log_probs_conditional, predict
+    from cappr.huggingface.classify import cache_model, log_probs_conditional
+    from cappr.utils.classify import agg_log_probs, posterior_prob
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -103,7 +105,10 @@ def _cappr_as_the_paper_ran_it(
         prompt_calls = [rows for rows in calls if min(map(len, rows)) > longest + 1]
         assert len(prompt_calls) == -(-len(prompts) // batch)
         read = [head + ids for rows in prompt_calls for ids in rows]
-        chosen = predict(prompts, options, pair, end_of_prompt="", batch_size=batch)
+        # CAPPr's predict, on these log-probs: its own aggregation and posterior, then argmax
+        # (what cappr.utils.classify's _predict_proba and _predict wrap around the call above)
+        posterior = posterior_prob(agg_log_probs(logprobs), axis=1, prior=None, normalize=True)
+        chosen = [options[i] for i in np.argmax(posterior, axis=1)]
     finally:
         hook.remove()
     assert len(read) == len(prompts)
