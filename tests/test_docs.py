@@ -30,7 +30,7 @@ def _flat(data: dict, prefix: str = "") -> set[str]:
     return keys
 
 
-def test_the_recipe_reference_has_every_key_and_which_are_pinned() -> None:
+def test_the_recipe_reference_has_every_key_and_which_a_run_holds_fixed() -> None:
     from scd.pipeline.recipe import recipe_from_dict
     from scd.quickstart import QUICKSTART_RECIPE
 
@@ -41,11 +41,11 @@ def test_the_recipe_reference_has_every_key_and_which_are_pinned() -> None:
     listed = {row["key"] for row in rows}
     assert every - listed == set() and "`eval.bias.limit`" in text
     assert [r["key"] for r in rows if not r["help"]] == []  # each key's help, from option()
-    unpinned = speed_keys(Recipe)
+    unfixed = speed_keys(Recipe)
     for key in ("train.push_to_hub", "eval.batch_size", "wandb.project"):
         line = next(x for x in text.splitlines() if x.startswith(f"| `{key}` |"))
         assert "| no |" in line, line
-    assert "wandb" in unpinned and "| `train.learning_rate` | float | `0.0003` | yes |" in text
+    assert "wandb" in unfixed and "| `train.learning_rate` | float | `0.0003` | yes |" in text
 
 
 def test_the_cli_reference_has_every_command_s_help() -> None:

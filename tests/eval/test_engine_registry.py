@@ -119,7 +119,7 @@ def test_a_registered_engine_evaluates(fixed, toy_model: Path, toy_prompts: Path
 
 
 def test_a_registered_engine_is_a_recipe_backend(fixed) -> None:
-    from scd.config.loader import pinned
+    from scd.config.loader import fixed_part
     from scd.pipeline.recipe import recipe_from_dict
 
     base = {"model": "toy", "data": {"descriptors": "toy"}}
@@ -132,7 +132,7 @@ def test_a_registered_engine_is_a_recipe_backend(fixed) -> None:
         "system_prompt": None,
         "prefer": "last",
     }
-    kept = pinned(recipe.to_dict())["eval"]
+    kept = fixed_part(recipe.to_dict())["eval"]
     assert kept["prefer"] == "last" and "pace" not in kept  # resumable with another pace
     with pytest.raises(InputError, match="eval.batch_size: an option of the hf backend, not of"):
         recipe_from_dict({**base, "eval": {"backend": "fixed", "batch_size": 3}})

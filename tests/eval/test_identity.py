@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scd.config.engine import engine_spec
-from scd.config.options import Options, option
+from scd.config.options import Options, Pin, option
 from scd.errors import InputError
 from scd.eval.benchmarks import REGISTRY, get
 from scd.eval.records import check_run_config
@@ -23,11 +23,11 @@ from scd.io import sha256_file
 class Knobs(Options):
     size: int = option(3)
     batch: int = option(8, speed=True)  # speed only: never part of an identity
-    where: str | None = option(None, pin=False)  # an input path: its content is hashed instead
-    added: int = option(1, pin="changed")  # added later: earlier identities lack it
-    text: str = option("x", pin="changed", group="style")
-    rule: str | None = option(None, pin="changed", group="style")  # default: follows text
-    shown: str = option("all", pin="summary")  # changes the summary, not the records
+    where: str | None = option(None, pin=Pin.NEVER)  # an input path: its content is hashed instead
+    added: int = option(1, pin=Pin.CHANGED)  # added later: earlier identities lack it
+    text: str = option("x", pin=Pin.CHANGED, group="style")
+    rule: str | None = option(None, pin=Pin.CHANGED, group="style")  # default: follows text
+    shown: str = option("all", pin=Pin.SUMMARY)  # changes the summary, not the records
     ids: list[str] | None = option(None, digest=len)
 
     def effective(self) -> Knobs:
@@ -121,7 +121,7 @@ def test_what_a_missing_key_stood_for_never_changes() -> None:
     for name, bench in REGISTRY.items():
         defaults = bench.identity_defaults(bench.Options(), engine_spec())
         changed = [
-            f.name for f in dataclasses.fields(bench.Options) if f.metadata["pin"] == "changed"
+            f.name for f in dataclasses.fields(bench.Options) if f.metadata["pin"] is Pin.CHANGED
         ]
         assert {k: defaults[k] for k in changed} == frozen.get(name, {}), name
         assert defaults["dtype"] == "auto", name  # a run.json of scd 0.1.0 has no dtype

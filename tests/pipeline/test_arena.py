@@ -260,4 +260,4 @@ def test_a_bad_data_file_is_one_line_and_leaves_nothing_behind(tmp_path: Path) -
         assert err.getvalue().count("\n") == 1, err.getvalue()
         assert not (runs / "r" / "recipe.json").exists()  # nothing that blocks the rerun
     fixed = load_recipe(RECIPE)
-    assert RunState(runs / "r", fixed.to_dict()).pin()  # the corrected recipe pins there
+    assert RunState(runs / "r", fixed.to_dict()).hold_recipe()  # the corrected recipe is held there

@@ -20,17 +20,18 @@ QUICKSTART = REPO / "recipes" / "quickstart.yaml"
 
 def test_a_run_dir_refuses_another_recipe_but_not_other_logging(tmp_path: Path) -> None:
     recipe = {"model": "toy", "train": {"learning_rate": 1e-3}, "wandb": {"enabled": False}}
-    RunState(tmp_path / "run", recipe).pin()
-    RunState(tmp_path / "run", {**recipe, "wandb": {"enabled": True}}).pin()  # not pinned
+    RunState(tmp_path / "run", recipe).hold_recipe()
+    tracked = {**recipe, "wandb": {"enabled": True}}  # a tracking key: not held fixed
+    RunState(tmp_path / "run", tracked).hold_recipe()
     changed = {**recipe, "train": {"learning_rate": 2e-3}}
     with pytest.raises(InputError, match=r"train\.learning_rate"):
-        RunState(tmp_path / "run", changed).pin()
+        RunState(tmp_path / "run", changed).hold_recipe()
     keys = ("learning_rate", "max_steps", "seed", "logging_steps", "save_steps", "weight_decay")
     many = {**recipe, "train": {k: 7 for k in keys}}
     with pytest.raises(
         InputError, match=r"train\.\w+, train\.\w+, train\.\w+, train\.\w+ and 2 more"
     ):
-        RunState(tmp_path / "run", many).pin()
+        RunState(tmp_path / "run", many).hold_recipe()
 
 
 def test_stages_are_done_only_while_their_outputs_exist(tmp_path: Path) -> None:

@@ -102,8 +102,9 @@ def test_unknown_keys_and_wrong_types_name_key_and_file(tmp_path: Path) -> None:
 
 def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path) -> None:
     """train: takes TRL's own fields beyond scd's list (SFTConfig's; DPOConfig's for the arms),
-    typed as TRL types them, pinned, and on to TRL's config; scd's own settings are refused."""
-    from scd.config.loader import pinned
+    typed as TRL types them, held fixed for the run, and on to TRL's config; scd's own settings
+    are refused."""
+    from scd.config.loader import fixed_part
     from scd.train.trainer import sft_config
 
     text = "train: {adam_beta2: 0.95, neftune_noise_alpha: 5, lr_scheduler_type: cosine}\n"
@@ -111,7 +112,7 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     recipe = load_recipe(_recipe(tmp_path, text), keys)
     trl = {"adam_beta2": 0.95, "neftune_noise_alpha": 5.0, "label_smoothing": 0.1}
     assert recipe.train.trl == trl
-    assert pinned(recipe.to_dict())["train"]["adam_beta2"] == 0.95  # it identifies the results
+    assert fixed_part(recipe.to_dict())["train"]["adam_beta2"] == 0.95  # a run holds it
     args = sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
     assert (args.adam_beta2, args.neftune_noise_alpha, args.weight_decay) == (0.95, 5.0, 0.01)
     assert not hasattr(args, "label_smoothing")  # a DPOConfig field: for the dpo arm only

@@ -29,7 +29,7 @@ from scd.config.options import TYPE_NAMES, one_of, speed_keys
 from scd.config.schema import TRL_DECIDED, EvalSpec, Recipe, eval_spec_class
 from scd.errors import InputError
 
-__all__ = ["RENAMED", "library_fields", "parse_recipe_dict", "parse_recipe_file", "pinned"]
+__all__ = ["RENAMED", "fixed_part", "library_fields", "parse_recipe_dict", "parse_recipe_file"]
 
 Say = Callable[[str], None]
 RENAMED = {  # old key -> the keys that replaced it (SFTConfig's own names; sections per benchmark)
@@ -356,9 +356,10 @@ def parse_recipe_file(
     return parse_recipe_dict(data, str(path), sections=sections, overrides=overrides, say=say)
 
 
-def pinned(recipe: dict[str, Any]) -> dict[str, Any]:
+def fixed_part(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe (as data) without the keys that change only speed or tracking: what a run
-    pins, so that a killed run may resume with other values of those."""
+    directory holds fixed, so that a killed run may resume with other values of those (each
+    result's own identity is its benchmark's: scd.config.options.Pin)."""
     out = json.loads(json.dumps(recipe))
     engine = speed_keys(_eval_class(out.get("eval"), {}), "eval.")  # the run's engine's keys
     for key in [*speed_keys(Recipe), *engine]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import functools
 import re
 import types
@@ -37,13 +38,22 @@ __all__ = [
     "non_negative",
     "one_of",
     "option",
+    "Pin",
     "positive",
     "share",
     "speed_keys",
 ]
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
-Pin = Literal[True, False, "changed", "summary"]  # how an option enters a result's identity
+
+
+class Pin(enum.Enum):
+    """How an option enters the identity of a result (:meth:`Options.identity`)."""
+
+    ALWAYS = "always"  # at its effective value
+    CHANGED = "changed"  # only where it, or another of its group, differs from the default
+    SUMMARY = "summary"  # in the cache key, not in run.json: it changes the summary only
+    NEVER = "never"  # an input path (its file is hashed instead), what to run, speed
 
 
 def one_of(values: Sequence[Any]) -> str:
@@ -116,7 +126,7 @@ def option(
     required: bool = False,
     factory: Callable[[], Any] | None = None,
     spread: bool = False,
-    pin: Pin = True,
+    pin: Pin = Pin.ALWAYS,
     digest: Callable[[Any], Any] | None = None,
     group: str | None = None,
     kinds: tuple[str, ...] | None = None,
@@ -127,13 +137,13 @@ def option(
     the loader against a library's config: ``TrainSpec.trl``).
 
     ``pin`` and ``digest`` say how the option enters the identity of a result
-    (:meth:`Options.identity`): ``pin`` True -- always; ``"changed"`` -- only where its value
+    (:meth:`Options.identity`): ``Pin.ALWAYS``; ``Pin.CHANGED`` -- only where its value
     differs from the default's (an option added later keeps every earlier result's identity;
     those of one ``group`` enter together, where any of them differs; such a default must never
-    change: earlier results without the key ran with it);
-    ``"summary"`` -- it changes the summary, not the records (a finished evaluation is
-    summarized again with another value; a cached result is another one); False -- never (an
-    input path, whose content the benchmark hashes instead, or what to run rather than how);
+    change: earlier results without the key ran with it); ``Pin.SUMMARY`` -- it changes the
+    summary, not the records (a finished evaluation is summarized again with another value; a
+    cached result is another one); ``Pin.NEVER`` (an input path, whose content the benchmark
+    hashes instead, or what to run rather than how; every ``speed`` option);
     ``digest``: what stands for the value in the identity (a hash of a long list).
 
     ``kinds``: an engine option that only means something for these model kinds (``causal``,
@@ -142,7 +152,7 @@ def option(
         "help": help,
         "check": check,
         "speed": speed,
-        "pin": False if speed else pin,
+        "pin": Pin.NEVER if speed else pin,
         "digest": digest,
         "group": group,
         "flag": flag,
@@ -196,8 +206,8 @@ class Options:
     def identity(self, *, summary: bool = False, every: bool = False) -> dict[str, Any]:
         """What a result depends on among these options, from each field's metadata (see
         :func:`option`): the :meth:`effective` value of every field that is pinned, its digest
-        where it has one; a ``pin="changed"`` field only where its value differs from the
-        default's, or another of its ``group`` does (``every``: always), a ``pin="summary"``
+        where it has one; a ``Pin.CHANGED`` field only where its value differs from the
+        default's, or another of its ``group`` does (``every``: always), a ``Pin.SUMMARY``
         one only with ``summary``."""
         values, default = self.effective(), _default_values(type(self))
         fields = self._fields()
@@ -206,10 +216,10 @@ class Options:
         }
         out = {}
         for f in fields:
-            pin, value = f.metadata.get("pin", True), getattr(values, f.name)
-            if not pin or (pin == "summary" and not summary):
+            pin, value = f.metadata.get("pin", Pin.ALWAYS), getattr(values, f.name)
+            if pin is Pin.NEVER or (pin is Pin.SUMMARY and not summary):
                 continue
-            if pin == "changed" and not every and _group(f) not in changed:
+            if pin is Pin.CHANGED and not every and _group(f) not in changed:
                 continue
             digest = f.metadata.get("digest")
             out[f.name] = digest(value) if digest and value is not None else value

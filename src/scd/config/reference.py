@@ -1,6 +1,7 @@
 """The documentation's references, generated so that they cannot drift from the code: every
-recipe key from the option dataclasses (type, default, help, pinned or not) and every command
-from the argument parser (``docs/hooks.py`` builds both pages of the site from these)."""
+recipe key from the option dataclasses (type, default, help, whether a run holds it fixed) and
+every command from the argument parser (``docs/hooks.py`` builds both pages of the site from
+these)."""
 
 from __future__ import annotations
 
@@ -40,9 +41,10 @@ def _default(f: dataclasses.Field) -> Any:
 def recipe_keys(
     cls: type = Recipe, sections: Mapping[str, type] | None = None, prefix: str = ""
 ) -> Iterator[dict[str, Any]]:
-    """Every key of a recipe, sections first-class: ``{key, type, default, help, pinned}``
-    (``pinned``: it identifies the run's results; speed options and tracking are only
-    recorded). ``sections``: the benchmarks' options classes of the ``eval`` section."""
+    """Every key of a recipe, sections first-class: ``{key, type, default, help, fixed}``
+    (``fixed``: a run directory holds it fixed, :func:`scd.config.loader.fixed_part`; speed
+    options and tracking are only recorded). ``sections``: the benchmarks' options classes of
+    the ``eval`` section."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.metadata.get("key", True):
@@ -59,12 +61,12 @@ def recipe_keys(
                 "default": None,
                 "shown": "TRL's",
                 "help": help_,
-                "pinned": True,
+                "fixed": True,
             }
             continue
         if dataclasses.is_dataclass(tp):
-            if f.metadata.get("speed"):  # a whole section that is never pinned
-                yield {"key": key, "section": True, "pinned": False}
+            if f.metadata.get("speed"):  # a whole section a run never holds fixed
+                yield {"key": key, "section": True, "fixed": False}
             rows = list(recipe_keys(tp, sections, key + "."))
             if cls is Recipe and f.name == "eval":  # each engine's own keys, then sections
                 own = [r for r in rows if "." not in r["key"].removeprefix(key + ".")]
@@ -77,7 +79,7 @@ def recipe_keys(
             "type": _type_name(tp),
             "default": _default(f),
             "help": f.metadata.get("help") or _LIBRARY.get(cls.__name__, ""),
-            "pinned": not f.metadata.get("speed"),
+            "fixed": not f.metadata.get("speed"),
         }
 
 
@@ -112,12 +114,14 @@ def recipe_reference(sections: Mapping[str, type] | None = None) -> str:
         "# Recipe keys",
         "",
         "Every key a recipe (`scd train`, `scd run`) takes, generated from scd's option classes. "
-        "`--set KEY=VALUE` sets any of them on the command line. **Pinned** keys identify a "
-        "run's results: a run directory refuses to resume under other values; the others "
-        "(speed, memory, tracking, the Hub) are recorded only.",
+        "`--set KEY=VALUE` sets any of them on the command line. A run directory holds its "
+        "**fixed** keys: it refuses to resume under other values of them; the others "
+        "(speed, memory, tracking, the Hub) are recorded only. Which options enter each "
+        "result's own identity (`run.json`, the cache key) is another, narrower list: "
+        'ARCHITECTURE.md, "What identifies a result".',
     ]
     rows = list(recipe_keys(sections=sections))
-    unpinned = [row["key"] + "." for row in rows if row.get("section")]
+    unfixed = [row["key"] + "." for row in rows if row.get("section")]
     keys = [row for row in rows if not row.get("section")]
     keys.sort(key=lambda row: "." in row["key"])  # the top level first, sections in order
     section = None
@@ -126,12 +130,12 @@ def recipe_reference(sections: Mapping[str, type] | None = None) -> str:
         if head != section or row is keys[0]:
             section = head
             title = f"## `{head}`" if head else "## Top level"
-            out += ["", title, "", "| key | type | default | pinned | what it is |", TABLE_RULE]
-        pinned = row["pinned"] and not any(row["key"].startswith(p) for p in unpinned)
+            out += ["", title, "", "| key | type | default | fixed | what it is |", TABLE_RULE]
+        fixed = row["fixed"] and not any(row["key"].startswith(p) for p in unfixed)
         out.append(
             f"| `{row['key']}` | {_cell(row['type'])} | "
             f"{row.get('shown') or '`' + _cell(repr(row['default'])) + '`'} | "
-            f"{'yes' if pinned else 'no'} | {_prose(row['help'])} |"
+            f"{'yes' if fixed else 'no'} | {_prose(row['help'])} |"
         )
     return "\n".join(out) + "\n"
 

@@ -93,10 +93,10 @@ def run_recipe(
     chosen = launcher
     if isinstance(launcher, str):
         chosen = RayLauncher(address) if launcher == "ray" else LocalLauncher(share_engine)
-    pinned = False
+    held = False
     try:
         started = time.perf_counter()
-        pinned = run.state.pin()
+        held = run.state.hold_recipe()
         where = f" on Ray ({address or 'a local cluster'})" if launcher == "ray" else ""
         settings = ", ".join(map(str, recipe.settings))
         arms = f"; arms {', '.join(recipe.arm_names)}" if recipe.arms else ""
@@ -114,6 +114,6 @@ def run_recipe(
         chosen.execute(run, plan)
         return run.finish(plan, started)
     except InputError as err:
-        if pinned:  # nothing finished: the corrected recipe may run here
+        if held:  # nothing finished: the corrected recipe may run here
             run.state.unpin()
         raise in_recipe_terms(err, *(run.current or (None, None))) from err

@@ -1,6 +1,6 @@
-"""A run directory's bookkeeping: the pinned recipe and the finished stages.
+"""A run directory's bookkeeping: the recipe it holds and the finished stages.
 
-``RUN/recipe.json`` pins the resolved recipe (a different recipe into the same directory is refused
+``RUN/recipe.json`` holds the resolved recipe (a different recipe into the same directory is refused
 with the keys that differ); ``RUN/state.json`` lists the finished stages, rewritten atomically
 after each one, so a killed run resumes at the first unfinished stage (and, inside an evaluation
 or a training, at its last chunk or checkpoint).
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scd.config.loader import pinned
+from scd.config.loader import fixed_part
 from scd.errors import InputError
 from scd.io import write_json
 
@@ -29,7 +29,7 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 
 class RunState:
-    """The run directory ``path``: its pinned recipe and its finished stages."""
+    """The run directory ``path``: the recipe it holds and its finished stages."""
 
     def __init__(self, path: Path, recipe: dict[str, Any]) -> None:
         self.path = path
@@ -39,7 +39,7 @@ class RunState:
         if state.is_file():
             self.stages = json.loads(state.read_text())["stages"]
 
-    def pin(self) -> bool:
+    def hold_recipe(self) -> bool:
         """Write ``recipe.json``, or check that the directory's run had the same recipe; return
         whether it was written now.
 
@@ -48,8 +48,8 @@ class RunState:
         """
         path = self.path / "recipe.json"
         if path.is_file():
-            old = pinned(json.loads(path.read_text()).get("recipe", {}))
-            changed = _diff(old, pinned(self.recipe))
+            old = fixed_part(json.loads(path.read_text()).get("recipe", {}))
+            changed = _diff(old, fixed_part(self.recipe))
             if changed:
                 more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
                 raise InputError(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from scd.config.engine import EngineSpec, engine_spec
-from scd.config.options import Options, option, positive
+from scd.config.options import Options, Pin, option, positive
 from scd.config.settings import Setting
 from scd.config.vocabulary import RunLayout
 from scd.errors import InputError
@@ -47,7 +47,7 @@ class BenchmarkOptions(Options):
     """What every benchmark takes (a benchmark's own options subclass this)."""
 
     enabled: bool = option(
-        False, "scd run: evaluate the base and every tuned model", flag=False, pin=False
+        False, "scd run: evaluate the base and every tuned model", flag=False, pin=Pin.NEVER
     )
     chunk_size: int = option(512, "items per resumable chunk", check=positive)
     scores_only: ClassVar[str | None] = None  # e.g. "masked LMs": cannot run in scd run

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scd.config.options import option, positive
+from scd.config.options import Pin, option, positive
 from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
 from scd.eval.benchmarks.columns import Column
@@ -38,7 +38,7 @@ class CrowsPairsOptions(BenchmarkOptions):
         None,
         f"{FILE} of github.com/nyu-mll/crows-pairs, or its directory",
         required=True,
-        pin=False,  # the file is hashed (inputs)
+        pin=Pin.NEVER,  # the file is hashed (inputs)
     )
     bias_types: list[str] | None = option(None, "bias types (default: all nine)")
     limit: int | None = option(None, "a stratified, seeded subset of ~N pairs", check=positive)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from scd.config.options import option
+from scd.config.options import Pin, option
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
 from scd.eval.benchmarks.columns import Column
 from scd.eval.tasks import CausalModel, CausalTask
@@ -30,7 +30,7 @@ class JudgmentOptions(BenchmarkOptions):
     cues: str | None = option(
         None,
         "a relevance cues YAML (default: scd's own, two against and two for per template)",
-        pin=False,  # the file is hashed (inputs)
+        pin=Pin.NEVER,  # the file is hashed (inputs)
     )
     scales: list[str] | None = option(
         None, "only these scales (certainty, likelihood, frequency; default: all three)"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from scd.config.options import option, positive
+from scd.config.options import Pin, option, positive
 from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
 from scd.eval.benchmarks.columns import Column
@@ -45,7 +45,7 @@ class WinoBiasOptions(BenchmarkOptions):
         None,
         "the wino/data directory of github.com/uclanlp/corefBias",
         required=True,
-        pin=False,  # its files are hashed (inputs)
+        pin=Pin.NEVER,  # its files are hashed (inputs)
     )
     split: Literal["test", "dev"] = option("test", "the split of the sentences")
     limit: int | None = option(

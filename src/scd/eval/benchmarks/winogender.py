@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scd.config.options import option
+from scd.config.options import Pin, option
 from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
 from scd.eval.benchmarks.columns import Column
@@ -47,7 +47,7 @@ class WinogenderOptions(BenchmarkOptions):
         None,
         "the data/ directory of github.com/rudinger/winogender-schemas (" + ", ".join(FILES) + ")",
         required=True,
-        pin=False,  # its files are hashed (inputs)
+        pin=Pin.NEVER,  # its files are hashed (inputs)
     )
 
     def problems(self) -> Any:

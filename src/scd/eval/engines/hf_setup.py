@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
-from scd.config.options import device_name, option, positive
+from scd.config.options import Pin, device_name, option, positive
 from scd.errors import InputError
 from scd.eval.steering import steering_digest
 
@@ -41,7 +41,7 @@ class HFOptions(EngineSpec):
         "a steering directory (scd's steer arm: vector/, scd.eval.steering): its vector added "
         "to its layer's output at every position, at its scale; hf only",
         digest=steering_digest,  # scd.eval.steering
-        pin="changed",
+        pin=Pin.CHANGED,
         kinds=("causal",),
     )
 

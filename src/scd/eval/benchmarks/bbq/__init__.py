@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from scd.config.options import option, positive
+from scd.config.options import Pin, option, positive
 from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries, save_table
 from scd.eval.benchmarks.bbq.columns import BBQ_COLUMNS
@@ -53,31 +53,31 @@ class BBQOptions(BenchmarkOptions):
         "list each item's answers in K orders (the first as given; at most 6) and report how "
         "often the chosen answer stays the same; the headline numbers stay the first order's",
         check=lambda k: None if 1 <= k <= 6 else "expected 1 to 6 (three answers have 6 orders)",
-        pin="changed",
+        pin=Pin.CHANGED,
     )
 
     mode: Literal["choice", "generate"] = option(
         "choice",
         "choice: the answer text of highest log-probability; generate: the model "
         "writes the letter of its answer, parsed (the BBQ a chat API can take)",
-        pin="changed",
+        pin=Pin.CHANGED,
     )
     max_new_tokens: int = option(
-        16, "generate mode: tokens to generate", check=positive, pin="changed"
+        16, "generate mode: tokens to generate", check=positive, pin=Pin.CHANGED
     )
     format: Literal["scd", "lm-eval"] = option(
         "scd",
         "scd: each item as one user turn with its three answers; lm-eval: lm-evaluation-harness "
         "0.4.13's bbq_multiple_choice (its prompt, its twelve choices and metrics, computed by "
         "its own code: needs scd[lm-eval])",
-        pin="changed",
+        pin=Pin.CHANGED,
         group="format",
     )
     chat_template: bool = option(
         True,
         "put the prompt through the model's chat template (false: plain text, as lm-eval reads "
         "it without --apply_chat_template)",
-        pin="changed",
+        pin=Pin.CHANGED,
         group="format",
     )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from scd.config.options import option, positive
+from scd.config.options import Pin, option, positive
 from scd.eval.benchmarks.base import Benchmark, BenchmarkJob, BenchmarkOptions, RunData, Table
 from scd.eval.benchmarks.bias.columns import BIAS_COLUMNS
 from scd.eval.tasks import CausalModel
@@ -37,14 +37,14 @@ class BiasOptions(BenchmarkOptions):
         True,
         "scd run: the base model on every prompt, each tuned model on its held-out part",
         flag=False,
-        pin=False,
+        pin=Pin.NEVER,
     )
     prompts: str | None = option(
         None,
         "directory with prompts.parquet (scd run: its own)",
         required=True,
         key=False,
-        pin=False,  # its prompts.parquet is hashed (Bias.inputs)
+        pin=Pin.NEVER,  # its prompts.parquet is hashed (Bias.inputs)
     )
     limit: int | None = option(
         None,
@@ -60,7 +60,7 @@ class BiasOptions(BenchmarkOptions):
     denominator: Literal["all", "parsed"] = option(
         "all",
         "all: unparsed answers count in the total (the paper); parsed: they don't",
-        pin="summary",
+        pin=Pin.SUMMARY,
     )
     chunk_size: int = option(512, "prompts per resumable chunk", check=positive)
     protocol: Literal["scd", "paper", "paper-chat", "paper-verbatim"] = option(
@@ -68,14 +68,14 @@ class BiasOptions(BenchmarkOptions):
         "how prompts are put and answers chosen: scd (the chat template, summed "
         "log-probs), paper (the SCD paper's code: Llama 2 [INST] text with its default system "
         "prompt, CAPPr's mean log-prob), paper-chat, paper-verbatim (scd.models.protocols)",
-        pin="changed",
+        pin=Pin.CHANGED,
         group="protocol",  # a protocol and its rule: both pinned where either is not scd's
     )
     rule: Literal["sum", "mean", "bytes"] | None = option(
         None,
         "choice mode: the option of highest summed, per-token mean or per-byte "
         "log-prob (default: the protocol's)",
-        pin="changed",
+        pin=Pin.CHANGED,
         group="protocol",
     )
     protocols: list[str] | None = option(
@@ -83,10 +83,10 @@ class BiasOptions(BenchmarkOptions):
         "score the same prompts under each of these protocols (e.g. scd,paper) into "
         "OUT/<protocol>/, each paired with the first in OUT/tables.md",
         key=False,
-        pin=False,  # each protocol's result is one of its own
+        pin=Pin.NEVER,  # each protocol's result is one of its own
     )
     sets: list[str] | None = option(
-        None, "only these prompt sets", flag=False, key=False, pin="changed", digest=set_digest
+        None, "only these prompt sets", flag=False, key=False, pin=Pin.CHANGED, digest=set_digest
     )
 
     def __post_init__(self) -> None:

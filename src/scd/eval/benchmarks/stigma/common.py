@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from scd.config.engine import EVAL_BATCH_SIZE
-from scd.config.options import option, positive
+from scd.config.options import Pin, option, positive
 from scd.errors import InputError, first_line
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, RunData, Table, evaluated
 from scd.eval.benchmarks.stigma.xlnet import is_xlnet
@@ -48,14 +48,14 @@ class StigmaOptions(BenchmarkOptions):
         None,
         "directory from `scd generate stigma` (scd run: generated)",
         required=True,
-        pin=False,  # the probe's table in it is hashed (StigmaProbe.inputs)
+        pin=Pin.NEVER,  # the probe's table in it is hashed (StigmaProbe.inputs)
     )
     limit_conditions: int | None = option(
         None,
         "scd run: generate the prompts of the first N conditions per group",
         check=positive,
         flag=False,
-        pin=False,  # it shapes the prompts, whose table is hashed
+        pin=Pin.NEVER,  # it shapes the prompts, whose table is hashed
     )
     seed: int = option(0, "seed of the bootstrap CIs")
     chunk_size: int = option(256, "prompts per resumable chunk", check=positive)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scd.config.options import option
+from scd.config.options import Pin, option
 from scd.config.vocabulary import SENTIMENT_COLUMNS
 from scd.errors import InputError
 from scd.eval.benchmarks.base import read_summary
@@ -180,7 +180,7 @@ class SentimentOptions(StigmaOptions):
 
     negative_label: str | None = option(None, "the classifier's negative label (default: by name)")
     mlm_run: str | None = option(
-        None, "a finished mlm run dir: adds Pearson r per condition", pin="summary"
+        None, "a finished mlm run dir: adds Pearson r per condition", pin=Pin.SUMMARY
     )
     scores_only = "sequence classifiers"
 
