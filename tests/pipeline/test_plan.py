@@ -45,8 +45,11 @@ def _plan(recipe: dict, tmp_path: Path, toy_model: Path) -> tuple[Run, Plan]:
 
 
 def test_without_arms_the_plan_is_the_papers_before_and_after(tmp_path, toy_model) -> None:
+    from scd.pipeline.run_protocol import JobRunner, PlanSource
+
     recipe = {**SMALL, "run": {"name": "p", "settings": [1, 3]}}
-    _, plan = _plan(recipe, tmp_path, toy_model)
+    run, plan = _plan(recipe, tmp_path, toy_model)
+    assert isinstance(run, PlanSource) and isinstance(run, JobRunner)  # what plan and jobs use
     assert not plan.arena and [t.name for t in plan.tasks] == ["base", "setting 1", "setting 3"]
     assert plan.stages() == [
         "setting-1/sft",

@@ -5,15 +5,15 @@ lm-evaluation-harness scores -- and the steer arm's vector, layer and scale."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from scd.models import model_fingerprint
 from scd.pipeline.plan import CapabilityJob, SteerJob
+from scd.pipeline.run_protocol import JobRunner
 
 __all__ = ["capability", "steer"]
 
 
-def capability(run: Any, job: CapabilityJob) -> None:
+def capability(run: JobRunner, job: CapabilityJob) -> None:
     """The arm's KL divergence from the base model on neutral prompts (``kl/``) and, when the
     recipe lists tasks, lm-evaluation-harness's scores (``lm_eval/``); ``summary.json``
     holds both."""
@@ -59,7 +59,7 @@ def capability(run: Any, job: CapabilityJob) -> None:
     run.stage(job.stage, [job.out / "summary.json"], work, section="capability")
 
 
-def steer(run: Any, job: SteerJob) -> None:
+def steer(run: JobRunner, job: SteerJob) -> None:
     """The steer arm's steering directory (``vector/``): its vectors from the setting's training
     rows, the layer and scale chosen on its validation prompts."""
     from scd.eval.steering_search import search_steering

@@ -28,11 +28,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from scd.config.arms import arm_class
 from scd.io import cache_key
 from scd.models import model_fingerprint
+
+if TYPE_CHECKING:
+    from scd.pipeline.run_protocol import PlanSource
 
 __all__ = [
     "make_plan",
@@ -230,7 +233,7 @@ class Plan:
         ]
 
 
-def make_plan(run: Any) -> Plan:
+def make_plan(run: PlanSource) -> Plan:
     """The plan of ``run`` (:class:`scd.pipeline.run.Run`, its inputs prepared).
 
     Without ``arms`` the arms are the base model and SCD's ``sft`` per setting (the paper's
@@ -266,7 +269,12 @@ def make_plan(run: Any) -> Plan:
 
 
 def _arm_task(
-    run: Any, setting: tuple[int, Path], arm: str, seed: int | None, base: ArmResults, adapters: int
+    run: PlanSource,
+    setting: tuple[int, Path],
+    arm: str,
+    seed: int | None,
+    base: ArmResults,
+    adapters: int,
 ) -> tuple[Task, ArmResults]:
     """The task of one arm of setting ``(n, sft dir)`` (its training, with ``seed`` when the
     arena has seeds), and where its results will be."""
@@ -323,7 +331,7 @@ def _base_job(name: str, sft: Path) -> str:
 
 
 def _evals(
-    run: Any,
+    run: PlanSource,
     setting: tuple[int, Path] | None,
     prefix: str,
     adapter: Path | None,

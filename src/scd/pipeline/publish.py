@@ -6,14 +6,14 @@ the :class:`scd.pipeline.run.Run` executing the job."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from scd.pipeline.plan import PushJob, TrackJob
+from scd.pipeline.run_protocol import JobRunner
 
 __all__ = ["push", "track"]
 
 
-def track(run: Any, job: TrackJob) -> None:
+def track(run: JobRunner, job: TrackJob) -> None:
     """The tuned arm's results into its training's W&B run, when any of its evaluations ran in
     this process."""
     if not any(stage in run.ran_stages for _, stage, _ in job.evals):
@@ -29,7 +29,7 @@ def track(run: Any, job: TrackJob) -> None:
     )
 
 
-def push(run: Any, job: PushJob) -> None:
+def push(run: JobRunner, job: PushJob) -> None:
     """The adapter to its Hub repository with its before/after model card, as the stage
     ``job.stage`` (done once ``hub.json`` is written: a failed upload is retried by the next
     run)."""

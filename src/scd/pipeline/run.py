@@ -34,9 +34,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from scd.config.options import Options
+from scd.config.schema import WandbSpec
 from scd.config.settings import load_settings
 from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
+from scd.eval.benchmarks.base import Benchmark
 from scd.eval.engines import SharedEngine
 from scd.models import model_fingerprint
 from scd.pipeline.measures import capability, steer
@@ -91,7 +94,7 @@ class Run:
         self.settings = load_settings(recipe.data.settings_file)
         self.prompts: Path | None = None
         self.eval_prompts: Path | None = None
-        self.benchmarks: list[tuple[Any, Any]] = []  # (benchmark, its options), enabled ones
+        self.benchmarks: list[tuple[Benchmark, Options]] = []  # the enabled ones, their options
 
     def stage(
         self,
@@ -286,7 +289,7 @@ class Run:
             section=f"eval.{bench.name}",
         )
 
-    def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> Any:
+    def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> WandbSpec:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
         ``sft`` arm) or ``<group>/setting-<n>/<arm>`` (and ``/seed-<s>`` with the arena's
         seeds)."""
