@@ -52,3 +52,16 @@ def test_an_early_stop_ends_with_done_and_the_status(lines) -> None:
     bar.close()
     assert lines()[-1].startswith("toy model: 400/2,000 steps (20%)")
     assert lines() == [] and "loss 0.010, done" in bar.line(final=True)
+
+
+def test_an_interrupted_line_says_stopped_not_done(lines) -> None:
+    """Ctrl-C (or a failure) while the work runs: the last line is the count where it stopped."""
+    bar = Progress("work", 100, unit="prompt")
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            bar.update(30)
+            raise KeyboardInterrupt
+        finally:
+            bar.close()
+    last = lines()[-1]
+    assert last.startswith("work: 30/100 prompts (30%)") and last.endswith(", stopped"), last

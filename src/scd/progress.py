@@ -67,13 +67,14 @@ class Progress:
 
             self.bar = tqdm(total=total, initial=done, unit=unit, desc=name, dynamic_ncols=True)
 
-    def line(self, final: bool = False) -> str:
-        """``name: 1,024/17,280 prompts (6%), 51.2 prompts/s, ETA 5m17s`` (``done`` if final)."""
+    def line(self, final: bool = False, stopped: bool = False) -> str:
+        """``name: 1,024/17,280 prompts (6%), 51.2 prompts/s, ETA 5m17s`` (``done`` if final,
+        ``stopped`` if the work was interrupted)."""
         rate = (self.done - self.first) / max(time.perf_counter() - self.started, 1e-9)
         eta = _eta((self.total - self.done) / rate) if rate > 0 else "?"
         pct = 100 * self.done / max(self.total, 1)
         status = f", {self.status}" if self.status else ""
-        end = "done" if final else f"ETA {eta}"
+        end = "stopped" if stopped else "done" if final else f"ETA {eta}"
         return (
             f"{self.name}: {self.done:,}/{self.total:,} {self.unit}s ({pct:.0f}%), "
             f"{rate:,.1f} {self.unit}s/s{status}, {end}"
@@ -111,10 +112,13 @@ class Progress:
             self.update(start + size - self.done)
 
     def close(self) -> None:
+        """The last line: ``done``, or ``stopped`` when called while an exception propagates
+        (from a ``finally`` block: Ctrl-C, a failure) -- work cut short is not done."""
+        stopped = sys.exc_info()[0] is not None
         if self.bar is not None:
             self.bar.close()
         elif self.enabled and self.done > self.first:
-            say(self.line(final=True))
+            say(self.line(final=True, stopped=stopped))
 
 
 def tick(done: int, total: int) -> None:

@@ -247,6 +247,9 @@ def test_protocols_score_the_same_prompts_and_pair_them(toy_prompts: Path, tmp_p
     assert (alone / "records.jsonl").read_bytes() == (
         runs["paper-chat"] / "records.jsonl"
     ).read_bytes()
+    for protocol, rule in (("scd", "sum"), ("paper-chat", "mean")):  # the default one named too
+        run = json.loads((runs[protocol] / "run.json").read_text())
+        assert (run["protocol"], run["rule"]) == (protocol, rule), run
     table = get("bias").table(runs)
     assert (both / "tables.md").read_text() == table.markdown + "\n"
     recs = {

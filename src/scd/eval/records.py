@@ -42,10 +42,12 @@ def dump_record(record: dict[str, Any]) -> str:
 def check_run_config(
     out: Path, config: dict[str, Any], defaults: dict[str, Any] | None = None, write: bool = True
 ) -> None:
-    """Check that a resumed run has the same configuration; write ``out/run.json`` if new. A
-    key of ``defaults`` that one of the two configurations lacks stands for its value there (a
-    key pinned only when not its default, or one added later: a ``run.json`` of scd 0.1.0 may
-    lack ``dtype``, which was ``auto`` then).
+    """Check that a resumed run has the same configuration; write ``out/run.json`` if new, with
+    every key of ``defaults`` the configuration lacks at its default, so that the file names
+    each option the result depends on (the protocol and rule of a default bias run too). A key
+    of ``defaults`` that one of the two configurations lacks stands for its value there (a key
+    pinned only when not its default, or one added later: a ``run.json`` of scd 0.1.0 may lack
+    ``dtype``, which was ``auto`` then).
 
     Raises:
         InputError: ``out`` holds a run with another configuration.
@@ -76,7 +78,7 @@ def check_run_config(
             )
         return
     if write:
-        write_json(path, config)
+        write_json(path, {**(defaults or {}), **config})
 
 
 def read_records(path: Path | str) -> list[dict[str, Any]]:
