@@ -56,6 +56,8 @@ def test_the_cli_reference_has_every_command_s_help() -> None:
         assert f"## `scd {name}`" in text
     assert "## `scd eval bias`" in text and "## `scd export lm-eval`" in text
     assert "--push-to-hub REPO" in text  # a flag of a nested command
+    wide = [line for line in text.splitlines() if len(line) > 80]
+    assert wide == [], wide  # the site's code blocks show 80 columns without scrolling
 
 
 @pytest.mark.slow

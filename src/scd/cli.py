@@ -43,7 +43,7 @@ _positive = argument_type(int, positive)
 def _command_group(sub: argparse._SubParsersAction, name: str, help: str) -> Any:
     """``scd NAME <what>``: a command whose subcommands are added to the returned object."""
     group = sub.add_parser(name, help=help)
-    return group.add_subparsers(dest="what", required=True, parser_class=Parser)
+    return group.add_subparsers(dest="what", required=True, parser_class=Parser, metavar="COMMAND")
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -253,7 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     Parser.parsers = []
     parser = Parser(prog="scd", description="Social Contact Debiasing toolkit")
     parser.add_argument("--version", action="version", version=f"scd {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=Parser, metavar="COMMAND"
+    )
     _add_generate(sub)
     _add_eval(sub)
     _add_audit(sub)
