@@ -190,6 +190,46 @@ def test_bad_arms_are_one_line_before_any_work(
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("key", "sets"),
+    [
+        ("data.general", ["data.general=someone/no-such-dataset"]),
+        ("eval.bbq.data", ["eval.bbq.enabled=true", "eval.bbq.data=someone/bbq"]),
+    ],
+)
+def test_a_hub_dataset_is_asked_for_before_any_work(key, sets, tmp_path, monkeypatch) -> None:
+    """A Hub dataset id (data.general, eval.bbq.data) is asked for when the plan is made, not
+    when its stage loads it: here the Hub cannot be reached (no network, HF_HUB_OFFLINE unset),
+    so the run stops in one line naming the key, with nothing written (offline, the datasets
+    cache answers instead: nothing to ask)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        args = ["run", RECIPE, "--outputs", str(tmp_path)]
+        code = main([*args, *(x for s in sets for x in ("--set", s))])
+    said = err.getvalue()
+    assert code == 2 and key in said and "the Hub cannot be reached" in said, said
+    assert said.count("\n") == 1 and not any(tmp_path.iterdir())
+
+
+def test_a_bad_neutral_prompt_file_is_one_line_before_any_work(tmp_path: Path) -> None:
+    """The KL's neutral prompts are read whole when the plan is made, not first after the
+    arms have trained."""
+    bad = tmp_path / "neutral.yaml"
+    bad.write_text("source: mine\nitems: []\n")
+    outputs = tmp_path / "outputs"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(
+            ["run", RECIPE, "--outputs", str(outputs), "--set", f"capability.neutral_prompts={bad}"]
+        )
+    said = err.getvalue()
+    assert code == 2 and "items: expected a non-empty list" in said and said.count("\n") == 1
+    assert not outputs.exists() or not any(outputs.iterdir())
+
+
 def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path) -> None:
     """``arena.seeds``: each seed of each trained arm is a row of arena.csv, trained with its
     own seed on the same rows and items; the table shows the mean and range over seeds, and

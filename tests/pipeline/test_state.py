@@ -90,3 +90,23 @@ def test_missing_paths_fail_before_any_stage(tmp_path: Path) -> None:
     validate_inputs(recipe_from_dict({**base, "eval": {"bbq": hub}}))
     with pytest.raises(InputError, match="^model meta-llama/x: not in the local Hub cache"):
         validate_inputs(recipe_from_dict({**base, "model": "meta-llama/x"}))  # offline
+
+
+def test_a_run_that_fails_before_any_stage_finished_holds_no_recipe(tmp_path, monkeypatch):
+    """Not only bad input: an error or Ctrl-C before the first stage finished takes recipe.json
+    back, so the corrected recipe runs in the same directory."""
+    from scd.pipeline.launch import run_recipe
+    from scd.pipeline.recipe import load_recipe
+    from scd.pipeline.run import Run
+
+    def interrupted(self) -> None:
+        assert (self.dir / "recipe.json").is_file()  # held while the run goes on
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Run, "prepare", interrupted)
+    recipe = load_recipe(QUICKSTART)
+    with pytest.raises(KeyboardInterrupt):
+        run_recipe(recipe, tmp_path / "run", tmp_path / "cache", progress=False, say=lambda _: 0)
+    assert not (tmp_path / "run" / "recipe.json").exists()
+    corrected = load_recipe(QUICKSTART, ["train.learning_rate=0.001"])
+    assert RunState(tmp_path / "run", corrected.to_dict()).hold_recipe()  # written: not refused

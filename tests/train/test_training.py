@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from wandb_records import config_and_summary, finished_records  # tests/wandb_records.py
 
 from scd.eval.benchmarks import get
@@ -94,6 +95,10 @@ def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
         r.artifact for r in finished_records(runs[0]) if r.WhichOneof("record_type") == "artifact"
     ]
     assert config["protocol"] == "scd"  # the evaluation protocol training wrote its rows in
+    # the optimizer that ran, not the recipe's CUDA default (paged AdamW): W&B and recipe.yaml
+    saved = yaml.safe_load((trained / "recipe.yaml").read_text())["train"]
+    assert config["recipe"]["train"]["optim"] == saved["optim"] == "adamw_torch"
+    assert config["recipe"]["train"]["gradient_checkpointing"] is False
     # one training loss: the mean over every step, not transformers' and scd's side by side
     assert summary["train_loss"] == pytest.approx(info["train_loss"])
     assert "scd/train_loss" not in summary and summary["scd/global_step"] == info["global_step"]

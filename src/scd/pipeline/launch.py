@@ -113,7 +113,9 @@ def run_recipe(
             )
         chosen.execute(run, plan)
         return run.finish(plan, started)
-    except InputError as err:
-        if held:  # nothing finished: the corrected recipe may run here
-            run.state.unpin()
-        raise in_recipe_terms(err, *(run.current or (None, None))) from err
+    except BaseException as err:  # bad input, a failure, Ctrl-C
+        if held:  # written now and nothing finished: the corrected recipe may run here
+            run.state.release_recipe()
+        if isinstance(err, InputError):
+            raise in_recipe_terms(err, *(run.current or (None, None))) from err
+        raise

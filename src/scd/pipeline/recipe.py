@@ -91,7 +91,17 @@ def _check_data(recipe: Recipe) -> None:
         resolve_descriptors(d.descriptors, version=d.hb_version)
     general = d.general or ""
     if general.startswith("scd:") or looks_local(general) or Path(general).suffix:
-        load_general(general, 1, d.seed)  # a Hub dataset id: loaded by its stage
+        load_general(general, 1, d.seed)
+    elif general:  # a Hub dataset id: asked for once now, loaded by its stage
+        from scd.hub import hub_problem
+
+        problem = hub_problem(general, repo_type="dataset", filename=None)
+        if problem:
+            raise InputError(problem, key="data.general", value=general)
+    if c.neutral_prompts:  # read whole now, not first by the capability stage after training
+        from scd.eval.capability.kl import load_neutral_prompts
+
+        load_neutral_prompts(Path(c.neutral_prompts).expanduser())
     if c.lm_eval_tasks:
         from lm_eval.tasks import TaskManager
 

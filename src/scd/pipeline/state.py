@@ -65,10 +65,11 @@ class RunState:
         write_json(path, {"kind": "scd_run", "run_id": self.path.name, "recipe": recorded})
         return True
 
-    def unpin(self) -> None:
-        """Take back ``recipe.json`` of a run that finished no stage (it failed on bad input):
-        the corrected recipe may then run in the same directory. The directory goes too when
-        nothing else is left in it."""
+    def release_recipe(self) -> None:
+        """Take back ``recipe.json`` of a run that finished no stage (it failed: bad input, an
+        error, Ctrl-C): the corrected recipe may then run in the same directory. The directory
+        goes too when nothing else is left in it. (A run killed outright cannot take it back:
+        its directory then refuses another recipe until removed or another --run-id is given.)"""
         if self.stages or (self.path / "state.json").is_file():
             return
         (self.path / "recipe.json").unlink(missing_ok=True)

@@ -118,17 +118,27 @@ def train_manifest(
 RAN_KEYS = ("optim", "bf16", "gradient_checkpointing")  # what scd changes on a CPU
 
 
+def ran_settings(args: Any) -> dict[str, Any]:
+    """The optimizer, precision and checkpointing TRL's config ``args`` holds (on a CPU, not
+    the recipe's CUDA ones)."""
+    return {key: getattr(getattr(args, key), "value", getattr(args, key)) for key in RAN_KEYS}
+
+
+def as_ran(recipe: Recipe, args: Any) -> Recipe:
+    """The recipe as the training runs it: its ``train`` keys as TRL got them."""
+    return dataclasses.replace(
+        recipe, train=dataclasses.replace(recipe.train, **ran_settings(args))
+    )
+
+
 def write_training(
     out: Path, recipe: Recipe, data_manifest: dict[str, Any], info: dict[str, Any], args: Any
 ) -> None:
     """What a finished training writes beside its adapter: the resolved recipe as it ran
     (secrets redacted; a CPU run's optimizer, precision and checkpointing as TRL got them), its
     data's manifest and its own."""
-    info["ran"] = {
-        key: getattr(getattr(args, key), "value", getattr(args, key)) for key in RAN_KEYS
-    }
-    train = dataclasses.replace(recipe.train, **info["ran"])
-    resolved = redact(dataclasses.replace(recipe, train=train).to_dict())
+    info["ran"] = ran_settings(args)
+    resolved = redact(as_ran(recipe, args).to_dict())
     (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     write_json(out / "data_manifest.json", data_manifest)
     write_json(out / "train_manifest.json", info)

@@ -293,7 +293,7 @@ def train(
     rows_dir = _training_rows(recipe, out, unit, state, progress)
     manifest = json.loads((rows_dir / "manifest.json").read_text())
     tracked = enabled and state.is_main_process  # one W&B run, across kills and resumes
-    run, held = start_tracking(recipe, out, manifest, checkpoint) if tracked else (None, -1)
+    run, held = start_tracking(recipe, args, out, manifest, checkpoint) if tracked else (None, -1)
     earlier = _tokens_before(checkpoint, progress) if state.is_main_process else 0
     trainer, checked = build_trainer(
         recipe,

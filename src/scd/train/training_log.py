@@ -14,7 +14,7 @@ from scd.config.schema import Recipe
 from scd.io import atomic_file
 from scd.tracking import finish_run, held_step, redact, start_run
 from scd.train.bias_steps import bias_line
-from scd.train.saving import log_adapter
+from scd.train.saving import as_ran, log_adapter
 
 __all__ = [
     "finish_tracking",
@@ -150,11 +150,12 @@ def mean_loss(history: list[dict[str, Any]]) -> float | None:
 
 
 def start_tracking(
-    recipe: Recipe, out: Path, manifest: dict[str, Any], checkpoint: str | None
+    recipe: Recipe, args: Any, out: Path, manifest: dict[str, Any], checkpoint: str | None
 ) -> tuple[Any, int]:
     """The W&B run of the training (one across kills and resumes: its id kept in ``out``), with
     the steps a killed process had not written to it logged again from the checkpoint; and the
-    last training step the run holds (-1: none)."""
+    last training step the run holds (-1: none). Its config holds the recipe as it runs under
+    TRL's config ``args`` (a CPU's optimizer, not the paged one the recipe names)."""
     id_file = out / "wandb_run_id"
     known = (id_file.read_text().strip() or None) if checkpoint and id_file.is_file() else None
     run = start_run(
@@ -163,7 +164,7 @@ def start_tracking(
         group=recipe.wandb.group,
         entity=recipe.wandb.entity,
         config={
-            "recipe": redact(recipe.to_dict()),
+            "recipe": redact(as_ran(recipe, args).to_dict()),
             "data_manifest": manifest,
             "protocol": recipe.bias_protocol,
         },

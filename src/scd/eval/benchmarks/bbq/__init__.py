@@ -132,6 +132,12 @@ class BBQ(Benchmark):
         data = options.data
         if isinstance(data, str) and not _local_or_hub(data):
             raise InputError(f"eval.bbq.data: {data} is neither an existing path nor a Hub id")
+        if isinstance(data, str) and not Path(data).exists():  # a Hub id: asked for once now
+            from scd.hub import hub_problem
+
+            problem = hub_problem(data, repo_type="dataset", filename=None)
+            if problem:
+                raise InputError(problem, key="eval.bbq.data", value=data)
 
     def task(self, model: CausalModel, options: BBQOptions) -> BBQTask:
         from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
