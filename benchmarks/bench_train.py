@@ -1,13 +1,31 @@
-"""Benchmark: SCD training throughput (tokens/s) on the toy model, padded vs packed, side by side.
+"""Benchmark: training throughput as a share of the machine -- SFT, DPO and KTO, padded and packed.
 
-Runs the quickstart recipe (TRL SFTTrainer + PEFT LoRA) twice on the same data and model:
-padded batches (the paper's configuration) and `packing: true` (TRL's BFD packing). Tokens are
-the non-padding input tokens the trainer saw.
+Each configuration trains the quickstart recipe's LoRA (TRL's trainers + PEFT, float32 on a CPU)
+on the same contact prompts for ``--steps`` optimizer steps, in a process of its own, and reports
+tokens/s (the non-padding input tokens the trainer saw; DPO's count its chosen and rejected
+sequences) and the FLOP/s the steps executed as a share of a float32 matrix product timed in the
+same process (bench_gpu.bench_matmul; on a GPU, its bf16 product). The FLOPs are counted, not
+estimated: torch's ``FlopCounterMode`` over one whole optimizer step (forward, backward, the
+reference model's forwards of DPO and KTO, KTO's KL rows), divided by that step's tokens; it
+counts matrix products and attention, attention at its full (not causal) size, and nothing else.
+Step 0 is a warm-up and the counted step (and the profiled one) is not timed: the figures are the
+steps after them.
 
-    python benchmarks/bench_train.py [--model DIR] [--steps 40]
+    python benchmarks/bench_train.py [--model toy|DIR|GGUF] [--steps 6] [--methods sft,dpo,kto]
+    python benchmarks/bench_train.py --model smollm2-135m-instruct --profile   # what bounds a step
 
-``--bias-every N``: instead, the same padded training with and without ``train.eval_every_steps:
-N`` (``--eval-prompts K`` validation prompts each time): what measuring bias while training costs.
+SFT runs padded (the paper's configuration) and packed (TRL's BFD, ``--packed-batch`` rows of
+``train.max_length`` tokens, about the tokens of a padded batch); DPO and KTO run padded (KTO has no
+packing in TRL; DPO's padding-free mode needs a variable-length attention kernel). ``--profile``:
+also torch.profiler over one step after the counted one, the ops that took the most time.
+
+``--head both``: each configuration twice, TRL's LM head over every token (TRL's own choice on a
+CPU) and over the labelled tokens only (scd's: :func:`scd.train.setup.score_labelled_tokens_only`),
+with the ratio; the FLOPs counted are the ones executed, so the first counts the head's work on
+unlabelled tokens too.
+
+``--bias-every N``: instead, the same padded SFT with and without ``train.eval_every_steps: N``
+(``--eval-prompts K`` validation prompts each time): what measuring bias while training costs.
 
     python benchmarks/bench_train.py --steps 75 --bias-every 25 --eval-prompts 60 [--select-best]
 
@@ -17,42 +35,201 @@ N`` (``--eval-prompts K`` validation prompts each time): what measuring bias whi
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "recipes" / "quickstart.yaml"
+LAYOUTS = {"sft": ("padded", "packed"), "dpo": ("padded",), "kto": ("padded",)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="model dir (default: build the toy model)")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--bias-every", type=int, default=0, help="compare train.eval_every_steps")
-    parser.add_argument("--eval-prompts", type=int, default=60)
-    parser.add_argument("--select-best", action="store_true", help="and train.select best (KL)")
-    args = parser.parse_args()
+def _count_cpu_attention() -> None:
+    """torch's flop counter knows the GPU's attention kernels; the CPU's flash attention is the
+    same product: the same formulas (torch's own), registered for it."""
+    import torch
+    from torch.utils import flop_counter as fc
 
+    aten = torch.ops.aten
+    gpu = {  # the GPU's flash attention, forward and backward: the formulas torch counts it by
+        aten._scaled_dot_product_flash_attention_for_cpu: aten._scaled_dot_product_flash_attention,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+            aten._scaled_dot_product_flash_attention_backward
+        ),
+    }
+    for cpu_op, gpu_op in gpu.items():
+        fc.flop_registry.setdefault(cpu_op, fc.flop_registry[gpu_op])
+
+
+def _meter(count: int, profile: bool):
+    """A TrainerCallback: the wall time and tokens of each optimizer step (end to end, data
+    loading included), the FLOPs of step ``count`` by torch's ``FlopCounterMode``, and with
+    ``profile`` torch.profiler over the step after it."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import TrainerCallback
+
+    class Meter(TrainerCallback):
+        def __init__(self) -> None:
+            self.steps: list[tuple[int, float, int]] = []  # (step, seconds, tokens)
+            self.flops = self.flop_tokens = 0
+            self.table = ""
+            self._mode = self._prof = None
+            self._last = self._tokens = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self._last is None:  # the first step: from here
+                self._last, self._tokens = time.perf_counter(), state.num_input_tokens_seen
+            if state.global_step == count:
+                self._mode = FlopCounterMode(display=False)
+                self._mode.__enter__()
+            if profile and state.global_step == count + 1:
+                self._prof = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU]
+                )
+                self._prof.__enter__()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            now, tokens = time.perf_counter(), state.num_input_tokens_seen
+            step_tokens = tokens - self._tokens
+            if self._mode is not None:
+                self._mode.__exit__(None, None, None)
+                self.flops, self.flop_tokens = self._mode.get_total_flops(), step_tokens
+                self._mode = None
+            elif self._prof is not None:
+                self._prof.__exit__(None, None, None)
+                averages = self._prof.key_averages()
+                self.table = averages.table(sort_by="self_cpu_time_total", row_limit=12)
+                self._prof = None
+            elif state.global_step - 1 not in (0, count):  # the warm-up and counted steps: not
+                self.steps.append((state.global_step, now - self._last, step_tokens))
+            self._last, self._tokens = time.perf_counter(), state.num_input_tokens_seen
+
+    return Meter()
+
+
+def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespace) -> None:
+    """Train one configuration in this process; print its figures as one JSON line."""
+    from bench_gpu import bench_matmul  # this script's folder is on sys.path
+
+    import scd.train.trainer as trainer_module
+    from scd.pipeline.recipe import load_recipe
+
+    _count_cpu_attention()
+    meter = _meter(1, args.profile)
+    build = trainer_module.build_trainer
+
+    def with_meter(*args, **kwargs):
+        trainer, checked = build(*args, **kwargs)
+        trainer.add_callback(meter)
+        return trainer, checked
+
+    trainer_module.build_trainer = with_meter
+    if args.head == "every":  # TRL's own choice on a CPU: the LM head over every token
+        trainer_module.score_labelled_tokens_only = lambda: False
+    packed = ["train.packing=true", f"train.per_device_train_batch_size={args.packed_batch}"]
+    recipe = load_recipe(
+        QUICKSTART,
+        [
+            f"model={model}",
+            f"output_dir={out}",
+            f"train.max_steps={args.steps}",
+            "train.save_steps=100000",
+            "train.logging_steps=100000",
+            "train.eval_every_steps=0",
+            "wandb.enabled=false",
+            *(packed if layout == "packed" else []),
+        ],
+    )
+    matmul = bench_matmul()
+    info = trainer_module.train(recipe, method=method, use_wandb=False, progress=False)
+    seconds = sum(s for _, s, _ in meter.steps)
+    tokens = sum(t for _, _, t in meter.steps)
+    per_token = meter.flops / max(meter.flop_tokens, 1)
+    result = {
+        "method": method,
+        "layout": layout,
+        "head": args.head,
+        "steps_timed": len(meter.steps),
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_second": tokens / seconds,
+        "flops_per_token": per_token,
+        "tflops": per_token * tokens / seconds / 1e12,
+        "matmul": matmul,
+        "global_step": info["global_step"],
+        "step_seconds": [round(s, 3) for _, s, _ in meter.steps],
+    }
+    result["share_of_matmul"] = result["tflops"] / matmul["tflops"]
+    if meter.table:
+        print(meter.table, file=sys.stderr)
+    print(json.dumps(result))
+
+
+def _run(
+    method: str, layout: str, head: str, model: str, args: argparse.Namespace, out: Path
+) -> dict:
+    cmd = [sys.executable, __file__, "--one", f"{method}:{layout}", "--model", model]
+    cmd += ["--head", head]
+    cmd += ["--out", str(out), "--steps", str(args.steps), "--packed-batch", str(args.packed_batch)]
+    done = subprocess.run(cmd + ["--profile"] * args.profile, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{method} {layout} failed:\n{done.stderr[-3000:]}")
+    if args.profile:
+        table = done.stderr[done.stderr.find("---") :]
+        print(f"{method} {layout}, one step profiled:\n{table}", flush=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _share_of_machine(args: argparse.Namespace, model: str, tmp: Path) -> None:
+    rows = []
+    heads = ["every", "labelled"] if args.head == "both" else [args.head]
+    for method in args.methods.split(","):
+        for layout in LAYOUTS[method]:
+            for head in heads:
+                out = tmp / f"{method}-{layout}-{head}"
+                rows.append(_run(method, layout, head, model, args, out))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    matmul = rows[0]["matmul"]
+    print(
+        f"model {args.model or 'toy'}; {args.steps} optimizer steps each, the last "
+        f"{rows[0]['steps_timed']} timed; a {matmul['size']}-square {matmul['dtype']} product: "
+        f"{matmul['tflops'] * 1e3:.1f} GFLOP/s (each process timed its own)"
+    )
+    print(
+        f"{'method':<6}{'layout':>8}{'LM head':>10}{'tokens/s':>10}{'MFLOP/token':>13}"
+        f"{'GFLOP/s':>9}{'share of matmul':>17}"
+    )
+    for r in rows:
+        print(
+            f"{r['method']:<6}{r['layout']:>8}{r['head']:>10}{r['tokens_per_second']:>10.1f}"
+            f"{r['flops_per_token'] / 1e6:>13,.1f}{r['tflops'] * 1e3:>9.1f}"
+            f"{r['share_of_matmul']:>16.1%}"
+        )
+    by = {(r["method"], r["layout"], r["head"]): r for r in rows}
+    for (method, layout, head), r in by.items():
+        if head == "labelled" and (method, layout, "every") in by:
+            every = by[method, layout, "every"]["tokens_per_second"]
+            print(
+                f"{method} {layout}: LM head over labelled tokens only / over every token: "
+                f"{r['tokens_per_second'] / every:.2f}x tokens/s"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def _bias_while_training(args: argparse.Namespace, model: str, tmp: Path) -> None:
     from scd.pipeline.recipe import load_recipe
     from scd.train.trainer import train
 
-    tmp = Path(tempfile.mkdtemp())
-    model = args.model
-    if model is None:
-        from scd.models.toy import build_toy_model
-
-        model = str(tmp / "toy")
-        build_toy_model(model)
+    bias = [f"train.eval_every_steps={args.bias_every}", f"train.eval_prompts={args.eval_prompts}"]
     results = {}
-    variants = [("padded", []), ("packed", ["train.packing=true"])]
-    if args.bias_every:
-        bias = [
-            f"train.eval_every_steps={args.bias_every}",
-            f"train.eval_prompts={args.eval_prompts}",
-        ]
-        variants = [("plain", []), ("bias", bias + ["train.select=best"] * args.select_best)]
-    for name, extra in variants:
+    for name, extra in [("plain", []), ("bias", bias + ["train.select=best"] * args.select_best)]:
         recipe = load_recipe(
-            REPO / "recipes" / "quickstart.yaml",
+            QUICKSTART,
             [
                 f"model={model}",
                 f"output_dir={tmp / name}",
@@ -62,25 +239,66 @@ def main() -> None:
                 *extra,
             ],
         )
-        info = train(recipe, use_wandb=False)
-        results[name] = info
+        results[name] = info = train(recipe, use_wandb=False)
         print(
             f"{name:>7}: {info['global_step']} steps, {info['tokens_seen']:,} tokens in "
             f"{info['train_seconds']:.1f} s = {info['tokens_per_second']:,.0f} tokens/s"
         )
-    if args.bias_every:
-        plain, bias = results["plain"]["train_seconds"], results["bias"]["train_seconds"]
-        history = results["bias"]["bias_history"]
-        inside = sum(h["eval_bias_seconds"] for h in history)
-        print(
-            f"bias every {args.bias_every} steps ({len(history)} measurements of "
-            f"~{args.eval_prompts} prompts): {inside:.1f} s measuring = "
-            f"{100 * inside / bias:.1f}% of that training's {bias:.1f} s; wall clock against "
-            f"the plain run: {100 * (bias / plain - 1):+.1f}% (the machine's load included)"
-        )
+    plain, bias_run = results["plain"]["train_seconds"], results["bias"]["train_seconds"]
+    history = results["bias"]["bias_history"]
+    inside = sum(h["eval_bias_seconds"] for h in history)
+    print(
+        f"bias every {args.bias_every} steps ({len(history)} measurements of "
+        f"~{args.eval_prompts} prompts): {inside:.1f} s measuring = "
+        f"{100 * inside / bias_run:.1f}% of that training's {bias_run:.1f} s; wall clock against "
+        f"the plain run: {100 * (bias_run / plain - 1):+.1f}% (the machine's load included)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="toy (default: build it), a model dir or a GGUF file")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--methods", default="sft,dpo,kto")
+    parser.add_argument("--packed-batch", type=int, default=2, help="packed rows per batch")
+    parser.add_argument("--profile", action="store_true", help="and torch.profiler of a step")
+    parser.add_argument(
+        "--head",
+        choices=["labelled", "every", "both"],
+        default="labelled",
+        help="TRL's LM head over the labelled tokens only (scd's setting on a CPU), over every "
+        "token (TRL's own on a CPU), or both side by side",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--bias-every", type=int, default=0, help="compare train.eval_every_steps")
+    parser.add_argument("--eval-prompts", type=int, default=60)
+    parser.add_argument("--select-best", action="store_true", help="and train.select best (KL)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: method:layout
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        method, layout = args.one.split(":")
+        _one(method, layout, args.model, Path(args.out), args)
         return
-    ratio = results["packed"]["tokens_per_second"] / results["padded"]["tokens_per_second"]
-    print(f"packed / padded throughput: {ratio:.2f}x")
+    unknown = set(args.methods.split(",")) - set(LAYOUTS)
+    if unknown:
+        sys.exit(f"--methods: {', '.join(sorted(unknown))} (expected some of {', '.join(LAYOUTS)})")
+    if args.steps < 4 and not args.bias_every:
+        sys.exit("--steps: at least 4 (a warm-up step, a counted one, then the timed ones)")
+    tmp = Path(tempfile.mkdtemp(prefix="scd-bench-train-"))
+    if args.model in (None, "toy"):
+        from scd.models.toy import build_toy_model
+
+        model = str(tmp / "toy")
+        build_toy_model(model)
+    else:
+        from scd.models import resolve_model
+
+        model = resolve_model(args.model)  # a GGUF converted once, before any timing
+    if args.bias_every:
+        _bias_while_training(args, model, tmp)
+    else:
+        _share_of_machine(args, model, tmp)
 
 
 if __name__ == "__main__":

@@ -578,3 +578,42 @@ def test_validation_prompts_of_a_setting_and_of_the_arms_made_from_it(toy_prompt
     shutil.rmtree(sft / "validation")  # SFT data of an older scd
     with pytest.raises(InputError, match="has no validation prompts"):
         validation_rows(sft, 20, 0)
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_the_lm_head_scores_only_labelled_tokens_on_a_cpu_with_the_same_training(
+    method: str, toy_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """TRL's fused LM head on a CPU, as scd sets it: only the tokens with a label are projected
+    (TRL projects every token there), with the same losses and gradient norms step by step."""
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils
+
+    import scd.train.trainer as trainer_module
+    from scd.train.setup import score_labelled_tokens_only
+
+    projected: list[int] = []  # the positions the head projects, call by call
+    apply = utils._ChunkedLogProbFunction.apply
+
+    def counting(hidden, *args):
+        projected.append(hidden.shape[0])
+        return apply(hidden, *args)
+
+    monkeypatch.setattr(utils._ChunkedLogProbFunction, "apply", counting)
+
+    def run(name: str, fix) -> tuple[list[tuple[float, float]], int]:
+        projected.clear()
+        monkeypatch.setattr(utils, "_use_triton", chunked_logprob._use_triton)  # TRL as installed
+        monkeypatch.setattr(trainer_module, "score_labelled_tokens_only", fix)
+        out = tmp_path / name
+        keys = ["train.max_steps=4", "train.logging_steps=1", "train.save_steps=100"]
+        train(_recipe(toy_model, out, *keys), method=method, use_wandb=False, progress=False)
+        state = out / "checkpoints" / "checkpoint-4" / "trainer_state.json"
+        log = json.loads(state.read_text())["log_history"]
+        return [(h["loss"], h["grad_norm"]) for h in log if "loss" in h], sum(projected)
+
+    every, every_rows = run("every", lambda: False)  # TRL's own choice on a CPU
+    labelled, labelled_rows = run("labelled", score_labelled_tokens_only)
+    assert labelled_rows < every_rows / 4 and len(labelled) == len(every) == 4
+    for (loss, grad), (loss0, grad0) in zip(labelled, every):
+        assert loss == pytest.approx(loss0, rel=1e-5) and grad == pytest.approx(grad0, rel=1e-4)

@@ -12,7 +12,13 @@ from scd.config.schema import Recipe
 from scd.errors import InputError, first_line
 from scd.train.training_log import log_lines
 
-__all__ = ["load_model", "lora_config", "quiet_callbacks", "trl_config"]
+__all__ = [
+    "load_model",
+    "lora_config",
+    "quiet_callbacks",
+    "score_labelled_tokens_only",
+    "trl_config",
+]
 
 
 def lora_config(recipe: Recipe) -> Any:
@@ -118,3 +124,35 @@ def quiet_callbacks(trainer: Any, progress: bool, verbose: bool) -> None:
         trainer.remove_callback(ProgressCallback)
         if progress:
             trainer.add_callback(log_lines(bar=sys.stderr.isatty()))
+
+
+def score_labelled_tokens_only() -> bool:
+    """On a CPU, let TRL's fused LM head score only the tokens that carry a label, as it does on
+    CUDA; return whether TRL's head now does so.
+
+    TRL 1.16's trainers (SFT, DPO, KTO) compute each token's log-probability through a fused LM
+    head. On CUDA it projects only the positions whose label is not -100 ("compact"); elsewhere
+    it projects every position, so that a compiler (AWS Neuron) sees one tile shape. A CPU
+    compiles nothing, and an SCD row has a label on a few of its ~70 tokens: the head's matrix
+    product and its log-softmax over the whole vocabulary ran for every other token, about a
+    third of a SmolLM2 step (BENCHMARKS.md, "Training as a share of the machine"). The losses
+    and gradients are the same either way (masked positions contribute 0). Nothing is changed
+    in another TRL, whose code may differ: there the head stays as it is."""
+    try:
+        from trl.kernels import chunked_logprob
+        from trl.trainer import utils
+    except ImportError:  # another TRL
+        return False
+    original = getattr(chunked_logprob, "_use_triton", None)
+    current = getattr(utils, "_use_triton", None)
+    if getattr(current, "scd_cpu_compact", False):
+        return True  # done already in this process
+    if original is None or current is not original:  # not the TRL this was written for
+        return False
+
+    def compact(device: Any) -> bool:  # which positions the head projects, nothing else
+        return device.type == "cpu" or original(device)
+
+    compact.scd_cpu_compact = True  # type: ignore[attr-defined]
+    utils._use_triton = compact
+    return True

@@ -29,7 +29,13 @@ from scd.errors import InputError
 from scd.train.arms.base import Method
 from scd.train.bias_steps import selection
 from scd.train.saving import keep_checkpoint, save_adapter, train_manifest, write_training
-from scd.train.setup import load_model, lora_config, quiet_callbacks, trl_config
+from scd.train.setup import (
+    load_model,
+    lora_config,
+    quiet_callbacks,
+    score_labelled_tokens_only,
+    trl_config,
+)
 from scd.train.sft_rows import data_dir, prepare_data, system_message
 from scd.train.training_log import (
     finish_tracking,
@@ -158,6 +164,8 @@ def build_trainer(
         from scd.train.bias_steps import bias_callback
 
         bias = bias_callback(recipe, rows_dir, tokenizer)
+    if not cuda:
+        score_labelled_tokens_only()  # TRL's LM head: not over every unlabelled token
     trainer = method.trainer()(
         model=load_model(recipe, model_path, cuda),
         args=args,
