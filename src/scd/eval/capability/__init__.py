@@ -12,7 +12,8 @@ At every reply position, D_KL(p_arm || p_base) over the full vocabulary (float32
 the reply is one value per prompt, reported as a mean over prompts with a 95% percentile
 bootstrap interval over prompts; also the reply's mean log-likelihood (nats/token) under arm and
 base, and their difference. The base distribution is the same model with its adapter switched
-off (PEFT's ``disable_adapter``, no second copy); the base arm is 0.0 exactly (one pass).
+off (PEFT's ``disable_adapter``, no second copy); the base arm is measured like every other
+(both passes), and comes out 0.0 exactly.
 
 **Benchmarks** (:func:`lm_eval_scores`): lm-evaluation-harness scores the arm with its own HF
 model (the adapter unmerged, the system prompt as its system instruction, the chat template when
