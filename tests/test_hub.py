@@ -50,6 +50,7 @@ def test_a_hub_id_in_the_local_cache_resolves_offline_and_one_that_is_not_fails_
 def test_online_the_hub_is_asked_once_and_its_answer_is_one_line(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)  # the tests' conftest sets it
     asked: list[str] = []
 
     def unreachable(self, repo_id, **kwargs):
@@ -67,6 +68,9 @@ def test_online_the_hub_is_asked_once_and_its_answer_is_one_line(tmp_path: Path,
     monkeypatch.setattr(HfApi, "repo_info", missing)
     assert hub_problem("o/typo") == "no such model on the Hub (a private one needs HF_TOKEN)"
     assert hub_problem("o/typo", repo_type="dataset", filename=None).startswith("no such dataset")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # datasets' own switch: its cache answers
+    assert hub_problem("o/typo", repo_type="dataset", filename=None) == ""
+    assert hub_problem("o/typo").startswith("no such model")  # a model still asks
     monkeypatch.setattr(HfApi, "repo_info", lambda self, repo_id, **kw: None)  # listed
     assert hub_problem("o/listed") == ""
 

@@ -7,6 +7,7 @@ a run that will upload, :func:`upload` uploads a finished directory; the token i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from scd.errors import InputError, first_line
@@ -26,7 +27,10 @@ def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "con
 
     if filename and isinstance(try_to_load_from_cache(repo, filename, repo_type=repo_type), str):
         return ""
-    if constants.HF_HUB_OFFLINE:
+    datasets_offline = repo_type == "dataset" and os.environ.get(
+        "HF_DATASETS_OFFLINE", ""
+    ).upper() in ("1", "ON", "YES", "TRUE")
+    if constants.HF_HUB_OFFLINE or datasets_offline:
         return (
             (
                 "not in the local Hub cache, and HF_HUB_OFFLINE is set (download it once "

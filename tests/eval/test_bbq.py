@@ -407,7 +407,7 @@ def test_permuted_answer_orders(
     assert block["listed_first"]["k"] == first and block["listed_first"]["n"] == 900
     assert "## BBQ answer orders (3 orders per item)" in (out / "tables.md").read_text()
     assert json.loads((out / "run.json").read_text())["permute_options"] == 3
-    assert "permute_options" not in json.loads((runs[0] / "run.json").read_text())
+    assert json.loads((runs[0] / "run.json").read_text())["permute_options"] == 1  # named too
 
 
 def test_permute_options_out_of_range_is_one_line(shared_data: Path, tmp_path: Path, capsys):

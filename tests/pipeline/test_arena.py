@@ -199,12 +199,18 @@ def test_bad_arms_are_one_line_before_any_work(
 )
 def test_a_hub_dataset_is_asked_for_before_any_work(key, sets, tmp_path, monkeypatch) -> None:
     """A Hub dataset id (data.general, eval.bbq.data) is asked for when the plan is made, not
-    when its stage loads it: here the Hub cannot be reached (no network, HF_HUB_OFFLINE unset),
-    so the run stops in one line naming the key, with nothing written (offline, the datasets
-    cache answers instead: nothing to ask)."""
-    from huggingface_hub import constants
+    when its stage loads it: here the Hub cannot be reached (HF_HUB_OFFLINE unset, and the call
+    fails as without a network: a fault injected, so that a machine with one tests the same), so
+    the run stops in one line naming the key, with nothing written (offline, the datasets cache
+    answers instead: nothing to ask)."""
+    from huggingface_hub import HfApi, constants
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Name or service not known")
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(HfApi, "repo_info", unreachable)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         args = ["run", RECIPE, "--outputs", str(tmp_path)]

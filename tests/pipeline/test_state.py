@@ -86,7 +86,7 @@ def test_missing_paths_fail_before_any_stage(tmp_path: Path) -> None:
         validate_inputs(recipe_from_dict({"model": "toy", "data": {"prompts": str(tmp_path)}}))
     with pytest.raises(InputError, match="model"):
         validate_inputs(recipe_from_dict({**base, "model": str(tmp_path / "missing" / "m")}))
-    hub = {**bbq, "data": "someone/bbq"}  # a Hub dataset id is checked when it is loaded
+    hub = {**bbq, "data": "someone/bbq"}  # a Hub dataset id: offline, the datasets cache answers
     validate_inputs(recipe_from_dict({**base, "eval": {"bbq": hub}}))
     with pytest.raises(InputError, match="^model meta-llama/x: not in the local Hub cache"):
         validate_inputs(recipe_from_dict({**base, "model": "meta-llama/x"}))  # offline

@@ -148,6 +148,8 @@ def option(
 
     ``kinds``: an engine option that only means something for these model kinds (``causal``,
     ``masked``, ``classifier``): a command that runs none of them has no flag for it."""
+    if not isinstance(pin, Pin):  # True, False, "changed", "summary" of earlier scd
+        raise TypeError(f"option(pin=...): a scd.config.options.Pin, got {pin!r}")
     meta = {
         "help": help,
         "check": check,

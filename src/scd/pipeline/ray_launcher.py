@@ -1,13 +1,13 @@
 """``scd run RECIPE --launcher ray [--address ADDR]``: the tasks of a run's plan side by side on
 Ray.
 
-The driver (the ``scd run`` process) pins the run, builds the model, generates the prompts and
-runs the plan's data jobs (each setting's SFT data and its arms' rows), as the local launcher
-does. Then each task of the plan is a Ray task -- the base model's evaluations, and each setting
-and arm: its training, its evaluations, its capability cost -- all submitted at once and each
-asking for ``run.resources`` (``num_cpus``, ``num_gpus``; ``max_retries``: Ray retries a task
-whose worker died). Placement, retries and resources are Ray's. The report is built by the
-driver when every task has finished.
+The driver (the ``scd run`` process) holds the run's recipe, builds the model, generates the prompts
+and runs the plan's data jobs (each setting's SFT data and its arms' rows), as the local launcher
+does. Then each task of the plan is a Ray task -- the base model's evaluations, and each setting and
+arm: its training, its evaluations, its capability cost -- all submitted at once and each asking for
+``run.resources`` (``num_cpus``, ``num_gpus``; ``max_retries``: Ray retries a task whose worker
+died). Placement, retries and resources are Ray's. The report is built by the driver when every task
+has finished.
 
 Every task works in the same run directory and cache, which must be a path all nodes see (a
 shared file system): the stages, ``state.json`` (written under a file lock) and resume are those

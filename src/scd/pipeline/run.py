@@ -5,7 +5,7 @@ and resume either way.
 
 Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file's name)::
 
-    recipe.json  state.json  layout.json   the pinned recipe; the finished stages; where each
+    recipe.json  state.json  layout.json   the recipe held; the finished stages; where each
                                             result is (and the model's fingerprint)
     data/prompts/  data/eval_prompts/      contact prompts (eval_prompts: a source split's)
     data/stigma*/                          stigma probe prompts (when the recipe asks for probes)

@@ -188,7 +188,8 @@ class Benchmark:
         """What a result of ``options`` on ``model`` (+ ``adapter``) run by ``spec`` depends on,
         in one place: its :meth:`kind`, the model, the engine's and the options' pinned values
         (:meth:`~scd.config.options.Options.identity`) and the hashes of its :meth:`inputs`.
-        An evaluation pins it in ``run.json`` (a resumed run must match); with ``cache`` it is
+        An evaluation pins it in ``run.json`` (a resumed run must match; the file also names
+        the options pinned only when changed, at their defaults); with ``cache`` it is
         the key of a base-model result in ``scd run``'s cache: ``model`` its fingerprint, the
         engine's "auto" dtype resolved, options that change only the summary included."""
         from scd.io import sha256_file

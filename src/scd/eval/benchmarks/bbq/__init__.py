@@ -34,6 +34,7 @@ from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_su
 from scd.eval.benchmarks.bbq.columns import BBQ_COLUMNS
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel, CausalTask
+from scd.io import looks_local
 
 __all__ = ["BBQ", "BBQOptions", "BBQTask"]
 
@@ -132,10 +133,12 @@ class BBQ(Benchmark):
         data = options.data
         if isinstance(data, str) and not _local_or_hub(data):
             raise InputError(f"eval.bbq.data: {data} is neither an existing path nor a Hub id")
-        if isinstance(data, str) and not Path(data).exists():  # a Hub id: asked for once now
+        if isinstance(data, str) and not Path(data).exists():
+            if looks_local(data):  # data/bbq where data/ exists: a missing path, not a Hub id
+                raise InputError("no such directory or file", key="eval.bbq.data", value=data)
             from scd.hub import hub_problem
 
-            problem = hub_problem(data, repo_type="dataset", filename=None)
+            problem = hub_problem(data, repo_type="dataset", filename=None)  # asked once, now
             if problem:
                 raise InputError(problem, key="eval.bbq.data", value=data)
 
