@@ -12,7 +12,7 @@ from pathlib import Path
 
 from scd.errors import InputError, first_line
 
-__all__ = ["hub_problem", "hub_token", "upload"]
+__all__ = ["hub_problem", "hub_token", "require_hub_dataset", "upload"]
 
 
 def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "config.json") -> str:
@@ -51,6 +51,18 @@ def hub_problem(repo: str, repo_type: str = "model", filename: str | None = "con
             "to use a cached copy"
         )
     return ""
+
+
+def require_hub_dataset(name: str, key: str) -> None:
+    """Refuse the Hub dataset ``name`` (given as ``key``) when :func:`hub_problem` says it
+    cannot be had (offline: the datasets cache answers, nothing is refused).
+
+    Raises:
+        InputError: one line naming ``key``, ``name`` and why.
+    """
+    problem = hub_problem(name, repo_type="dataset", filename=None)
+    if problem:
+        raise InputError(problem, key=key, value=name)
 
 
 def hub_token(key: str) -> str:

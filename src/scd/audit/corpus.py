@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from scd.errors import InputError, first_line
-from scd.hub import hub_problem
+from scd.hub import require_hub_dataset
 from scd.io import atomic_file, looks_local, read_parquet, read_yaml
 
 __all__ = ["TermMatcher", "encode", "load_terms", "read_corpus", "split_sentences"]
@@ -149,9 +149,7 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 def _hub_rows(name: str) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
-    problem = hub_problem(name, repo_type="dataset", filename=None)
-    if problem:
-        raise InputError(problem, key="corpus", value=name)
+    require_hub_dataset(name, key="corpus")
     try:
         return load_dataset(name, split="train").to_list()
     except Exception as err:  # noqa: BLE001 -- network, auth, missing dataset

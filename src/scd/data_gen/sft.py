@@ -36,7 +36,7 @@ from scd.data_gen.card import descriptor_sources, write_card
 from scd.data_gen.contact import read_baseline, read_prompts, user_text, write_prompts
 from scd.data_gen.descriptors import resolve_descriptors
 from scd.errors import InputError
-from scd.hub import hub_problem
+from scd.hub import require_hub_dataset
 from scd.io import atomic_output_dir, looks_local, read_yaml, sha256_file, write_json
 
 if TYPE_CHECKING:
@@ -128,9 +128,7 @@ def _general_table(spec: str) -> Any:
             finally:
                 if shown:
                     datasets.enable_progress_bars()
-        problem = hub_problem(spec, repo_type="dataset", filename=None)
-        if problem:
-            raise InputError(problem, key="general", value=spec)
+        require_hub_dataset(spec, key="general")
         return datasets.load_dataset(spec, split="train")
     except InputError:
         raise

@@ -93,11 +93,9 @@ def _check_data(recipe: Recipe) -> None:
     if general.startswith("scd:") or looks_local(general) or Path(general).suffix:
         load_general(general, 1, d.seed)
     elif general:  # a Hub dataset id: asked for once now, loaded by its stage
-        from scd.hub import hub_problem
+        from scd.hub import require_hub_dataset
 
-        problem = hub_problem(general, repo_type="dataset", filename=None)
-        if problem:
-            raise InputError(problem, key="data.general", value=general)
+        require_hub_dataset(general, key="data.general")
     if c.neutral_prompts:  # read whole now, not first by the capability stage after training
         from scd.eval.capability.kl import load_neutral_prompts
 

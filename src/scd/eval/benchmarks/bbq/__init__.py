@@ -136,11 +136,9 @@ class BBQ(Benchmark):
         if isinstance(data, str) and not Path(data).exists():
             if looks_local(data):  # data/bbq where data/ exists: a missing path, not a Hub id
                 raise InputError("no such directory or file", key="eval.bbq.data", value=data)
-            from scd.hub import hub_problem
+            from scd.hub import require_hub_dataset
 
-            problem = hub_problem(data, repo_type="dataset", filename=None)  # asked once, now
-            if problem:
-                raise InputError(problem, key="eval.bbq.data", value=data)
+            require_hub_dataset(data, key="eval.bbq.data")  # asked once, now
 
     def task(self, model: CausalModel, options: BBQOptions) -> BBQTask:
         from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset
