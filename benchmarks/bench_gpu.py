@@ -151,10 +151,12 @@ def bench_training(model: Path, descriptors: Path, out: Path, steps: int, only: 
 
     shutil.copy(descriptors, out / "descriptors.json")
     results = {}
-    # TRL's BFD packing collates padding-free (position ids, no pad tokens); padding_free
-    # without packing needs max_length=None, which recipes do not offer
+    # padded: the paper's batches; pad-free: the same rows per step as one sequence without
+    # pad tokens (the same training); packed: TRL's BFD packing, rows of max_length tokens (more
+    # rows per step: another training)
     variants = {
-        "padded": {},
+        "padded": {"padding_free": False},
+        "pad-free": {"padding_free": True},
         "packed": {"packing": True},
         "qlora": {"packing": True, "quantization": "4bit"},
     }
@@ -198,8 +200,9 @@ def main() -> None:
     parser.add_argument("--steps", default="30", help="training steps per variant, e.g. 30,90")
     parser.add_argument(
         "--variants",
-        default="padded,packed,qlora",
-        help="padded (the paper's), packed (TRL's BFD), qlora (4-bit, packed)",
+        default="padded,pad-free,packed,qlora",
+        help="padded (the paper's), pad-free (the same rows, no pad tokens), packed (TRL's "
+        "BFD), qlora (4-bit, packed)",
     )
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU check)")
     parser.add_argument("--skip-training", action="store_true")

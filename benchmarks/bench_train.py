@@ -14,10 +14,12 @@ steps after them.
     python benchmarks/bench_train.py [--model toy|DIR|GGUF] [--steps 6] [--methods sft,dpo,kto]
     python benchmarks/bench_train.py --model smollm2-135m-instruct --profile   # what bounds a step
 
-SFT runs padded (the paper's configuration) and packed (TRL's BFD, ``--packed-batch`` rows of
-``train.max_length`` tokens, about the tokens of a padded batch); DPO and KTO run padded (KTO has no
-packing in TRL; DPO's padding-free mode needs a variable-length attention kernel). ``--profile``:
-also torch.profiler over one step after the counted one, the ops that took the most time.
+SFT runs padded (the paper's configuration), padding-free (``train.padding_free``: the same rows
+per step as one sequence without pad tokens; the same losses) and packed (TRL's BFD,
+``--packed-batch`` rows of ``train.max_length`` tokens, about the tokens of a padded batch); DPO
+and KTO run padded (KTO has no packing in TRL; TRL 1.16 turned DPO's padding-free mode off).
+``--profile``: also torch.profiler over one step after the counted one, the ops that took the most
+time.
 
 ``--head both``: each configuration twice, TRL's LM head over every token (TRL's own choice on a
 CPU) and over the labelled tokens only (scd's: :func:`scd.train.setup.score_labelled_tokens_only`),
@@ -44,7 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "recipes" / "quickstart.yaml"
-LAYOUTS = {"sft": ("padded", "packed"), "dpo": ("padded",), "kto": ("padded",)}
+LAYOUTS = {"sft": ("padded", "pad-free", "packed"), "dpo": ("padded",), "kto": ("padded",)}
 
 
 def _count_cpu_attention() -> None:
@@ -130,7 +132,11 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
     trainer_module.build_trainer = with_meter
     if args.head == "every":  # TRL's own choice on a CPU: the LM head over every token
         trainer_module.score_labelled_tokens_only = lambda: False
-    packed = ["train.packing=true", f"train.per_device_train_batch_size={args.packed_batch}"]
+    layouts = {
+        "padded": ["train.padding_free=false"],  # the paper's batches, on any device
+        "pad-free": ["train.padding_free=true"],  # the same rows per step, no pad tokens
+        "packed": ["train.packing=true", f"train.per_device_train_batch_size={args.packed_batch}"],
+    }
     recipe = load_recipe(
         QUICKSTART,
         [
@@ -141,7 +147,7 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
             "train.logging_steps=100000",
             "train.eval_every_steps=0",
             "wandb.enabled=false",
-            *(packed if layout == "packed" else []),
+            *layouts[layout],
         ],
     )
     matmul = bench_matmul()

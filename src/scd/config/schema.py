@@ -145,8 +145,15 @@ class TrainSpec:
     bf16: bool = option(True, "on CUDA; CPU runs train in float32")
     seed: int = SEED
     max_length: int = option(512, check=positive)
-    packing: bool = False
-    padding_free: bool = False
+    packing: bool = option(
+        False, "TRL's BFD packing: rows of max_length tokens (more rows per step, fewer steps)"
+    )
+    padding_free: bool = option(
+        False,
+        "a batch as one sequence without pad tokens (sft): the same rows, steps and losses as "
+        "padded; on a CPU slower (BENCHMARKS.md)",
+        speed=True,  # the same training either way: a run resumes with the other
+    )
     logging_steps: int = option(10, check=positive)
     save_steps: int = option(500, check=positive)
     save_total_limit: int = option(2, check=positive)

@@ -120,8 +120,9 @@ RAN_KEYS = ("optim", "bf16", "gradient_checkpointing")  # what scd changes on a 
 
 def ran_settings(args: Any) -> dict[str, Any]:
     """The optimizer, precision and checkpointing TRL's config ``args`` holds (on a CPU, not
-    the recipe's CUDA ones)."""
-    return {key: getattr(getattr(args, key), "value", getattr(args, key)) for key in RAN_KEYS}
+    the recipe's CUDA ones), and whether its batches were padding-free (decided per device)."""
+    ran = {key: getattr(getattr(args, key), "value", getattr(args, key)) for key in RAN_KEYS}
+    return {**ran, "padding_free": bool(getattr(args, "padding_free", False))}
 
 
 def as_ran(recipe: Recipe, args: Any) -> Recipe:

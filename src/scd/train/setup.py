@@ -8,13 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scd.config.arms import METHODS, method_class
 from scd.config.schema import Recipe
 from scd.errors import InputError, first_line
 from scd.train.training_log import log_lines
 
 __all__ = [
+    "cut_to_max_length",
     "load_model",
     "lora_config",
+    "padding_free_keys",
     "quiet_callbacks",
     "score_labelled_tokens_only",
     "trl_config",
@@ -34,6 +37,45 @@ def lora_config(recipe: Recipe) -> Any:
         use_dora=False,
         task_type="CAUSAL_LM",
     )
+
+
+def padding_free_keys(method: Any, recipe: Recipe) -> dict[str, Any]:
+    """TRL's keys for ``train.padding_free``: the method's batches reach the model without pad
+    tokens (TRL's padding-free collation: a batch is one sequence, each row with its own
+    positions and causal block), the same rows, steps and losses as padded batches (tested).
+    TRL takes no ``max_length`` with it (unless packing): :func:`cut_to_max_length` cuts the
+    rows as TRL's padded path does.
+
+    Raises:
+        InputError: ``train.padding_free: true`` for a method without it."""
+    if not recipe.train.padding_free:
+        return {"padding_free": False}
+    if not method.padding_free:
+        having = sorted(name for name in METHODS if method_class(name).padding_free)
+        raise InputError(
+            f"train.padding_free: true: {method.name} has no padding-free batches in TRL "
+            f"(only {', '.join(having)}); remove the key or set it false"
+        )
+    cut = not recipe.train.packing  # TRL refuses max_length there; scd cuts the rows
+    return {"padding_free": True, **({"max_length": None} if cut else {})}
+
+
+def cut_to_max_length(trainer: Any, max_length: int) -> None:
+    """Cut the rows of a padding-free trainer (TRL tokenized them without ``max_length``) as
+    TRL's padded path does: the first ``max_length`` tokens of each row (TRL's ``keep_start``),
+    rows left with no trained token dropped. Datasets whose rows fit are left as they are."""
+    from functools import partial
+
+    for name in ("train_dataset", "eval_dataset"):
+        data = getattr(trainer, name)
+        if data is None or max(map(len, data["input_ids"]), default=0) <= max_length:
+            continue
+        data = data.map(partial(_first_tokens, n=max_length))
+        setattr(trainer, name, data.filter(lambda row: any(x != -100 for x in row["labels"])))
+
+
+def _first_tokens(row: dict[str, Any], n: int) -> dict[str, Any]:
+    return {"input_ids": row["input_ids"][:n], "labels": row["labels"][:n]}
 
 
 def trl_config(

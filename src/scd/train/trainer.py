@@ -30,8 +30,10 @@ from scd.train.arms.base import Method
 from scd.train.bias_steps import selection
 from scd.train.saving import keep_checkpoint, save_adapter, train_manifest, write_training
 from scd.train.setup import (
+    cut_to_max_length,
     load_model,
     lora_config,
+    padding_free_keys,
     quiet_callbacks,
     score_labelled_tokens_only,
     trl_config,
@@ -64,6 +66,7 @@ def method_config(
     """TRL's config of ``method`` (its class: SFTConfig, DPOConfig ...) for the recipe
     (:func:`~scd.train.setup.trl_config`), with what the method sets itself (its options)."""
     values = method.config_values(recipe)
+    values.update(padding_free_keys(method, recipe))
     return trl_config(recipe, method.config(), out, cuda, report_to, progress, **values)
 
 
@@ -174,6 +177,8 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=lora_config(recipe),
     )
+    if getattr(args, "padding_free", False) and not getattr(args, "packing", False):
+        cut_to_max_length(trainer, recipe.train.max_length)  # as TRL's padded path cuts them
     checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, recipe)
     trainer.add_callback(last_step_logged())  # the training loss covers every step
     quiet_callbacks(trainer, progress, verbose)

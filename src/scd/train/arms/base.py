@@ -74,6 +74,7 @@ class Method(Arm):
     columns: ClassVar[tuple[str, ...]]  # the columns of its rows that TRL reads
     decided: ClassVar[tuple[str, ...]] = ()  # keys of TRL's config it sets (not recipe keys)
     check_sample: ClassVar[int] = 64  # rows whose TRL tokens are checked against the evaluator's
+    padding_free: ClassVar[bool] = False  # TRL's trainer can batch its rows without pad tokens
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

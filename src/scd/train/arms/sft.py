@@ -22,6 +22,7 @@ class SFT(Method):
     columns = ("prompt", "completion")
     decided = ("completion_only_loss",)
     check_sample = 256
+    padding_free = True
 
     def config_values(self, recipe: Any) -> dict[str, Any]:
         return {"completion_only_loss": True}

@@ -1,0 +1,121 @@
+"""Padding-free batches (``train.padding_free``): the same training as padded ones, chosen per
+device when the recipe leaves the key unset."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scd.config.arms import method_class
+from scd.errors import InputError
+from scd.pipeline.recipe import load_recipe
+from scd.train.arms.sft import SFT
+from scd.train.setup import padding_free_keys
+from scd.train.sft_rows import prepare_data
+from scd.train.trainer import build_trainer, train
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "recipes" / "quickstart.yaml"
+
+
+def _recipe(model: Path, out: Path, *extra: str):
+    return load_recipe(QUICKSTART, [f"model={model}", f"output_dir={out}", *extra])
+
+
+def _steps(out: Path, step: int) -> list[tuple[float, float]]:
+    state = out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json"
+    log = json.loads(state.read_text())["log_history"]
+    return [(h["loss"], h["grad_norm"]) for h in log if "loss" in h]
+
+
+def test_padding_free_batches_train_as_padded_ones(toy_model: Path, tmp_path: Path) -> None:
+    """The same rows per step, the same losses and gradient norms step by step; what ran is
+    recorded, and the recipe keeps its max_length."""
+    keys = ["train.max_steps=5", "train.logging_steps=1", "train.save_steps=100"]
+    runs = {}
+    for name, free in (("padded", "false"), ("free", "true")):
+        out = tmp_path / name
+        info = train(
+            _recipe(toy_model, out, *keys, f"train.padding_free={free}"),
+            use_wandb=False,
+            progress=False,
+        )
+        runs[name] = (_steps(out, 5), info, yaml.safe_load((out / "recipe.yaml").read_text()))
+    (padded, padded_info, padded_yaml), (free, free_info, free_yaml) = runs["padded"], runs["free"]
+    assert len(free) == len(padded) == 5
+    for (loss, grad), (loss0, grad0) in zip(free, padded):
+        assert loss == pytest.approx(loss0, rel=1e-5) and grad == pytest.approx(grad0, rel=1e-4)
+    # the padded batches held pad tokens, the padding-free ones none: the same tokens trained
+    assert free_info["tokens_seen"] == padded_info["tokens_seen"]
+    assert (free_info["ran"]["padding_free"], padded_info["ran"]["padding_free"]) == (True, False)
+    assert (free_yaml["train"]["padding_free"], padded_yaml["train"]["padding_free"]) == (
+        True,
+        False,
+    )
+    assert free_yaml["train"]["max_length"] == padded_yaml["train"]["max_length"] == 512
+
+
+def test_rows_over_max_length_are_cut_as_the_padded_path_cuts_them(
+    toy_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """TRL takes no max_length with padding-free batches; scd cuts the rows itself, to exactly
+    the tokens (and labels) TRL's padded path keeps, dropping the same rows."""
+    monkeypatch.setattr(SFT, "check_tokens", lambda *args: 0)  # cut rows fail scd's own check
+    datasets = {}
+    for free in (False, True):
+        out = tmp_path / str(free)
+        recipe = _recipe(toy_model, out, "train.max_length=40", f"train.padding_free={free}")
+        rows = prepare_data(recipe, out, SFT())
+        trainer, _ = build_trainer(recipe, str(toy_model), rows, out, cuda=False)
+        assert trainer.args.padding_free is free
+        datasets[free] = trainer.train_dataset.select_columns(["input_ids", "labels"]).to_list()
+    padded, free_rows = datasets[False], datasets[True]
+    assert max(len(r["input_ids"]) for r in free_rows) == 40  # rows were longer: cut
+    assert free_rows == padded
+
+
+def test_padding_free_keys_of_each_method(toy_model: Path) -> None:
+    recipe = _recipe(toy_model, Path("unused"))
+    assert recipe.train.padding_free is False  # padded unless asked (a CPU step is slower)
+    sft, dpo = SFT(), method_class("dpo")()
+    assert (
+        padding_free_keys(sft, recipe) == padding_free_keys(dpo, recipe) == {"padding_free": False}
+    )
+    asked = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, padding_free=True))
+    assert padding_free_keys(sft, asked) == {"padding_free": True, "max_length": None}
+    packed = dataclasses.replace(asked, train=dataclasses.replace(asked.train, packing=True))
+    assert padding_free_keys(sft, packed) == {"padding_free": True}  # packing cuts to max_length
+    with pytest.raises(InputError, match=r"^train.padding_free: true: dpo has no padding-free"):
+        padding_free_keys(dpo, asked)
+
+
+def test_a_method_without_padding_free_batches_is_refused_in_one_line(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((QUICKSTART).read_text())
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "scd", "train", str(recipe), "--method", "kto"]
+    cmd += ["--set", f"model={toy_model}", "--set", f"output_dir={out}"]
+    done = subprocess.run(
+        [*cmd, "--set", "train.padding_free=true"], capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "scd: error: train.padding_free: true: kto has no padding-free batches in TRL (only sft); "
+        "remove the key or set it false"
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("paper", ["llama-2-7b-chat", "llama-2-13b-chat"])
+def test_the_papers_recipes_keep_padded_batches(paper: str) -> None:
+    for path in (REPO / "recipes" / paper).glob("*.yaml"):
+        recipe = load_recipe(path)
+        assert recipe.train.padding_free is False, path.name
