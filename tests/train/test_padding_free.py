@@ -119,3 +119,19 @@ def test_the_papers_recipes_keep_padded_batches(paper: str) -> None:
     for path in (REPO / "recipes" / paper).glob("*.yaml"):
         recipe = load_recipe(path)
         assert recipe.train.padding_free is False, path.name
+
+
+def test_an_arena_asking_it_of_a_preference_arm_is_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "outputs"
+    cmd = [sys.executable, "-m", "scd", "run", str(REPO / "recipes" / "arena-quickstart.yaml")]
+    cmd += ["--outputs", str(out), "--set", "train.padding_free=true"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.endswith(
+        "train.padding_free: true: dpo and kto have no padding-free batches in TRL (only sft); "
+        "remove the key or set it false"
+    )
+    assert not out.exists()

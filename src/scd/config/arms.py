@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import importlib
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 from scd.config.options import Options, one_of, option
@@ -29,6 +30,7 @@ __all__ = [
     "arm_names",
     "method_class",
     "method_decided",
+    "padding_free_problem",
     "register_arm",
     "register_method",
 ]
@@ -155,6 +157,20 @@ def arena_spec_class() -> type[Options]:
         "-- is the recipe's, the same for all."
     )
     return cls
+
+
+def padding_free_problem(methods: Iterable[str]) -> str | None:
+    """Why ``train.padding_free: true`` cannot train with these methods (those whose TRL
+    trainer has no padding-free batches, named in one line), or None."""
+    lacking = [name for name in dict.fromkeys(methods) if not method_class(name).padding_free]
+    if not lacking:
+        return None
+    having = sorted(name for name in METHODS if method_class(name).padding_free)
+    return (
+        f"train.padding_free: true: {' and '.join(lacking)} "
+        f"{'has' if len(lacking) == 1 else 'have'} no padding-free batches in TRL "
+        f"(only {', '.join(having)}); remove the key or set it false"
+    )
 
 
 def method_decided() -> set[str]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scd.config.arms import arm_class, arm_names
+from scd.config.arms import arm_class, arm_names, padding_free_problem
 from scd.config.options import Options, field_problems
 from scd.config.schema import CapabilitySpec, Recipe
 from scd.config.settings import load_settings
@@ -129,6 +129,10 @@ def _arm_problems(recipe: Recipe) -> Iterator[Problem]:
         yield "arms", f"arms: each arm once, got {arms}"
     for arm in dict.fromkeys(a for a in arms if a in known):
         yield from arm_class(arm)().problems(recipe)
+    methods = [arm_class(a).method for a in arms if a in known]
+    problem = recipe.train.padding_free and padding_free_problem(m for m in methods if m)
+    if problem:
+        yield "train.padding_free", problem
     c = recipe.capability
     if c.neutral_prompts and not Path(c.neutral_prompts).expanduser().is_file():
         yield (

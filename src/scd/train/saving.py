@@ -120,7 +120,7 @@ RAN_KEYS = ("optim", "bf16", "gradient_checkpointing")  # what scd changes on a 
 
 def ran_settings(args: Any) -> dict[str, Any]:
     """The optimizer, precision and checkpointing TRL's config ``args`` holds (on a CPU, not
-    the recipe's CUDA ones), and whether its batches were padding-free (decided per device)."""
+    the recipe's CUDA ones), and whether its batches were padding-free."""
     ran = {key: getattr(getattr(args, key), "value", getattr(args, key)) for key in RAN_KEYS}
     return {**ran, "padding_free": bool(getattr(args, "padding_free", False))}
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scd.config.arms import METHODS, method_class
+from scd.config.arms import padding_free_problem
 from scd.config.schema import Recipe
 from scd.errors import InputError, first_line
 from scd.train.training_log import log_lines
@@ -50,12 +50,9 @@ def padding_free_keys(method: Any, recipe: Recipe) -> dict[str, Any]:
         InputError: ``train.padding_free: true`` for a method without it."""
     if not recipe.train.padding_free:
         return {"padding_free": False}
-    if not method.padding_free:
-        having = sorted(name for name in METHODS if method_class(name).padding_free)
-        raise InputError(
-            f"train.padding_free: true: {method.name} has no padding-free batches in TRL "
-            f"(only {', '.join(having)}); remove the key or set it false"
-        )
+    problem = padding_free_problem([method.name])
+    if problem:
+        raise InputError(problem)
     cut = not recipe.train.packing  # TRL refuses max_length there; scd cuts the rows
     return {"padding_free": True, **({"max_length": None} if cut else {})}
 
@@ -68,14 +65,19 @@ def cut_to_max_length(trainer: Any, max_length: int) -> None:
 
     for name in ("train_dataset", "eval_dataset"):
         data = getattr(trainer, name)
-        if data is None or max(map(len, data["input_ids"]), default=0) <= max_length:
+        if not hasattr(data, "column_names"):  # None, or several eval datasets (not scd's)
             continue
-        data = data.map(partial(_first_tokens, n=max_length))
-        setattr(trainer, name, data.filter(lambda row: any(x != -100 for x in row["labels"])))
+        if max(map(len, data["input_ids"]), default=0) <= max_length:
+            continue
+        columns = tuple(c for c in ("input_ids", "labels") if c in data.column_names)
+        data = data.map(partial(_first_tokens, n=max_length, columns=columns))
+        if "labels" in columns:
+            data = data.filter(lambda row: any(x != -100 for x in row["labels"]))
+        setattr(trainer, name, data)
 
 
-def _first_tokens(row: dict[str, Any], n: int) -> dict[str, Any]:
-    return {"input_ids": row["input_ids"][:n], "labels": row["labels"][:n]}
+def _first_tokens(row: dict[str, Any], n: int, columns: tuple[str, ...]) -> dict[str, Any]:
+    return {column: row[column][:n] for column in columns}
 
 
 def trl_config(
