@@ -129,6 +129,26 @@ def test_filter_drops_exactly_the_illnesses_out_of_the_vocabulary(runs: dict[str
     assert "(in_vocabulary false" in (runs["all"] / "tables.md").read_text()
 
 
+def test_a_masked_lms_default_keeps_only_the_illnesses_in_its_vocabulary(
+    toy_mlm: Path, stigma_probe_prompts: Path, tmp_path: Path
+) -> None:
+    """No in_vocabulary given: a masked LM filters (the paper's models were masked LMs)."""
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "mlm"
+    get("aq27").evaluate(str(toy_mlm), out, prompts=stigma_probe_prompts, progress=False)
+    summary = json.loads((out / "summary.json").read_text())
+    kept, dropped = summary["illnesses_kept"], summary["illnesses_dropped"]
+    assert summary["in_vocabulary"] is True and any(dropped.values())  # Alzheimer's: 3 tokens
+    tokenizer = AutoTokenizer.from_pretrained(toy_mlm)
+    for kind in ("mental", "physical"):
+        assert all(in_vocabulary(tokenizer, name) for name in kept[kind])
+        assert not any(in_vocabulary(tokenizer, name) for name in dropped[kind])
+    assert {r["illness"] for r in _records(out)} == {*kept["mental"], *kept["physical"]}
+    pinned = json.loads((out / "run.json").read_text())
+    assert pinned.get("config", pinned)["in_vocabulary"] is True
+
+
 def test_a_resume_never_mixes_the_lists(
     runs: dict[str, Path], narrow_causal: Path, stigma_probe_prompts: Path
 ) -> None:
