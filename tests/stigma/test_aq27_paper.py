@@ -139,7 +139,9 @@ def test_a_masked_lms_default_keeps_only_the_illnesses_in_its_vocabulary(
     get("aq27").evaluate(str(toy_mlm), out, prompts=stigma_probe_prompts, progress=False)
     summary = json.loads((out / "summary.json").read_text())
     kept, dropped = summary["illnesses_kept"], summary["illnesses_dropped"]
-    assert summary["in_vocabulary"] is True and any(dropped.values())  # Alzheimer's: 3 tokens
+    assert summary["in_vocabulary"] is True
+    assert dropped == {"mental": ["Alzheimer's"], "physical": []}  # 3 tokens in its vocabulary
+    assert len(kept["mental"]) == 4 and len(kept["physical"]) == 5
     tokenizer = AutoTokenizer.from_pretrained(toy_mlm)
     for kind in ("mental", "physical"):
         assert all(in_vocabulary(tokenizer, name) for name in kept[kind])

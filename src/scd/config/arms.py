@@ -167,9 +167,8 @@ def padding_free_problem(methods: Iterable[str]) -> str | None:
         return None
     having = sorted(name for name in METHODS if method_class(name).padding_free)
     return (
-        f"train.padding_free: true: {' and '.join(lacking)} "
-        f"{'has' if len(lacking) == 1 else 'have'} no padding-free batches in TRL "
-        f"(only {', '.join(having)}); remove the key or set it false"
+        f"train.padding_free: {' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} "
+        f"no padding-free batches in TRL (only {', '.join(having)}); set it false"
     )
 
 

@@ -50,7 +50,7 @@ def padding_free_keys(method: Any, recipe: Recipe) -> dict[str, Any]:
         InputError: ``train.padding_free: true`` for a method without it."""
     if not recipe.train.padding_free:
         return {"padding_free": False}
-    problem = padding_free_problem([method.name])
+    problem = padding_free_problem([method.name])  # scd train checks it first (trainer._check)
     if problem:
         raise InputError(problem)
     cut = not recipe.train.packing  # TRL refuses max_length there; scd cuts the rows
@@ -60,18 +60,17 @@ def padding_free_keys(method: Any, recipe: Recipe) -> dict[str, Any]:
 def cut_to_max_length(trainer: Any, max_length: int) -> None:
     """Cut the rows of a padding-free trainer (TRL tokenized them without ``max_length``) as
     TRL's padded path does: the first ``max_length`` tokens of each row (TRL's ``keep_start``),
-    rows left with no trained token dropped. Datasets whose rows fit are left as they are."""
+    then rows with no trained token dropped (TRL drops them whether or not a row was cut)."""
     from functools import partial
 
     for name in ("train_dataset", "eval_dataset"):
         data = getattr(trainer, name)
         if not hasattr(data, "column_names"):  # None, or several eval datasets (not scd's)
             continue
-        if max(map(len, data["input_ids"]), default=0) <= max_length:
-            continue
-        columns = tuple(c for c in ("input_ids", "labels") if c in data.column_names)
-        data = data.map(partial(_first_tokens, n=max_length, columns=columns))
-        if "labels" in columns:
+        if max(map(len, data["input_ids"]), default=0) > max_length:
+            columns = tuple(c for c in ("input_ids", "labels") if c in data.column_names)
+            data = data.map(partial(_first_tokens, n=max_length, columns=columns))
+        if "labels" in data.column_names:
             data = data.filter(lambda row: any(x != -100 for x in row["labels"]))
         setattr(trainer, name, data)
 
@@ -108,6 +107,7 @@ def trl_config(
             keys["optim"] = "adamw_torch"
     known = {f.name for f in dataclasses.fields(cls)}
     keys = {k: v for k, v in {**keys, **extra}.items() if k in known}
+    one_sequence = bool(keys.get("padding_free") or keys.get("packing"))  # no pad tokens
     try:
         return cls(
             output_dir=str(out / "checkpoints"),
@@ -120,7 +120,9 @@ def trl_config(
             report_to=report_to,
             project=recipe.wandb.project,  # transformers' own default is "huggingface"
             run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
-            include_num_input_tokens_seen="non_padding",
+            # batches without pad tokens carry no attention mask: transformers would count
+            # the tokens that are not the pad id, and miss each row's end token where pad = end
+            include_num_input_tokens_seen="all" if one_sequence else "non_padding",
             dataloader_num_workers=0,
             disable_tqdm=not (progress and sys.stderr.isatty()),  # a log file: a line per log
         )

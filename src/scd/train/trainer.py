@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scd.config.arms import method_class
+from scd.config.arms import method_class, padding_free_problem
 from scd.config.schema import Recipe
 from scd.errors import InputError
 from scd.train.arms.base import Method
@@ -206,6 +206,9 @@ def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str
             "`scd toy-model --out DIR` and set model: DIR"
         )
     for _, problem in method.problems(recipe):
+        raise InputError(problem)
+    problem = recipe.train.padding_free and padding_free_problem([method.name])
+    if problem:
         raise InputError(problem)
     model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
     out = Path(recipe.output_dir)
