@@ -115,13 +115,12 @@ def search_steering(
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
     from scd.models.protocols import choose
-    from scd.train.sft_rows import system_message
 
     work = out.parent / f"{out.name}.search"
     rows = _prompt_rows(prompts)
     train, valid = _side(sft, "train", rows), _side(sft, "eval", rows)
     tokenizer = load_tokenizer(model)
-    fmt = Formatter(tokenizer, system_message(train))
+    fmt = Formatter.of_rows(tokenizer, train)
     engine = HFEngine(model, engine_options, tokenizer=tokenizer)
     try:
         vectors_file = work / "vectors.pt"

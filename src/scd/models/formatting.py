@@ -77,6 +77,15 @@ class Formatter:
         if system_prompt and self.chat:
             self._check_system_role()
 
+    @classmethod
+    def of_rows(cls, tokenizer: Any, rows: list[dict[str, Any]]) -> Formatter:
+        """The formatter of the conversation SFT rows were written in: their system prompt
+        (an evaluation protocol's, e.g. ``paper-chat``'s; :func:`scd.data_gen.sft.write_sft`),
+        or none. What checks or steers those rows must render the same conversation."""
+        messages = rows[0]["prompt"] if rows else []
+        system = next((m["content"] for m in messages if m["role"] == "system"), None)
+        return cls(tokenizer, system)
+
     # -- text --------------------------------------------------------------------------------
     def messages(self, user: str, reply: str | None = None) -> list[dict[str, str]]:
         """The conversation of one prompt (and its reply): [system], user, [assistant]."""

@@ -10,7 +10,7 @@ from typing import Any
 from scd.config.schema import Recipe
 from scd.errors import InputError
 
-__all__ = ["check_trained_tokens", "data_dir", "prepare_data", "system_message", "training_rows"]
+__all__ = ["check_trained_tokens", "data_dir", "prepare_data", "training_rows"]
 
 
 def data_dir(recipe: Recipe, out: Path, method: Any = None) -> Path:
@@ -46,16 +46,6 @@ def prepare_data(recipe: Recipe, out: Path, method: Any = None) -> Path:
     sources = tuple(p for p in (prompts, eval_prompts) if p is not None)
     method.write_rows(RowsInput(sft, sources, d), target)
     return target
-
-
-def system_message(rows: list[dict[str, Any]]) -> str | None:
-    """The system prompt the rows were written with (an evaluation protocol's, e.g.
-    ``paper-chat``'s; :func:`scd.data_gen.sft.write_sft`), or None: the formatter that checks
-    the trained tokens must render the same conversation."""
-    for message in rows[0]["prompt"] if rows else []:
-        if message["role"] == "system":
-            return message["content"]
-    return None
 
 
 def training_rows(data: Any, formatter: Any) -> Any:

@@ -38,7 +38,7 @@ from scd.train.setup import (
     score_labelled_tokens_only,
     trl_config,
 )
-from scd.train.sft_rows import data_dir, prepare_data, system_message
+from scd.train.sft_rows import data_dir, prepare_data
 from scd.train.training_log import (
     finish_tracking,
     last_step_logged,
@@ -160,7 +160,7 @@ def build_trainer(
         tokenizer.pad_token = tokenizer.eos_token
     sample = min(method.check_sample, len(data["train"]))
     check_rows = data["train"].select(range(sample)).to_list()
-    formatter = Formatter(tokenizer, system_message(check_rows))
+    formatter = Formatter.of_rows(tokenizer, check_rows)
     data = method.render(data, formatter)
     bias = None
     if recipe.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
