@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from wandb_records import finished_records  # tests/wandb_records.py
 
 from scd.cli import main
 from scd.errors import InputError
@@ -201,6 +202,7 @@ def test_killed_run_resumes_to_the_same_tables(
     run_id = json.loads((adapter / "train_manifest.json").read_text())["wandb_run_id"]
     segments = offline_folders(adapter / "wandb", run_id)
     assert len(segments) == 2, segments
+    finished_records(segments[-1])  # W&B's service writes the last records after finish()
     last = (segments[-1] / f"run-{run_id}.wandb").read_bytes()
     assert b"bias/bias_pct" in last and b"sds/gap" in last and b"bbq/s_dis" in last
     # before and after on the same items, with the paired test, beside the headline numbers

@@ -86,6 +86,7 @@ def test_secrets_never_reach_outputs_or_logs(trained: Path) -> None:
 def test_wandb_offline_run_holds_the_metrics(trained: Path) -> None:
     runs = list((trained / "wandb").rglob("offline-run-*"))  # each run in its own directory
     assert runs, "no offline W&B run directory"
+    finished_records(runs[0])  # W&B's service writes the last records after finish() returns
     logged = b"".join(p.read_bytes() for p in runs[0].rglob("*.wandb"))
     assert b"train/loss" in logged
     assert b"learning_rate" in logged
