@@ -62,7 +62,14 @@ def _run(argv: list[str]) -> tuple[int, str]:
             "--prompt (did you mean --prompts?)",
         ),  # no abbreviations: it would have run
         (["run", "r.yaml", "--setting", "3"], "--setting (did you mean --set run.settings=[N]"),
-        (["run", "r.yaml", "--out", "o"], "--out (did you mean --outputs?)"),  # others' flag
+        (  # a flag of other commands and close to one of this one: both said
+            ["run", "r.yaml", "--out", "o"],
+            "--out (did you mean --outputs? --out is an option of scd generate contact, ",
+        ),
+        (
+            ["eval", "mlm", "--model", "m", "--prompts", "p", "--out", "o", "--steer", "x"],
+            "--steer (did you mean --seed? --steer is an option of scd eval bias, scd eval bbq",
+        ),
         (  # a causal LM's engine option on a masked-LM command: not a misspelling
             ["eval", "mlm", "--model", "m", "--prompts", "p", "--out", "o", "--prefix-cache"],
             "--prefix-cache (an option of scd eval bias, scd eval bbq and ",

@@ -74,16 +74,19 @@ class Parser(argparse.ArgumentParser):
         parts = []
         for flag in flags:
             near = difflib.get_close_matches(flag, mine, n=1)
+            if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
+                near = ["--set run.settings=[N] (or --set data.setting=N)"]
+                parts.append(f"{flag} (did you mean {near[0]}?)")  # a recipe key, not a flag
+                continue
             owners = [p.prog for p in self.parsers if flag in p._option_string_actions]
-            if owners and not near:  # another command's option, not a misspelling of this one's
+            if owners:  # another command's option, perhaps also a misspelling of this one's
                 more = f" and {len(owners) - 2} more" if len(owners) > 2 else ""
-                where = f"{', '.join(owners[:2])}{more}"
-                parts.append(f"{flag} (an option of {where}, not of {commands[words].prog})")
+                where = f"an option of {', '.join(owners[:2])}{more}"
+                mean = f"did you mean {near[0]}? {flag} is " if near else ""
+                parts.append(f"{flag} ({mean}{where}, not of {commands[words].prog})")
                 continue
             others = [o for o in everywhere if o != flag]
             near = near or difflib.get_close_matches(flag, others, n=1)
-            if self.argv[:1] in (["run"], ["train"]) and flag in ("--setting", "--settings"):
-                near = ["--set run.settings=[N] (or --set data.setting=N)"]
             parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
         return ", ".join(parts)
 
