@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from cli_run import run_scd  # tests/cli_run.py
@@ -123,10 +124,11 @@ def test_a_steering_vector_that_does_not_fit_is_one_line(toy_model, toy_prompts,
 
 @pytest.mark.slow
 def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(toy_model, tmp_path):
-    """The steer arm of the arena quickstart on the planted-bias toy model: the layer and scale
-    kept are the grid point of lowest validation bias within the KL bound, the steer row has
-    every column the base row has, and a search killed after two grid points resumes to the same
-    choice and the same arena row.
+    """The steer arm of the arena quickstart on the planted-bias toy model, on setting 3 (the
+    vector from certainty prompts, measured on likelihood and frequency prompts): the layer and
+    scale kept are the grid point of lowest validation bias within the KL bound, the steer row has
+    every column the base row has, the transfer table by arm holds it on each held-out scale, and
+    a search killed after two grid points resumes to the same choice and the same arena row.
 
     Not asserted: that the vector lowers the toy's bias. It does not: the toy's planted bias is
     an XOR of the template's action and the descriptor's axis, computed in its last layer, and no
@@ -140,32 +142,41 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     recipe = str(REPO / "recipes" / "arena-quickstart.yaml")
     args = ["run", recipe, "--outputs", str(tmp_path), "--run-id", "steer"]
     args += ["--set", "arms=[base, steer]", "--set", "eval.sds.enabled=false"]
+    args += ["--set", "data.setting=3", "--set", "eval.bias.limit=1500"]
     code, _, err = run_scd(*args)
     assert code == 0, err[-3000:]
     run = tmp_path / "steer"
     rows = {r["arm"]: r for r in json.loads((run / "tables" / "arena.json").read_text())}
     assert set(rows["steer"]) == set(rows["base"]) and rows["steer"]["kl_mean"] is not None
-    info = json.loads((run / "setting-1/arm-steer/vector/steer.json").read_text())
+    info = json.loads((run / "setting-3/arm-steer/vector/steer.json").read_text())
     within = [p for p in info["curve"] if p["kl"] <= info["max_kl"]]
     assert len(info["curve"]) > 1 and "lowest validation bias" in info["why"]
     assert info["validation"]["bias_pct"] == min(p["bias_pct"] for p in within)
     report = (run / "report.md").read_text()
-    assert "## Steering" in report and "![steering-1](figures/steering-1.png)" in report
-    assert (run / "figures" / "steering-1.png").stat().st_size > 0
+    assert "## Steering" in report and "![steering-3](figures/steering-3.png)" in report
+    assert (run / "figures" / "steering-3.png").stat().st_size > 0
+    transfer = pd.read_csv(run / "tables" / "table11_arms.csv")  # the vector's transfer
+    assert set(transfer["value"]) == {"likelihood", "frequency"}
+    assert transfer.groupby("value")["arm"].apply(list).to_dict() == {
+        "frequency": ["base", "steer"],
+        "likelihood": ["base", "steer"],
+    }
+    assert transfer.groupby("value")["bias_n"].nunique().eq(1).all()  # the same prompts
+    assert "## Table 11 by arm: cross-scale transfer" in report
     # killed after two grid points: the curve holds them, the vector directory is not there
-    curve = run / "setting-1/arm-steer/vector.search/curve.jsonl"
+    curve = run / "setting-3/arm-steer/vector.search/curve.jsonl"
     kept = curve.read_text().splitlines()[:2]
     curve.write_text("\n".join(kept) + "\n")
-    shutil.rmtree(run / "setting-1/arm-steer/vector")
+    shutil.rmtree(run / "setting-3/arm-steer/vector")
     state = json.loads((run / "state.json").read_text())
     for stage in list(state["stages"]):
-        if stage.startswith("setting-1/arm-steer") or stage in ("report",):
+        if stage.startswith("setting-3/arm-steer") or stage in ("report",):
             del state["stages"][stage]
     (run / "state.json").write_text(json.dumps(state))
-    shutil.rmtree(run / "setting-1/arm-steer/eval")
+    shutil.rmtree(run / "setting-3/arm-steer/eval")
     code, _, err = run_scd(*args)
     assert code == 0, err[-3000:]
-    again = json.loads((run / "setting-1/arm-steer/vector/steer.json").read_text())
+    again = json.loads((run / "setting-3/arm-steer/vector/steer.json").read_text())
     assert (again["layer"], again["scale"], again["curve"]) == (
         info["layer"],
         info["scale"],

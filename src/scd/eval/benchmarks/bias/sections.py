@@ -1,6 +1,7 @@
 """The bias benchmark's part of a run report: the settings, Table 10 with Figure 1, the transfer
-Tables 11-14, the held-out heatmaps (Figures 2.N), and the base model's Table 1, Figure 2 and
-Tables 3-5; and ``scd report bias --runs``: several bias evaluations side by side.
+Tables 11-14 (and, in an arena, by arm), the held-out heatmaps (Figures 2.N), and the base
+model's Table 1, Figure 2 and Tables 3-5; and ``scd report bias --runs``: several bias
+evaluations side by side.
 
 Everything is recomputed from the per-prompt records, so the report of a resumed run equals that
 of an uninterrupted one.
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 from scd.config.settings import load_settings
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, SCALES, SCENARIO_TABLE_ORDER, RunLayout
 from scd.eval.benchmarks.base import Table, markdown_table, read_summaries, save_table
+from scd.eval.benchmarks.bias.arm_transfer import arm_transfer_tables
 from scd.eval.benchmarks.bias.metrics import format_cell, format_pct, grid_markdown
 from scd.eval.benchmarks.bias.transfer import (
     TRANSFER_TABLES,
@@ -242,6 +244,9 @@ def bias_sections(layout: RunLayout, tables: Path, figures: dict[str, bytes]) ->
     head, tail = _tuned_sections(layout, base, tables, figures)
     if "bias" in base:
         head += _base_sections(layout, base, tables, figures)
+    for table in arm_transfer_tables(layout, load_settings()):
+        save_table(tables, table)
+        tail += [table.markdown, ""]
     return head + tail
 
 

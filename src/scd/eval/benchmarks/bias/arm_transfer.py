@@ -1,0 +1,173 @@
+"""The transfer tables by arm: Tables 11-14 for every arm of an arena (``arms:``), not only
+SCD's adapter -- a steering vector, a preference-tuned adapter or a system prompt made from a
+setting's training side, measured on each value the setting holds out (engine-free).
+
+A setting that holds out one dimension (settings 3-8: a scale, scenarios, principles, bias axes)
+evaluates every arm on prompts of values its training side never saw. Each row is one arm on one
+held-out value: bias % of the descriptor prompts with a 95% percentile bootstrap interval over
+template cells (:mod:`scd.eval.benchmarks.clusters`; the prompts of one template are not
+independent), and the change from the base model on the same prompts with a cluster-bootstrap
+p-value, Holm-corrected over every arm and value of the setting. Every arm and the base model are
+compared on the prompts all of them answered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from scd.config.settings import Setting
+from scd.eval.benchmarks.base import Table, markdown_table
+from scd.eval.benchmarks.bias.metrics import label_of
+from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
+from scd.eval.benchmarks.bias.transfer import TRANSFER_TABLES, bias_frame
+from scd.eval.benchmarks.clusters import cluster_change, cluster_rate
+from scd.eval.benchmarks.columns import Column, over_seeds
+
+__all__ = ["ARM_TRANSFER_COLUMNS", "arm_transfer_rows", "arm_transfer_tables"]
+
+ARM_TRANSFER_COLUMNS = (
+    Column(
+        "bias_pct",
+        "Bias % [95% CI]",
+        "the share of the held-out value's descriptor prompts answered with the biased option "
+        "(an unparsed answer counts, as not biased), with a 95% percentile bootstrap interval "
+        "that resamples whole template cells",
+        ci=("bias_ci_low", "bias_ci_high"),
+    ),
+    Column(
+        "bias_p",
+        "p vs base (Holm)",
+        "the arm's change in bias % from the base model on the same prompts, tested by the same "
+        "cluster bootstrap (two-sided; its smallest value is 1/2001); in parentheses "
+        "Holm-corrected over every arm and held-out value of the setting",
+        p=True,
+    ),
+    Column("bias_n", "n (templates)", "", render=lambda r: _n(r)),
+)
+
+
+def _n(row: dict[str, Any]) -> str:
+    return f"{int(row['bias_n']):,} ({int(row['bias_templates'])})"
+
+
+def _held_out(setting: Setting) -> tuple[str, list[str]] | None:
+    """The one dimension ``setting`` holds out and its values (None for settings 1 and 2)."""
+    if len(setting.eval) != 1:
+        return None
+    ((dimension, values),) = setting.eval.items()
+    return (dimension, list(values)) if dimension in TRANSFER_TABLES and values else None
+
+
+def _cell(frame: pd.DataFrame) -> dict[str, Any]:
+    cells = list(frame[list(TEMPLATE_CELL)].itertuples(index=False, name=None))
+    rate = cluster_rate(frame["biased"].tolist(), cells)
+    return {
+        "bias_pct": rate["pct"],
+        "bias_ci_low": rate["ci_low"],
+        "bias_ci_high": rate["ci_high"],
+        "bias_n": rate["n"],
+        "bias_templates": rate["clusters"],
+    }
+
+
+def _holm(rows: list[dict[str, Any]]) -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    tested = [r for r in rows if r.get("bias_p") is not None]
+    for r in rows:
+        r["bias_p_holm"] = None
+    if tested:
+        for r, p in zip(tested, multipletests([r["bias_p"] for r in tested], method="holm")[1]):
+            r["bias_p_holm"] = float(p)
+
+
+def _setting_rows(
+    n: int, group: list[dict[str, Any]], base: pd.DataFrame, held: tuple[str, list[str]]
+) -> list[dict[str, Any]]:
+    """The rows of one setting's arms (``layout.json`` entries) on its held-out values."""
+    dimension, values = held
+    heldout = Path(group[0]["sft"]) / "heldout" / "prompts.parquet"
+    ids = pd.Index(pq.read_table(heldout, columns=["prompt_id"])["prompt_id"].to_pylist())
+    frames = [bias_frame(a["evals"]["bias"]) for a in group]
+    for frame in [base, *frames]:
+        ids = ids.intersection(frame.index)
+    ids = ids.sort_values()
+    rows = []
+    for value in values:
+        where = base.loc[ids, dimension] == value
+        chosen = ids[where.to_numpy()]
+        before = base.loc[chosen]
+        key = {"setting": n, "dimension": dimension, "value": value}
+        rows.append({**key, "arm": "base", **_cell(before), "bias_p": None})
+        for arm, frame in zip(group, frames):
+            after = frame.loc[chosen]
+            cells = list(after[list(TEMPLATE_CELL)].itertuples(index=False, name=None))
+            change = cluster_change(after["biased"].tolist(), before["biased"].tolist(), cells)
+            seed = {"seed": arm["seed"]} if "seed" in arm else {}
+            rows.append({**key, "arm": arm["arm"], **seed, **_cell(after), "bias_p": change["p"]})
+    _holm(rows)
+    return rows
+
+
+def arm_transfer_rows(layout: dict[str, Any], settings: dict[int, Setting]) -> list[dict[str, Any]]:
+    """One row per setting that holds out a dimension, held-out value and arm (the base model
+    first; an arm with several seeds one row per seed), from a run's ``layout.json``; none for a
+    run without an arena or without such a setting."""
+    arms = layout.get("arms") or []
+    base_arm = next((a for a in arms if a["arm"] == "base" and "bias" in a["evals"]), None)
+    if base_arm is None:
+        return []
+    base = bias_frame(base_arm["evals"]["bias"])
+    rows = []
+    for n in dict.fromkeys(a["setting"] for a in arms if a["setting"] is not None):
+        held = _held_out(settings[n]) if n in settings else None
+        group = [a for a in arms if a["setting"] == n and "bias" in a["evals"]]
+        if held is not None and group:
+            rows += _setting_rows(n, group, base, held)
+    return rows
+
+
+def arm_transfer_tables(layout: dict[str, Any], settings: dict[int, Setting]) -> list[Table]:
+    """Tables 11-14 by arm (``table<N>_arms``), one per dimension the run's settings hold out."""
+    rows = arm_transfer_rows(layout, settings)
+    tables = []
+    for dimension, (number, title) in TRANSFER_TABLES.items():
+        mine = [r for r in rows if r["dimension"] == dimension]
+        if not mine:
+            continue
+        head = ["Setting", f"Held-out {dimension}", "Arm", *(c.label for c in ARM_TRANSFER_COLUMNS)]
+        shown = over_seeds(mine, keys=("setting", "value", "arm"))
+        body = [
+            [
+                r["setting"],
+                label_of(r["value"]),
+                r["arm"],
+                *(c.cell(r) for c in ARM_TRANSFER_COLUMNS),
+            ]
+            for r in shown
+        ]
+        seeds = any(r.get("seeds", 1) > 1 for r in shown)
+        lines = [
+            f"## {title.replace(':', ' by arm:', 1)}",
+            "",
+            "Every arm of the arena on each value its setting's training side never saw, all on "
+            "the same prompts (the base model is not tested against itself: –). The table above "
+            "without 'by arm' is SCD's adapter per contact type, with the paper's Wilson "
+            "intervals; here the intervals resample template cells.",
+            "",
+            *markdown_table(head, body),
+            *(f"- **{c.label}**: {c.defined}." for c in ARM_TRANSFER_COLUMNS[:2]),
+            "- **n (templates)**: the held-out descriptor prompts of that value every arm "
+            "answered, and the template cells they come from (what the intervals resample).",
+        ]
+        if seeds:
+            lines.append(
+                "- An arm trained with several seeds: the mean over them (lowest–highest); for "
+                "a p-value the largest. Each seed's row is in the table's CSV."
+            )
+        tables.append(Table("\n".join(lines), mine, f"table{number}_arms"))
+    return tables
