@@ -9,17 +9,24 @@ from typing import Any
 from scd.tracking import offline_records
 
 
-def finished_records(run_dir: Path, timeout: float = 60.0) -> list[Any]:
+def finished_records(run_dir: Path, timeout: float = 60.0, *, killed: bool = False) -> list[Any]:
     """The records of a finished offline W&B run folder. W&B's service process writes them: the
     last ones (up to ``exit``) may land a moment after ``finish()`` returns, so this waits for
-    ``exit`` (up to ``timeout`` seconds, then returns what is there)."""
+    ``exit`` (up to ``timeout`` seconds, then returns what is there). A run whose process was
+    killed never writes ``exit`` (``killed``): this waits instead until its file has not grown
+    for a second (its service, left behind, flushes what it holds and stops)."""
     deadline = time.monotonic() + timeout
+    size = -1
     while True:
         records = list(offline_records(run_dir))
-        done = records and records[-1].WhichOneof("record_type") == "exit"
+        if killed:
+            now = sum(f.stat().st_size for f in Path(run_dir).glob("*.wandb"))
+            done, size = now == size, now
+        else:
+            done = bool(records) and records[-1].WhichOneof("record_type") == "exit"
         if done or time.monotonic() > deadline:
             return records
-        time.sleep(0.1)
+        time.sleep(1.0 if killed else 0.1)
 
 
 def config_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -201,10 +201,11 @@ def test_mean_loss_weights_each_logged_mean_by_its_steps() -> None:
     assert mean_loss([]) is None and mean_loss([{"eval_loss": 1.0, "step": 5}]) is None
 
 
-def _wandb_rows(run_dir: Path) -> list[tuple[int, dict[str, float]]]:
-    """Every history row of an offline W&B run folder: W&B's step and the row's numbers."""
+def _wandb_rows(run_dir: Path, killed: bool = False) -> list[tuple[int, dict[str, float]]]:
+    """Every history row of an offline W&B run folder: W&B's step and the row's numbers
+    (``killed``: a run whose process was killed, which never writes its exit record)."""
     rows = []
-    for record in finished_records(run_dir):
+    for record in finished_records(run_dir, killed=killed):
         if record.WhichOneof("record_type") == "history":
             items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
             numbers = {k: float(v) for k, v in items.items() if v[:1] not in '"{['}
@@ -264,14 +265,14 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(toy_model: Path, tmp_
     assert len(segments) == 2 and {p.name.rsplit("-", 1)[1] for p in segments} == {
         info["wandb_run_id"]
     }
-    rows = [row for seg in segments for row in _wandb_rows(seg)]
+    first, last = _wandb_rows(segments[0], killed=True), _wandb_rows(segments[1])
+    rows = first + last
     steps = [step for step, _ in rows]
     assert steps == sorted(set(steps)) and steps[-1] == 30  # each step once, in order
     assert all(items["train/global_step"] == step for step, items in rows)
     assert [s for s, items in rows if "train/loss" in items] == list(range(5, 31, 5))
     assert [s for s, items in rows if "eval/bias_pct" in items] == list(range(5, 31, 5))
-    first = [step for step, _ in _wandb_rows(segments[0])]
-    assert all(s <= int(info["resumed_from"].split("-")[1]) + 5 for s in first)  # then killed
+    assert all(s <= int(info["resumed_from"].split("-")[1]) + 5 for s, _ in first)  # killed
     assert f"wandb sync {out / 'wandb'}/offline-run-*-{info['wandb_run_id']}*" in resumed.stderr
     history = json.loads((out / "checkpoints" / "checkpoint-30" / "trainer_state.json").read_text())
     resumed_part = [h for h in history["log_history"] if h.get("step", 0) > 10 and "loss" in h]
