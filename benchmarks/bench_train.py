@@ -12,7 +12,8 @@ Step 0 is a warm-up and the counted step (and the profiled one) is not timed: th
 steps after them.
 
     python benchmarks/bench_train.py [--model toy|DIR|GGUF] [--steps 6] [--methods sft,dpo,kto]
-    python benchmarks/bench_train.py --model smollm2-135m-instruct --profile   # what bounds a step
+    python benchmarks/bench_train.py --profile \
+        --model "$(scd fetch-model --no-hub smollm2-135m-instruct)"   # what bounds a step
 
 SFT runs padded (the paper's configuration), padding-free (``train.padding_free``: the same rows
 per step as one sequence without pad tokens; the same losses) and packed (TRL's BFD,
@@ -183,7 +184,8 @@ def _run(
     cmd += ["--out", str(out), "--steps", str(args.steps), "--packed-batch", str(args.packed_batch)]
     done = subprocess.run(cmd + ["--profile"] * args.profile, capture_output=True, text=True)
     if done.returncode:
-        sys.exit(f"{method} {layout} failed:\n{done.stderr[-3000:]}")
+        why = " (killed: out of memory?)" if done.returncode == -9 else ""
+        sys.exit(f"{method} {layout} failed, exit {done.returncode}{why}:\n{done.stderr[-3000:]}")
     if args.profile:
         table = done.stderr[done.stderr.find("---") :]
         print(f"{method} {layout}, one step profiled:\n{table}", flush=True)
