@@ -16,7 +16,11 @@ import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from scd.config.schema import DataSpec, Recipe
+    from scd.models.formatting import Formatter
 
 __all__ = ["Arm", "Method", "RowsInput"]
 
@@ -31,7 +35,7 @@ class RowsInput:
 
     sft: Path
     prompts: tuple[Path, ...]
-    data: Any  # scd.config.schema.DataSpec
+    data: DataSpec
 
 
 class Arm:
@@ -45,11 +49,11 @@ class Arm:
     directory: ClassVar[str | None] = None  # its directory under setting-N (default arm-<name>)
     steers: ClassVar[bool] = False  # it adds a steering vector it makes (scd.eval.steering)
 
-    def problems(self, recipe: Any) -> Iterator[Problem]:
+    def problems(self, recipe: Recipe) -> Iterator[Problem]:
         """What in ``recipe`` this arm cannot run with (checked before any work)."""
         yield from ()
 
-    def system_prompt(self, recipe: Any) -> str | None:
+    def system_prompt(self, recipe: Recipe) -> str | None:
         """The system message it evaluates the base model with (None: the engine's)."""
         return None
 
@@ -89,18 +93,18 @@ class Method(Arm):
         """TRL's trainer class of the method."""
         return _import(self.trainer_class)
 
-    def config_values(self, recipe: Any) -> dict[str, Any]:
+    def config_values(self, recipe: Recipe) -> dict[str, Any]:
         """What the method sets in TRL's config beyond the recipe's ``train`` keys (its options:
         ``beta`` ...). Default: nothing."""
         return {}
 
-    def render(self, data: Any, formatter: Any) -> Any:
+    def render(self, data: Any, formatter: Formatter) -> Any:
         """The rows (a ``datasets.DatasetDict`` of :attr:`columns`) as TRL gets them, rendered
         as the evaluator scores them (:class:`~scd.models.formatting.Formatter`)."""
         raise NotImplementedError
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Any, recipe: Any
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, recipe: Recipe
     ) -> int:
         """Check that TRL's tokenized ``dataset`` trains what evaluation scores, on the first
         raw ``rows``; return how many rows were checked.

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scd.train.arms.base import Problem, RowsInput
 from scd.train.arms.preference import Preference
+
+if TYPE_CHECKING:
+    from scd.config.schema import Recipe
 
 __all__ = ["KTO"]
 
@@ -39,10 +42,10 @@ class KTO(Preference):
     checked = (("completion_ids", "answer"),)
     decided = ("beta", "train_sampling_strategy")
 
-    def config_values(self, recipe: Any) -> dict[str, Any]:
+    def config_values(self, recipe: Recipe) -> dict[str, Any]:
         return {**super().config_values(recipe), "train_sampling_strategy": "sequential"}
 
-    def problems(self, recipe: Any) -> Iterator[Problem]:
+    def problems(self, recipe: Recipe) -> Iterator[Problem]:
         if recipe.train.per_device_train_batch_size < 2:
             yield (
                 "train.per_device_train_batch_size",

@@ -15,11 +15,15 @@ chosen (desirable) completion starts with the unbiased option's tokens and the r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scd.config.options import Options, above_zero, option
 from scd.errors import InputError
 from scd.train.arms.base import Method
+
+if TYPE_CHECKING:
+    from scd.config.schema import Recipe
+    from scd.models.formatting import Formatter
 
 __all__ = ["Preference", "PreferenceOptions", "check_preference_tokens"]
 
@@ -33,7 +37,7 @@ class PreferenceOptions(Options):
     )
 
 
-def _rendered(row: dict[str, Any], formatter: Any) -> dict[str, Any]:
+def _rendered(row: dict[str, Any], formatter: Formatter) -> dict[str, Any]:
     """A preference row as TRL gets it: conversational for chat models (with the template's
     kwargs), the plain prompt text and ``" " + answer`` otherwise -- as :meth:`Formatter.
     sft_example` renders an SFT row."""
@@ -50,7 +54,7 @@ def _rendered(row: dict[str, Any], formatter: Any) -> dict[str, Any]:
 def check_preference_tokens(
     dataset: Any,
     rows: list[dict[str, Any]],
-    formatter: Any,
+    formatter: Formatter,
     pairs: tuple[tuple[str, str], ...],
     sample: int = 64,
 ) -> int:
@@ -89,15 +93,15 @@ class Preference(Method):
     decided = ("beta",)
     checked: ClassVar[tuple[tuple[str, str], ...]]  # (TRL's tokenized column, the answer key)
 
-    def config_values(self, recipe: Any) -> dict[str, Any]:
+    def config_values(self, recipe: Recipe) -> dict[str, Any]:
         return {"beta": recipe.arena.beta}
 
-    def render(self, data: Any, formatter: Any) -> Any:
+    def render(self, data: Any, formatter: Formatter) -> Any:
         return data.select_columns(list(self.columns)).map(
             lambda r: _rendered(r, formatter), desc=f"Formatting {self.name} rows"
         )
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Any, recipe: Any
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, recipe: Recipe
     ) -> int:
         return check_preference_tokens(dataset, rows, formatter, self.checked, self.check_sample)

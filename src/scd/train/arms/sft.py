@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scd.train.arms.base import Arm, Method, Problem, RowsInput
+
+if TYPE_CHECKING:
+    from scd.config.schema import Recipe
+    from scd.models.formatting import Formatter
 
 __all__ = ["SFT", "General"]
 
@@ -24,16 +28,16 @@ class SFT(Method):
     check_sample = 256
     padding_free = True
 
-    def config_values(self, recipe: Any) -> dict[str, Any]:
+    def config_values(self, recipe: Recipe) -> dict[str, Any]:
         return {"completion_only_loss": True}
 
-    def render(self, data: Any, formatter: Any) -> Any:
+    def render(self, data: Any, formatter: Formatter) -> Any:
         from scd.train.sft_rows import training_rows
 
         return training_rows(data.select_columns(list(self.columns)), formatter)
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Any, recipe: Any
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, recipe: Recipe
     ) -> int:
         from scd.train.sft_rows import check_trained_tokens
 
@@ -48,7 +52,7 @@ class General(Arm):
     method = "sft"
     own_rows = True
 
-    def problems(self, recipe: Any) -> Iterator[Problem]:
+    def problems(self, recipe: Recipe) -> Iterator[Problem]:
         if not recipe.data.general:  # a path that is not a file: scd.config.checks
             yield (
                 "data.general",

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scd.config.options import Options, non_negative, option
 from scd.train.arms.base import Arm, Problem
+
+if TYPE_CHECKING:
+    from scd.config.schema import Recipe
 
 __all__ = ["Steer", "SteerOptions"]
 
@@ -52,7 +55,7 @@ class Steer(Arm):
     Options = SteerOptions
     steers = True
 
-    def problems(self, recipe: Any) -> Iterator[Problem]:
+    def problems(self, recipe: Recipe) -> Iterator[Problem]:
         if recipe.eval.backend != "hf":
             yield (
                 "arms",

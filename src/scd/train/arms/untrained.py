@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scd.config.options import Options, option
 from scd.train.arms.base import Arm, Problem
+
+if TYPE_CHECKING:
+    from scd.config.schema import Recipe
 
 __all__ = ["DEBIAS_PROMPT", "Base", "Prompt", "PromptOptions"]
 
@@ -35,10 +38,10 @@ class Prompt(Arm):
     help = "the untuned model with a debiasing system prompt (arena.system_prompt)"
     Options = PromptOptions
 
-    def system_prompt(self, recipe: Any) -> str | None:
+    def system_prompt(self, recipe: Recipe) -> str | None:
         return recipe.arena.system_prompt
 
-    def problems(self, recipe: Any) -> Iterator[Problem]:
+    def problems(self, recipe: Recipe) -> Iterator[Problem]:
         if recipe.bias_protocol != "scd":
             yield (
                 "arms",
