@@ -93,6 +93,10 @@ def test_every_arm_on_each_held_out_value_on_the_same_prompts(layout: dict) -> N
     assert by["likelihood", "sft", 42]["bias_pct"] == 0.0
     assert by["likelihood", "sft", 7]["bias_pct"] == pytest.approx(10.0)
     assert by["likelihood", "steer", None]["bias_p"] == 1.0  # the same answers as the base model
+    assert by["likelihood", "steer", None]["bias_change_pts"] == 0.0
+    sft = by["likelihood", "sft", 42]
+    assert sft["bias_change_pts"] == pytest.approx(-30.0)
+    assert sft["bias_change_ci_low"] <= -30 <= sft["bias_change_ci_high"] < 0
     tested = [r for r in rows if r["arm"] != "base"]
     assert all(r["bias_p_holm"] >= r["bias_p"] for r in tested)
     assert by["likelihood", "sft", 42]["bias_p"] < 0.05  # 30% -> 0% in every template cell
@@ -106,7 +110,7 @@ def test_the_table_shows_seeds_as_their_mean_and_range(layout: dict) -> None:
     assert table.name == "table11_arms" and len(table.rows) == 8  # each seed its own tidy row
     md = table.markdown
     assert md.startswith("## Table 11 by arm: cross-scale transfer")
-    assert "| 3 | Likelihood | sft | 5.0 (0.0–10.0) | ≤ " in md
+    assert "| 3 | Likelihood | sft | 5.0 (0.0–10.0) | -25.0 (-30.0–-20.0) | ≤ " in md
     assert "| 3 | Likelihood | base | 30.0 [" in md and "| 3 | Frequency | steer |" in md
     assert "the mean over them (lowest–highest)" in md
 
@@ -116,3 +120,12 @@ def test_no_table_without_a_held_out_dimension(layout: dict) -> None:
         arm["setting"] = 1  # a random split: nothing held out by name
     assert arm_transfer_tables(layout, load_settings()) == []
     assert arm_transfer_tables({"settings": {}}, load_settings()) == []  # no arena
+
+
+def test_the_held_out_values_are_those_the_run_used(layout: dict) -> None:
+    """A setting from the recipe's own settings file: its SFT manifest says what it held out."""
+    sft = Path(layout["arms"][1]["sft"])
+    used = {"train": {"scale": ["certainty"]}, "eval": {"scale": ["frequency"]}}
+    (sft / "manifest.json").write_text(json.dumps({"setting": 3, "used": used}))
+    rows = arm_transfer_rows(layout, load_settings())
+    assert {r["value"] for r in rows} == {"frequency"}

@@ -24,8 +24,9 @@ from scd.eval.benchmarks.base import Table, markdown_table
 from scd.eval.benchmarks.bias.metrics import label_of
 from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
 from scd.eval.benchmarks.bias.transfer import TRANSFER_TABLES, bias_frame
-from scd.eval.benchmarks.clusters import cluster_change, cluster_rate
+from scd.eval.benchmarks.clusters import RESAMPLES, cluster_change, cluster_rate
 from scd.eval.benchmarks.columns import Column, over_seeds
+from scd.io import read_json
 
 __all__ = ["ARM_TRANSFER_COLUMNS", "arm_transfer_rows", "arm_transfer_tables"]
 
@@ -39,11 +40,19 @@ ARM_TRANSFER_COLUMNS = (
         ci=("bias_ci_low", "bias_ci_high"),
     ),
     Column(
+        "bias_change_pts",
+        "Change, pts [95% CI]",
+        "the arm's bias % minus the base model's on the same prompts, in points, with a 95% "
+        "percentile bootstrap interval over template cells",
+        ci=("bias_change_ci_low", "bias_change_ci_high"),
+    ),
+    Column(
         "bias_p",
         "p vs base (Holm)",
-        "the arm's change in bias % from the base model on the same prompts, tested by the same "
-        "cluster bootstrap (two-sided; its smallest value is 1/2001); in parentheses "
-        "Holm-corrected over every arm and held-out value of the setting",
+        "that change tested by the same cluster bootstrap (two-sided); in parentheses "
+        "Holm-corrected over the m tests of the setting (every arm, seed and held-out value): "
+        "each test draws max(2,000, 200 x m) resamples, so that the smallest corrected p is at "
+        "most 0.005",
         p=True,
     ),
     Column("bias_n", "n (templates)", "", render=lambda r: _n(r)),
@@ -54,11 +63,16 @@ def _n(row: dict[str, Any]) -> str:
     return f"{int(row['bias_n']):,} ({int(row['bias_templates'])})"
 
 
-def _held_out(setting: Setting) -> tuple[str, list[str]] | None:
-    """The one dimension ``setting`` holds out and its values (None for settings 1 and 2)."""
-    if len(setting.eval) != 1:
+def _held_out(sft: Path, setting: Setting | None) -> tuple[str, list[str]] | None:
+    """The one dimension a setting holds out and its values, as its SFT data's manifest says
+    (what the run used: a recipe's own settings file too), else as the packaged ``setting``
+    defines them; None for a setting that holds out no single dimension (1, 2)."""
+    manifest = sft / "manifest.json"
+    used = read_json(manifest).get("used", {}) if manifest.is_file() else {}
+    where = used.get("eval") if "eval" in used else (setting.eval if setting else {})
+    if not where or len(where) != 1:
         return None
-    ((dimension, values),) = setting.eval.items()
+    ((dimension, values),) = where.items()
     return (dimension, list(values)) if dimension in TRANSFER_TABLES and values else None
 
 
@@ -90,6 +104,7 @@ def _setting_rows(
 ) -> list[dict[str, Any]]:
     """The rows of one setting's arms (``layout.json`` entries) on its held-out values."""
     dimension, values = held
+    resamples = max(RESAMPLES, 200 * len(group) * len(values))  # see the p column
     heldout = Path(group[0]["sft"]) / "heldout" / "prompts.parquet"
     ids = pd.Index(pq.read_table(heldout, columns=["prompt_id"])["prompt_id"].to_pylist())
     frames = [bias_frame(a["evals"]["bias"]) for a in group]
@@ -102,13 +117,28 @@ def _setting_rows(
         chosen = ids[where.to_numpy()]
         before = base.loc[chosen]
         key = {"setting": n, "dimension": dimension, "value": value}
-        rows.append({**key, "arm": "base", **_cell(before), "bias_p": None})
+        rows.append(
+            {**key, "arm": "base", **_cell(before), "bias_change_pts": None, "bias_p": None}
+        )
         for arm, frame in zip(group, frames):
             after = frame.loc[chosen]
             cells = list(after[list(TEMPLATE_CELL)].itertuples(index=False, name=None))
-            change = cluster_change(after["biased"].tolist(), before["biased"].tolist(), cells)
+            change = cluster_change(
+                after["biased"].tolist(), before["biased"].tolist(), cells, resamples=resamples
+            )
             seed = {"seed": arm["seed"]} if "seed" in arm else {}
-            rows.append({**key, "arm": arm["arm"], **seed, **_cell(after), "bias_p": change["p"]})
+            rows.append(
+                {
+                    **key,
+                    "arm": arm["arm"],
+                    **seed,
+                    **_cell(after),
+                    "bias_change_pts": change["pts"],
+                    "bias_change_ci_low": change["ci_low"],
+                    "bias_change_ci_high": change["ci_high"],
+                    "bias_p": change["p"],
+                }
+            )
     _holm(rows)
     return rows
 
@@ -124,8 +154,8 @@ def arm_transfer_rows(layout: dict[str, Any], settings: dict[int, Setting]) -> l
     base = bias_frame(base_arm["evals"]["bias"])
     rows = []
     for n in dict.fromkeys(a["setting"] for a in arms if a["setting"] is not None):
-        held = _held_out(settings[n]) if n in settings else None
         group = [a for a in arms if a["setting"] == n and "bias" in a["evals"]]
+        held = _held_out(Path(group[0]["sft"]), settings.get(n)) if group else None
         if held is not None and group:
             rows += _setting_rows(n, group, base, held)
     return rows
@@ -154,13 +184,14 @@ def arm_transfer_tables(layout: dict[str, Any], settings: dict[int, Setting]) ->
         lines = [
             f"## {title.replace(':', ' by arm:', 1)}",
             "",
-            "Every arm of the arena on each value its setting's training side never saw, all on "
-            "the same prompts (the base model is not tested against itself: –). The table above "
-            "without 'by arm' is SCD's adapter per contact type, with the paper's Wilson "
-            "intervals; here the intervals resample template cells.",
+            f"Every arm of the arena on each value its setting's training side never saw, all "
+            f"on the prompts every arm answered (the base model is not tested against itself: "
+            f"–). Table {number} without 'by arm', where the run has it, is SCD's adapter per "
+            f"contact type with the paper's Wilson intervals; here the intervals resample "
+            f"template cells.",
             "",
             *markdown_table(head, body),
-            *(f"- **{c.label}**: {c.defined}." for c in ARM_TRANSFER_COLUMNS[:2]),
+            *(f"- **{c.label}**: {c.defined}." for c in ARM_TRANSFER_COLUMNS[:3]),
             "- **n (templates)**: the held-out descriptor prompts of that value every arm "
             "answered, and the template cells they come from (what the intervals resample).",
         ]
