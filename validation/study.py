@@ -1,0 +1,136 @@
+"""Run a long ``scd run`` study so that a machine replaced mid-way loses no finished arm.
+
+    python validation/study.py RECIPE.yaml --outputs DIR --keep validation/NAME [--set K=V ...]
+
+``scd run``'s own resume keeps what a run directory holds; this keeps what a *repository* holds.
+It runs the recipe's plan task by task -- the base model, then each arm to its end (training,
+evaluations, capability), the first seed of every arm before the second -- and after each task,
+and every ``--every`` seconds in between, copies the run's result files into ``--keep`` (the
+adapters' weights, checkpoints and tokenizer files stay behind: they are large, and no finished
+stage reads them again; so do the prompt sets, which the run makes again in seconds). On a
+machine where ``DIR`` holds no run yet, the kept files are copied back first, so that ``scd
+run``'s stages that finished elsewhere are skipped (a stage is finished when ``state.json`` lists
+it and its output exists) and an evaluation copied mid-way resumes at its last whole chunk
+(:mod:`scd.eval.records`). ``state.json`` records paths as given: run it from the repository
+root with a relative ``DIR`` (``outputs``) and a relative model path, and the kept files name no
+machine and resume on any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+from scd.pipeline.launch import run_recipe
+from scd.pipeline.plan import CapabilityJob, EvalJob, Plan, Task, TrainJob
+from scd.pipeline.recipe import load_recipe
+from scd.pipeline.run import Run
+
+# weights, checkpoints and tokenizers; the prompt sets and a setting's SFT split ("prompts",
+# "sft": megabytes, made again in seconds, the same bytes, by the stages that made them)
+LEFT_BEHIND = ("*.safetensors", "*.bin", "*.pt", "*.pth", "checkpoint-*", "checkpoints")
+LEFT_BEHIND += ("tokenizer.json", "vocab.json", "merges.txt", "*.lock", "worker.pid")
+LEFT_BEHIND += ("prompts", "sft")
+
+
+def copy_results(source: Path, target: Path) -> None:
+    """Every file under ``source`` but :data:`LEFT_BEHIND` into ``target`` (replaced whole)."""
+    if not source.is_dir():
+        return
+    fresh, old = target.with_name(target.name + ".new"), target.with_name(target.name + ".old")
+    shutil.rmtree(fresh, ignore_errors=True)
+    shutil.copytree(source, fresh, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)  # the copy before stays whole until the new one is in its place
+    fresh.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class TaskByTask:
+    """The plan's tasks one after another, each to its end, keeping the results after each."""
+
+    def __init__(self, keep: Path, every: float) -> None:
+        self.keep, self.every = keep, every
+        self.lock = threading.Lock()
+
+    def execute(self, run: Run, plan: Plan) -> None:
+        stop = threading.Event()
+        saver = threading.Thread(target=self._save_every, args=(run, stop), daemon=True)
+        saver.start()
+        try:
+            for job in plan.data:
+                run.execute(job)
+            tasks = sorted(plan.tasks, key=lambda t: (t.name != "base", _seed_rank(run, t.name)))
+            for task in tasks:
+                _train_again_if_lost(run, task)
+                run.execute_task(task)
+                self.save(run)
+                print(f"kept: {task.name}", flush=True)
+        finally:
+            stop.set()
+            saver.join()
+
+    def _save_every(self, run: Run, stop: threading.Event) -> None:
+        while not stop.wait(self.every):
+            try:
+                self.save(run)
+            except (OSError, shutil.Error):  # a file renamed while copied: the next round
+                continue
+
+    def save(self, run: Run) -> None:
+        with self.lock:
+            copy_results(run.dir, self.keep / "run")
+            copy_results(run.cache / "base", self.keep / "cache-base")
+
+
+def _train_again_if_lost(run: Run, task: Task) -> None:
+    """A task copied back with its training finished but not all its evaluations: the adapter's
+    weights stayed on the machine that trained it, so the task starts over -- training and every
+    result of it, finished or not, so that no table mixes two trainings."""
+    train = next((j for j in task.jobs if isinstance(j, TrainJob)), None)
+    if train is None or not run.state.done(train.stage):
+        return
+    if (train.adapter / "adapter_model.safetensors").is_file():
+        return
+    results = [j for j in task.jobs if isinstance(j, EvalJob | CapabilityJob)]
+    if all(run.state.done(j.stage) for j in results):  # all in: the weights are not needed
+        return
+    print(f"{task.name}: its adapter's weights were not kept; the task starts over", flush=True)
+    shutil.rmtree(train.adapter)
+    for job in results:
+        shutil.rmtree(job.out, ignore_errors=True)
+
+
+def _seed_rank(run: Run, name: str) -> int:
+    seeds = [str(s) for s in (run.recipe.arena.seeds or [])]
+    seed = name.rsplit(" seed ", 1)[-1] if " seed " in name else None
+    return seeds.index(seed) if seed in seeds else 0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("recipe")
+    p.add_argument("--outputs", type=Path, required=True)
+    p.add_argument("--keep", type=Path, required=True)
+    p.add_argument("--every", type=float, default=600.0, help="seconds between copies")
+    p.add_argument("--set", action="append", default=[], dest="overrides")
+    a = p.parse_args()
+    recipe = load_recipe(a.recipe, a.overrides)
+    run_dir, cache = a.outputs / recipe.run.name, a.outputs / "cache"
+    if not (run_dir / "recipe.json").is_file() and (a.keep / "run" / "recipe.json").is_file():
+        shutil.copytree(a.keep / "run", run_dir, dirs_exist_ok=True)
+        if (a.keep / "cache-base").is_dir():
+            shutil.copytree(a.keep / "cache-base", cache / "base", dirs_exist_ok=True)
+        print(f"restored the kept results into {run_dir}", flush=True)
+    keeper = TaskByTask(a.keep, a.every)
+    report = run_recipe(recipe, run_dir, cache, launcher=keeper)
+    keeper.save(Run(recipe, run_dir, cache))  # the report, its tables and layout.json too
+    print(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
