@@ -390,3 +390,8 @@ def test_a_trained_arm_over_seeds_shows_its_mean_and_range() -> None:
     assert value.cell(shown[0]) == "25.0" and value.cell(shown[1]) == "3.0 (2.0–4.0)"
     assert Column("bias_p", "p", "a test", p=True).cell(shown[1]) == "≤ 0.01 (≤ 0.03)"
     assert shown[1]["seed~max"] == 1  # every number gets its range, the seed too
+    from scd.eval.benchmarks.bias.columns import BIAS_COLUMNS
+
+    n = next(c for c in BIAS_COLUMNS if c.key == "bias_n")
+    counted = over_seeds([{**r, "bias_n": 165, "bias_templates": 30} for r in rows])
+    assert [n.cell(r) for r in counted] == ["165 (30)", "165 (30)"]  # counts, not 165.0 (30.0)

@@ -71,8 +71,8 @@ BIAS_COLUMNS = (
         "the held-out descriptor prompts each arm answered, and the template cells they come "
         "from (what the intervals resample)",
         table="bias",
-        render=lambda r: (
-            "–" if r.get("bias_n") is None else f"{r['bias_n']} ({r['bias_templates']})"
+        render=lambda r: (  # counts: a seeded row's mean of equal counts is one too
+            "–" if r.get("bias_n") is None else f"{r['bias_n']:.0f} ({r['bias_templates']:.0f})"
         ),
     ),
 )
