@@ -64,7 +64,7 @@ class TaskByTask:
         try:
             for job in plan.data:
                 run.execute(job)
-            tasks = sorted(plan.tasks, key=lambda t: (t.name != "base", _seed_rank(run, t.name)))
+            tasks = sorted(plan.tasks, key=lambda t: (t.name != "base", _seed_rank(run, t)))
             for task in tasks:
                 _train_again_if_lost(run, task)
                 run.execute_task(task)
@@ -105,9 +105,10 @@ def _train_again_if_lost(run: Run, task: Task) -> None:
         shutil.rmtree(job.out, ignore_errors=True)
 
 
-def _seed_rank(run: Run, name: str) -> int:
-    seeds = [str(s) for s in (run.recipe.arena.seeds or [])]
-    seed = name.rsplit(" seed ", 1)[-1] if " seed " in name else None
+def _seed_rank(run: Run, task: Task) -> int:
+    """Where the task's training seed stands in ``arena.seeds`` (0: no seed, or no training)."""
+    seeds = list(run.recipe.arena.seeds or [])
+    seed = next((j.seed for j in task.jobs if isinstance(j, TrainJob)), None)
     return seeds.index(seed) if seed in seeds else 0
 
 
