@@ -393,5 +393,6 @@ def test_a_trained_arm_over_seeds_shows_its_mean_and_range() -> None:
     from scd.eval.benchmarks.bias.columns import BIAS_COLUMNS
 
     n = next(c for c in BIAS_COLUMNS if c.key == "bias_n")
-    counted = over_seeds([{**r, "bias_n": 165, "bias_templates": 30} for r in rows])
-    assert [n.cell(r) for r in counted] == ["165 (30)", "165 (30)"]  # counts, not 165.0 (30.0)
+    counted = over_seeds([{**r, "bias_n": 3456, "bias_templates": 180} for r in rows])
+    # counts, not 3456.0 (180.0), written as the by-arm transfer tables write them
+    assert [n.cell(r) for r in counted] == ["3,456 (180)", "3,456 (180)"]

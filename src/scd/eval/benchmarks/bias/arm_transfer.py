@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from scd.config.settings import Setting
 from scd.eval.benchmarks.base import Table, markdown_table
+from scd.eval.benchmarks.bias.columns import n_templates_cell
 from scd.eval.benchmarks.bias.metrics import label_of
 from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
 from scd.eval.benchmarks.bias.transfer import TRANSFER_TABLES, bias_frame
@@ -55,12 +56,8 @@ ARM_TRANSFER_COLUMNS = (
         "most 0.005",
         p=True,
     ),
-    Column("bias_n", "n (templates)", "", render=lambda r: _n(r)),
+    Column("bias_n", "n (templates)", "", render=n_templates_cell),
 )
-
-
-def _n(row: dict[str, Any]) -> str:
-    return f"{int(row['bias_n']):,} ({int(row['bias_templates'])})"
 
 
 def _held_out(sft: Path, setting: Setting | None) -> tuple[str, list[str]] | None:

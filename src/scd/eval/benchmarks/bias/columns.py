@@ -7,7 +7,7 @@ from typing import Any
 
 from scd.eval.benchmarks.columns import Column
 
-__all__ = ["BIAS_COLUMNS"]
+__all__ = ["BIAS_COLUMNS", "n_templates_cell"]
 
 
 def _tendency_cell(row: dict[str, Any]) -> str:
@@ -17,6 +17,14 @@ def _tendency_cell(row: dict[str, Any]) -> str:
         if k.startswith("tendency_") and k.endswith("_pct") and v is not None
     ]
     return ", ".join(f"{option.capitalize()} {v:.0f}%" for option, v in found) or "–"
+
+
+def n_templates_cell(row: dict[str, Any]) -> str:
+    """``3,456 (180)``: the prompts an arm answered and the template cells they come from;
+    counts, also for a seeded row (the mean of equal counts is one too)."""
+    if row.get("bias_n") is None:
+        return "–"
+    return f"{round(row['bias_n']):,} ({round(row['bias_templates'])})"
 
 
 BIAS_COLUMNS = (
@@ -71,8 +79,6 @@ BIAS_COLUMNS = (
         "the held-out descriptor prompts each arm answered, and the template cells they come "
         "from (what the intervals resample)",
         table="bias",
-        render=lambda r: (  # counts: a seeded row's mean of equal counts is one too
-            "–" if r.get("bias_n") is None else f"{r['bias_n']:.0f} ({r['bias_templates']:.0f})"
-        ),
+        render=n_templates_cell,
     ),
 )
