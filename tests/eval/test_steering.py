@@ -116,10 +116,12 @@ def test_a_steering_vector_that_does_not_fit_is_one_line(toy_model, toy_prompts,
         code, _, err = run_scd(*base, "--steer", str(steer), "--out", str(out))
         assert code == 2 and says in err and err.count("\n") == 1, err
         assert not out.exists()
-    code, _, err = run_scd(
-        *base, "--backend", "vllm", "--steer", str(deep), "--out", str(tmp_path / "v")
-    )
-    assert code == 2 and "--steer" in err and "hf" in err and "vllm" in err, err
+    for backend in ("vllm", "openai"):
+        out = tmp_path / backend
+        code, _, err = run_scd(*base, "--backend", backend, "--steer", str(deep), "--out", str(out))
+        assert code == 2 and err.count("\n") == 1, err
+        assert "--steer" in err and "hf" in err and backend in err, err
+        assert not out.exists()
 
 
 @pytest.mark.slow
@@ -186,6 +188,23 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     )
     rows_again = {r["arm"]: r for r in json.loads((run / "tables" / "arena.json").read_text())}
     assert rows_again["steer"] == rows["steer"]
+
+
+def test_a_steer_layer_outside_the_model_is_one_line_before_any_activation(toy_model, tmp_path):
+    """``arena.steer_layers`` names a layer the toy (2 layers) does not have: refused when the
+    search opens the model, before the vectors are computed (nothing of the search written)."""
+    from scd.io import cache_key
+
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)
+    recipe = str(REPO / "recipes" / "arena-quickstart.yaml")
+    args = ["run", recipe, "--outputs", str(tmp_path), "--run-id", "deep"]
+    args += ["--set", "arms=[base, steer]", "--set", "eval.sds.enabled=false"]
+    args += ["--set", "eval.bias.limit=40", "--set", "arena.steer_layers=[0, 2]"]
+    code, _, err = run_scd(*args)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and "layer 2: the model has 2 (0 to 1)" in last and "steer_layers" in last, err
+    assert not list((tmp_path / "deep").rglob("vector*")), "the search wrote before refusing"
 
 
 def test_a_recipe_that_steers_on_another_engine_is_refused_before_any_work(tmp_path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.eval.steering import Steering, residual_differences, save_steering
+from scd.eval.steering import Steering, decoder_layers, residual_differences, save_steering
 from scd.io import atomic_file
 
 __all__ = ["default_layers", "search_steering"]
@@ -123,6 +123,12 @@ def search_steering(
     fmt = Formatter.of_rows(tokenizer, train)
     engine = HFEngine(model, engine_options, tokenizer=tokenizer)
     try:
+        n = len(decoder_layers(engine.model))  # before minutes of activations, not after
+        grid_layers = layers if layers is not None else default_layers(n)
+        if bad := [layer for layer in grid_layers if not 0 <= layer < n]:
+            raise InputError(
+                f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers"
+            )
         vectors_file = work / "vectors.pt"
         if vectors_file.is_file():
             vectors = torch.load(vectors_file)
@@ -136,12 +142,6 @@ def search_steering(
             work.mkdir(parents=True, exist_ok=True)
             with atomic_file(vectors_file) as tmp:
                 torch.save(vectors, tmp)
-        n = vectors.shape[0]
-        grid_layers = layers if layers is not None else default_layers(n)
-        if bad := [layer for layer in grid_layers if not 0 <= layer < n]:
-            raise InputError(
-                f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers"
-            )
         ids = [tuple(fmt.encode([r["user"]])[0]) for r in valid]
         options = [fmt.option_ids(tuple(r["options"])) for r in valid]
         requests = [ChoiceRequest(i, o) for i, o in zip(ids, options)]
