@@ -236,14 +236,20 @@ def test_a_bad_neutral_prompt_file_is_one_line_before_any_work(tmp_path: Path) -
     assert not outputs.exists() or not any(outputs.iterdir())
 
 
-def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path) -> None:
+def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path, shared_data: Path) -> None:
     """``arena.seeds``: each seed of each trained arm is a row of arena.csv, trained with its
     own seed on the same rows and items; the table shows the mean and range over seeds, and
-    building it again gives the same bytes."""
+    building it again gives the same bytes. With CrowS-Pairs, Winogender and the relevance
+    controls on (WinoBias's words are not in the toy's vocabulary): every arm has their
+    columns, measured on the same items, and the report their sections."""
     from scd.report.build import build_report
 
     overrides = ["--set", "arms=[base, prompt, sft]", "--set", "arena.seeds=[0, 1, 2]"]
-    overrides += ["--set", "eval.sds.enabled=false"]
+    overrides += ["--set", "eval.sds.enabled=false", "--set", "eval.judgment.enabled=true"]
+    for name in ("crows_pairs", "winogender"):
+        overrides += ["--set", f"eval.{name}.enabled=true"]
+        overrides += ["--set", f"eval.{name}.data={shared_data / name}"]
+    overrides += ["--set", "eval.crows_pairs.limit=40"]
     done = subprocess.run(
         _command(outputs, "seeds", overrides), capture_output=True, text=True, timeout=1200
     )
@@ -273,6 +279,15 @@ def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path) -> None:
     mean = f"{sum(bias) / 3:.1f} ({min(bias):.1f}–{max(bias):.1f})"
     assert mean in sft and sft.rstrip(" |").endswith("| 3")  # the seeds column
     assert "- **Seeds**:" in table
+    for column in ("crows_pairs_pct", "winogender_acc", "judgment_pct"):
+        assert all(r[column] is not None for r in rows), column
+    for n in ("crows_pairs_n", "judgment_n"):
+        assert len({r[n] for r in rows}) == 1 and rows[0][n] > 0, n  # the same items
+    base = rows[0]  # against itself, paired: no change
+    assert base["judgment_change_pts"] == 0 and base["crows_pairs_p"] == base["winogender_p"] == 1
+    report = (run / "report.md").read_text()
+    for section in ("## CrowS-Pairs", "## Winogender", "## Judgment kept (relevance controls)"):
+        assert section in report, section
     build_report(run)
     assert (run / "tables" / "arena.md").read_text() == table
 
