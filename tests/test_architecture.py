@@ -120,6 +120,41 @@ def test_every_arm_and_method_is_importable_by_its_name() -> None:
         assert method().config().__name__.endswith("Config")  # TRL's class, importable
 
 
+def _string_constants(path: Path) -> set[str]:
+    return {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def test_a_method_is_named_only_by_its_unit_and_its_registry_line() -> None:
+    """No branch chooses a trainer, config or row shape by a method's name: the name is a
+    string only in the method's own file and in the registry (scd.config.arms). Not "sft":
+    it is also the name of the SCD training data (``setting-1/sft/``) that every arm uses."""
+    from scd.config.arms import METHODS
+
+    methods = set(METHODS) - {"sft"}
+    own = {f"scd.train.arms.{m}" for m in methods} | {"scd.config.arms"}
+    named = {
+        module: sorted(methods & _string_constants(path))
+        for module, path in MODULES.items()
+        if module not in own
+    }
+    assert {m: n for m, n in named.items() if n} == {}
+
+
+def test_the_arena_table_names_no_benchmarks_column() -> None:
+    """report/arena.py builds the table from what each benchmark declares: no column key of a
+    benchmark (``bbq_accuracy``) nor a key in a benchmark's name (``sds_...``) is written there."""
+    from scd.eval.benchmarks import REGISTRY
+
+    constants = _string_constants(SRC / "scd" / "report" / "arena.py")
+    keys = {c.key for b in REGISTRY.values() for c in b.arena_columns}
+    assert len(keys) > 20 and constants & keys == set()
+    assert [c for c in constants for b in REGISTRY if c.startswith(f"{b}_")] == []
+
+
 def test_every_name_the_architecture_document_gives_exists() -> None:
     text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
     names = set(re.findall(r"`(scd(?:\.\w+)+)`", text))
