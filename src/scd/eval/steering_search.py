@@ -91,6 +91,51 @@ def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[st
     )
 
 
+def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> Any:
+    """The per-layer vectors of the train rows' prompts (unbiased minus biased answer), computed
+    once and kept in ``kept`` for a resumed search."""
+    import torch
+
+    if kept.is_file():
+        return torch.load(kept)
+    pairs = []
+    for r in train:
+        head = list(fmt.encode([r["user"]])[0])
+        good, bad = fmt.option_ids((r["unbiased_answer"], r["biased_answer"]))
+        pairs.append((head + list(good), head + list(bad)))
+    vectors = residual_differences(engine.model, pairs, engine.batch_size)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(kept) as tmp:
+        torch.save(vectors, tmp)
+    return vectors
+
+
+def _measure(
+    engine: Any, fmt: Any, valid: list[dict[str, Any]], neutral: Any, steering: Steering | None
+) -> dict[str, Any]:
+    """One grid point: the validation prompts' bias and the KL from the base model on the
+    neutral prompts, with ``steering`` added (None: the base model)."""
+    from scd.eval.capability.kl import kl_in_memory
+    from scd.eval.engines import ChoiceRequest
+    from scd.models.protocols import choose
+
+    options = [fmt.option_ids(tuple(r["options"])) for r in valid]
+    requests = [ChoiceRequest(tuple(fmt.encode([r["user"]])[0]), o) for r, o in zip(valid, options)]
+    engine.use_steering(steering)
+    scores = engine.score(requests)
+    picks = [choose(r["options"], s, o, "sum") for r, s, o in zip(valid, scores, options)]
+    biased = sum(p == r["biased_answer"] for p, r in zip(picks, valid))
+    kl = kl_in_memory(engine.model, fmt.tokenizer, neutral, steer=steering)
+    return {
+        "bias_pct": 100.0 * biased / len(valid),
+        "biased": biased,
+        "n": len(valid),
+        "kl": kl["kl"],
+        "kl_ci_low": kl["kl_ci_low"],
+        "kl_ci_high": kl["kl_ci_high"],
+    }
+
+
 def search_steering(
     model: str,
     sft: Path,
@@ -108,13 +153,9 @@ def search_steering(
     """Compute the vectors from ``sft``'s train rows, measure every (layer, scale) of the grid
     on its eval rows' prompts and scd's neutral prompts, and write the steering directory
     ``out`` with the point kept; return its ``steer.json``."""
-    import torch
-
-    from scd.eval.capability.kl import kl_in_memory, load_neutral_prompts
-    from scd.eval.engines import ChoiceRequest
+    from scd.eval.capability.kl import load_neutral_prompts
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
-    from scd.models.protocols import choose
 
     work = out.parent / f"{out.name}.search"
     rows = _prompt_rows(prompts)
@@ -129,47 +170,17 @@ def search_steering(
             raise InputError(
                 f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers"
             )
-        vectors_file = work / "vectors.pt"
-        if vectors_file.is_file():
-            vectors = torch.load(vectors_file)
-        else:
-            pairs = []
-            for r in train:
-                head = list(fmt.encode([r["user"]])[0])
-                good, bad = fmt.option_ids((r["unbiased_answer"], r["biased_answer"]))
-                pairs.append((head + list(good), head + list(bad)))
-            vectors = residual_differences(engine.model, pairs, engine.batch_size)
-            work.mkdir(parents=True, exist_ok=True)
-            with atomic_file(vectors_file) as tmp:
-                torch.save(vectors, tmp)
-        ids = [tuple(fmt.encode([r["user"]])[0]) for r in valid]
-        options = [fmt.option_ids(tuple(r["options"])) for r in valid]
-        requests = [ChoiceRequest(i, o) for i, o in zip(ids, options)]
+        vectors = _vectors(engine, fmt, train, work / "vectors.pt")
         _, neutral = load_neutral_prompts(neutral_prompts)
         curve = work / "curve.jsonl"
         done = _done(curve)
         points = [(0, 0.0)] + [(la, float(s)) for la in grid_layers for s in scales if s != 0]
         for layer, scale in points:
-            if (layer, scale) in done:
-                continue
-            steering = Steering(out, vectors, layer, scale, fingerprint, {})
-            engine.use_steering(steering if scale else None)
-            scores = engine.score(requests)
-            picks = [choose(r["options"], s, o, "sum") for r, s, o in zip(valid, scores, options)]
-            biased = sum(p == r["biased_answer"] for p, r in zip(picks, valid))
-            kl = kl_in_memory(engine.model, tokenizer, neutral, steer=steering if scale else None)
-            point = {
-                "layer": layer,
-                "scale": scale,
-                "bias_pct": 100.0 * biased / len(valid),
-                "biased": biased,
-                "n": len(valid),
-                "kl": kl["kl"],
-                "kl_ci_low": kl["kl_ci_low"],
-                "kl_ci_high": kl["kl_ci_high"],
-            }
-            _append(curve, point)
-            done[(layer, scale)] = point
+            if (layer, scale) not in done:
+                steering = Steering(out, vectors, layer, scale, fingerprint, {})
+                point = _measure(engine, fmt, valid, neutral, steering if scale else None)
+                done[(layer, scale)] = {"layer": layer, "scale": scale, **point}
+                _append(curve, done[(layer, scale)])
     finally:
         engine.use_steering(None)
         engine.close()
