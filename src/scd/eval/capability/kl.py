@@ -256,6 +256,41 @@ def kl_in_memory(
     return {"kl": fmean(kls), "kl_ci_low": low, "kl_ci_high": high}
 
 
+def _check_context(lm: Any, prompts: Any, items: list[dict[str, Any]], pairs: list[Any]) -> None:
+    """Refuse a prompt whose arm or base sequence is longer than the model's context."""
+    limit = getattr(lm.config, "max_position_embeddings", None) or float("inf")
+    if too_long := [it["id"] for it, pair in zip(items, pairs) if max(map(len, pair)) > limit]:
+        raise InputError(f"{prompts}: items {too_long}: longer than the model's context ({limit})")
+
+
+def _write(
+    out: Path, records: list[dict[str, Any]], config: dict[str, Any], start: float
+) -> dict[str, Any]:
+    """Write ``records.jsonl`` and ``summary.json`` (the means over prompts, the KL's interval),
+    each atomically; return the summary."""
+    from scd.eval.records import dump_record
+
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_file(out / "records.jsonl") as tmp:
+        tmp.write_text("".join(dump_record(r) + "\n" for r in records), encoding="utf-8")
+    mean = {k: fmean(r[k] for r in records) for k in ("kl", "logp_arm", "logp_base")}
+    low, high = _interval([r["kl"] for r in records])
+    summary = {
+        **config,
+        "n_prompts": len(records),
+        "n_tokens": sum(r["n_tokens"] for r in records),
+        "kl_mean": mean["kl"],
+        "kl_ci_low": low,
+        "kl_ci_high": high,
+        "logp_arm": mean["logp_arm"],
+        "logp_base": mean["logp_base"],
+        "logp_delta": mean["logp_arm"] - mean["logp_base"],
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    write_json(out / "summary.json", summary)
+    return summary
+
+
 def kl_from_base(
     model: str,
     out: Path | str,
@@ -299,7 +334,6 @@ def kl_from_base(
 
     from scd.config.engine import resolve_dtype
     from scd.eval.engines import require_adapter
-    from scd.eval.records import dump_record
     from scd.progress import Progress
 
     start = time.perf_counter()
@@ -339,11 +373,7 @@ def kl_from_base(
         from scd.models import model_fingerprint
 
         check_fits(steering, lm, model_fingerprint(model_dir))
-    limit = getattr(lm.config, "max_position_embeddings", None) or float("inf")
-    if too_long := [
-        it["id"] for it, a, b in zip(items, arm_seqs, base_seqs) if max(len(a), len(b)) > limit
-    ]:
-        raise InputError(f"{prompts}: items {too_long}: longer than the model's context ({limit})")
+    _check_context(lm, prompts, items, [*zip(arm_seqs, base_seqs)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     bar = Progress("capability KL", len(items), unit="prompt", enabled=progress)
     scores = _score(
@@ -362,26 +392,5 @@ def kl_from_base(
         {"id": it["id"], "topic": it["topic"], "n_tokens": n, **s}
         for it, n, s in zip(items, spans, scores)
     ]
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_file(out / "records.jsonl") as tmp:
-        tmp.write_text("".join(dump_record(r) + "\n" for r in records), encoding="utf-8")
-    mean = {k: fmean(r[k] for r in records) for k in ("kl", "logp_arm", "logp_base")}
-    low, high = _interval([r["kl"] for r in records])
-    summary = {
-        **config,
-        "prompts": str(prompts),
-        "source": source,
-        "n_prompts": len(records),
-        "n_tokens": sum(spans),
-        "kl_mean": mean["kl"],
-        "kl_ci_low": low,
-        "kl_ci_high": high,
-        "logp_arm": mean["logp_arm"],
-        "logp_base": mean["logp_base"],
-        "logp_delta": mean["logp_arm"] - mean["logp_base"],
-        "device": device,
-        "batch_size": batch_size,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
-    write_json(out / "summary.json", summary)
-    return summary
+    ran = {"prompts": str(prompts), "source": source, "device": device, "batch_size": batch_size}
+    return _write(out, records, {**config, **ran}, start)
