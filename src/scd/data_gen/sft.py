@@ -212,6 +212,40 @@ def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd")
 
 
+def _split(
+    prompts: Path | str, eval_prompts: Path | str | None, setting: int, spec: Any, seed: int
+) -> tuple[pa.Table, pa.Table]:
+    """The setting's training and held-out prompts: a split of one prompt set, or (a setting
+    that evaluates on another source) the whole set and the second one, less the texts both
+    hold (training keeps them)."""
+    table = read_prompts(prompts)
+    if spec.split != "source":
+        train_mask, eval_mask = split_masks(table, spec, seed)
+        return table.filter(train_mask), table.filter(eval_mask)
+    if not eval_prompts:
+        raise InputError(
+            f"--setting {setting} evaluates on a second prompt set: pass --eval-prompts DIR "
+            "(e.g. from `scd generate contact --descriptors stigma`)"
+        )
+    eval_part = read_prompts(eval_prompts)
+    overlap = pc.is_in(eval_part["prompt"], value_set=table["prompt"].combine_chunks())
+    return table, eval_part.filter(pc.invert(overlap))
+
+
+def _write_heldout(
+    out: Path, eval_part: pa.Table, baseline: pa.Table | None, info: dict[str, Any]
+) -> None:
+    """``heldout/``: the held-out prompts, the descriptor-free baselines of their scales, and a
+    manifest."""
+    out.mkdir()
+    pq.write_table(eval_part, out / "prompts.parquet", compression="zstd")
+    if baseline is not None:
+        scales = pc.unique(eval_part["scale"].combine_chunks().cast(pa.string()))
+        keep = pc.is_in(baseline["scale"].combine_chunks().cast(pa.string()), value_set=scales)
+        pq.write_table(baseline.filter(keep), out / "baseline.parquet", compression="zstd")
+    write_json(out / "manifest.json", {**info, "kind": "heldout_prompts"})
+
+
 def write_sft(
     prompts: Path | str,
     setting: int,
@@ -243,21 +277,10 @@ def write_sft(
     if general_fraction > 0 and not general:
         raise InputError("needs general data (a file or Hub dataset id)", key="general_fraction")
     spec = settings[setting]
-    table = read_prompts(prompts)
+    train_part, eval_part = _split(prompts, eval_prompts, setting, spec, seed)
     sources = {"prompts": sha256_file(Path(prompts) / "prompts.parquet")}
     if spec.split == "source":
-        if not eval_prompts:
-            raise InputError(
-                f"--setting {setting} evaluates on a second prompt set: pass --eval-prompts DIR "
-                "(e.g. from `scd generate contact --descriptors stigma`)"
-            )
-        train_part, eval_part = table, read_prompts(eval_prompts)
         sources["eval_prompts"] = sha256_file(Path(eval_prompts) / "prompts.parquet")
-        overlap = pc.is_in(eval_part["prompt"], value_set=train_part["prompt"].combine_chunks())
-        eval_part = eval_part.filter(pc.invert(overlap))  # same text on both sides: train keeps it
-    else:
-        train_mask, eval_mask = split_masks(table, spec, seed)
-        train_part, eval_part = table.filter(train_mask), table.filter(eval_mask)
     used, warnings = _coverage(spec, train_part, eval_part)
     rng = np.random.default_rng(seed)
     trained = _sample_per_contact(train_part, max_train, rng)
@@ -298,16 +321,8 @@ def write_sft(
     with atomic_output_dir(out, "sft") as tmp:
         _write_rows(tmp / "train.parquet", train_rows)
         _write_rows(tmp / "eval.parquet", eval_rows)
-        (tmp / "heldout").mkdir()
-        pq.write_table(eval_part, tmp / "heldout" / "prompts.parquet", compression="zstd")
         baseline = read_baseline(eval_prompts if spec.split == "source" else prompts)
-        if baseline is not None:
-            scales = pc.unique(eval_part["scale"].combine_chunks().cast(pa.string()))
-            keep = pc.is_in(baseline["scale"].combine_chunks().cast(pa.string()), value_set=scales)
-            pq.write_table(
-                baseline.filter(keep), tmp / "heldout" / "baseline.parquet", compression="zstd"
-            )
-        write_json(tmp / "heldout" / "manifest.json", {**info, "kind": "heldout_prompts"})
+        _write_heldout(tmp / "heldout", eval_part, baseline, info)
         _write_validation(tmp / "validation", train_part, trained, read_baseline(prompts), info)
         write_json(tmp / "manifest.json", info)
         write_card(tmp, info, descriptor_sources([prompts, eval_prompts]))
