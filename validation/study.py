@@ -14,14 +14,22 @@ it and its output exists) and an evaluation copied mid-way resumes at its last w
 (:mod:`scd.eval.records`). ``state.json`` records paths as given: run it from the repository
 root with a relative ``DIR`` (``outputs``) and a relative model path, and the kept files name no
 machine and resume on any.
+
+Every ``--sample`` seconds it appends to ``--keep``/machine.jsonl the machine's busy CPU seconds
+and this process's own (cumulative counters), so that a stage's run time can be reported with
+what else ran beside it: ``python validation/study.py --times validation/NAME`` prints every
+finished stage's seconds and the share of the machine's busy CPU that was not the study's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 from scd.pipeline.launch import run_recipe
@@ -105,6 +113,40 @@ def _train_again_if_lost(run: Run, task: Task) -> None:
         shutil.rmtree(job.out, ignore_errors=True)
 
 
+def cpu_sample() -> dict[str, float]:
+    """Now, the machine's busy CPU seconds since boot (all cores; /proc/stat) and this process's
+    own CPU seconds (every thread)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+    own = os.times()
+    return {"t": round(time.time(), 1), "busy": round(busy, 1), "own": round(own[0] + own[1], 1)}
+
+
+def _sample_every(path: Path, every: float, stop: threading.Event) -> None:
+    while True:
+        with path.open("a") as f:
+            f.write(json.dumps({**cpu_sample(), "cpus": os.cpu_count()}) + "\n")
+        if stop.wait(every):
+            return
+
+
+def stage_times(keep: Path) -> list[dict[str, object]]:
+    """Each finished stage of the kept run: its seconds and the share of the machine's busy CPU
+    during it that other processes took (None: no samples inside it)."""
+    state = json.loads((keep / "run" / "state.json").read_text())["stages"]
+    log = keep / "machine.jsonl"
+    samples = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
+    rows = []
+    for name, s in sorted(state.items(), key=lambda kv: kv[1].get("started_at", 0)):
+        inside = [x for x in samples if s["started_at"] <= x["t"] <= s["finished_at"]]
+        pairs = [(a, b) for a, b in zip(inside, inside[1:]) if b["own"] >= a["own"]]  # one process
+        busy = sum(b["busy"] - a["busy"] for a, b in pairs)
+        own = sum(b["own"] - a["own"] for a, b in pairs)
+        others = round(max(0.0, 1 - own / busy), 2) if busy > 0 else None
+        rows.append({"stage": name, "seconds": s["seconds"], "others_share": others})
+    return rows
+
+
 def _seed_rank(run: Run, task: Task) -> int:
     """Where the task's training seed stands in ``arena.seeds`` (0: no seed, or no training)."""
     seeds = list(run.recipe.arena.seeds or [])
@@ -113,11 +155,16 @@ def _seed_rank(run: Run, task: Task) -> int:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--times"]:
+        for row in stage_times(Path(sys.argv[2])):
+            print(json.dumps(row))
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("recipe")
     p.add_argument("--outputs", type=Path, required=True)
     p.add_argument("--keep", type=Path, required=True)
     p.add_argument("--every", type=float, default=600.0, help="seconds between copies")
+    p.add_argument("--sample", type=float, default=120.0, help="seconds between CPU samples")
     p.add_argument("--set", action="append", default=[], dest="overrides")
     a = p.parse_args()
     recipe = load_recipe(a.recipe, a.overrides)
@@ -128,7 +175,17 @@ def main() -> None:
             shutil.copytree(a.keep / "cache-base", cache / "base", dirs_exist_ok=True)
         print(f"restored the kept results into {run_dir}", flush=True)
     keeper = TaskByTask(a.keep, a.every)
-    report = run_recipe(recipe, run_dir, cache, launcher=keeper)
+    stop = threading.Event()
+    a.keep.mkdir(parents=True, exist_ok=True)
+    sampler = threading.Thread(
+        target=_sample_every, args=(a.keep / "machine.jsonl", a.sample, stop)
+    )
+    sampler.start()
+    try:
+        report = run_recipe(recipe, run_dir, cache, launcher=keeper)
+    finally:
+        stop.set()
+        sampler.join()
     keeper.save(Run(recipe, run_dir, cache))  # the report, its tables and layout.json too
     print(report)
 
