@@ -13,7 +13,7 @@ import pytest
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import RepositoryNotFoundError
 
-from scd.data_gen.sft import load_general
+from scd.data_gen.general import load_general
 from scd.errors import InputError
 from scd.eval.benchmarks.bbq.data import load_bbq
 from scd.hub import hub_problem

@@ -2,7 +2,7 @@
 arm trains on the setting's train prompts and is evaluated on the same held-out part.
 
 - :func:`write_general_rows` (the ``general`` control): as many general instruction rows as the
-  setting's SFT data has train rows (:func:`~scd.data_gen.sft.load_general`, gone through again
+  setting's SFT data has train rows (:func:`~scd.data_gen.general.load_general`, gone through again
   if the source is smaller), so that training takes the same steps with the same hyperparameters.
 - :func:`write_answer_rows`: rows made from each contact prompt of the SFT rows with its unbiased
   and its biased answer (the answer alone, whatever ``data.style``) -- a method's own shape
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from scd import __version__
 from scd.data_gen.contact import read_prompts
-from scd.data_gen.sft import load_general
+from scd.data_gen.general import load_general
 from scd.errors import InputError
 from scd.io import atomic_output_dir, read_json, write_json
 

@@ -83,7 +83,7 @@ def _check_data(recipe: Recipe) -> None:
     instructions (scd's own set or a local file: there, not empty, the columns it needs) and its
     lm-evaluation-harness tasks (known to lm-eval)."""
     from scd.data_gen.descriptors import resolve_descriptors
-    from scd.data_gen.sft import load_general
+    from scd.data_gen.general import load_general
     from scd.io import looks_local
 
     d, c = recipe.data, recipe.capability
