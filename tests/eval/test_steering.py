@@ -90,6 +90,20 @@ def test_kl_grows_with_the_scale(toy_model, tmp_path) -> None:
     assert kls[0] == 0.0 and kls[1] < kls[2] < kls[3]
 
 
+def _steer_arena(toy_model: Path, outputs: Path, run_id: str, *sets: str) -> list[str]:
+    """``scd run`` of the arena quickstart with the base and steer arms (no SDS probe) into
+    ``outputs``, whose cache already holds the toy model; ``sets``: more ``--set`` values."""
+    from scd.io import cache_key
+
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, outputs / "cache" / "toy-model" / key)
+    recipe = str(REPO / "recipes" / "arena-quickstart.yaml")
+    args = ["run", recipe, "--outputs", str(outputs), "--run-id", run_id]
+    for value in ("arms=[base, steer]", "eval.sds.enabled=false", *sets):
+        args += ["--set", value]
+    return args
+
+
 def test_a_steering_vector_that_does_not_fit_is_one_line(toy_model, toy_prompts, tmp_path):
     other = _steer_dir(toy_model, tmp_path / "other", layer=1, scale=1.0)
     info = json.loads((other / "steer.json").read_text())
@@ -137,14 +151,7 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     single added vector undoes it (measured: the answer-token vector and the last-prompt-token
     difference of biased and unbiased prompts, layers 0-1, scales 0.5-128, leave held-out bias at
     22% or raise it; a 4-layer, 128-wide toy the same) -- see issue "A steering arm"."""
-    from scd.io import cache_key
-
-    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
-    shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)
-    recipe = str(REPO / "recipes" / "arena-quickstart.yaml")
-    args = ["run", recipe, "--outputs", str(tmp_path), "--run-id", "steer"]
-    args += ["--set", "arms=[base, steer]", "--set", "eval.sds.enabled=false"]
-    args += ["--set", "data.setting=3", "--set", "eval.bias.limit=1500"]
+    args = _steer_arena(toy_model, tmp_path, "steer", "data.setting=3", "eval.bias.limit=1500")
     code, _, err = run_scd(*args)
     assert code == 0, err[-3000:]
     run = tmp_path / "steer"
@@ -193,14 +200,9 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
 def test_a_steer_layer_outside_the_model_is_one_line_before_any_activation(toy_model, tmp_path):
     """``arena.steer_layers`` names a layer the toy (2 layers) does not have: refused when the
     search opens the model, before the vectors are computed (nothing of the search written)."""
-    from scd.io import cache_key
-
-    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
-    shutil.copytree(toy_model, tmp_path / "cache" / "toy-model" / key)
-    recipe = str(REPO / "recipes" / "arena-quickstart.yaml")
-    args = ["run", recipe, "--outputs", str(tmp_path), "--run-id", "deep"]
-    args += ["--set", "arms=[base, steer]", "--set", "eval.sds.enabled=false"]
-    args += ["--set", "eval.bias.limit=40", "--set", "arena.steer_layers=[0, 2]"]
+    args = _steer_arena(
+        toy_model, tmp_path, "deep", "eval.bias.limit=40", "arena.steer_layers=[0, 2]"
+    )
     code, _, err = run_scd(*args)
     last = err.strip().splitlines()[-1]
     assert code == 2 and "layer 2: the model has 2 (0 to 1)" in last and "steer_layers" in last, err
