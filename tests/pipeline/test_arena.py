@@ -151,6 +151,19 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
     proc.wait()
     stages = json.loads((run / "state.json").read_text())["stages"]
     assert "setting-1/arm-dpo/train" not in stages and "setting-1/train" in stages
+    uninterrupted = pd.read_csv(arena[0] / "tables" / "arena.csv").set_index("arm")
+
+    # the killed run's report: the finished results (the base model's evaluations, from the
+    # cache; the capability cost of each arm trained before the kill), the rest said pending
+    assert main(["report", str(run)]) == 0
+    report = (run / "report.md").read_text()
+    assert "**This run has not finished**" in report and "arm-dpo/eval/bias`" in report
+    partial = pd.read_csv(run / "tables" / "arena.csv").set_index("arm")
+    assert list(partial.index) == ["base", "prompt", "general", "sft"]  # dpo, kto: nothing yet
+    assert partial.loc["sft", "kl_mean"] == uninterrupted.loc["sft", "kl_mean"]
+    # no arm's held-out evaluation has finished: the arena cannot pair the base model's yet
+    assert "bias_pct" not in partial.columns
+    assert "Not finished yet (the run has not ended): results of bbq, bias, sds;" in report
 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]

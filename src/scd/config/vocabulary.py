@@ -130,3 +130,4 @@ class _RunLayout(TypedDict):
 
 class RunLayout(_RunLayout, total=False):
     arms: list[ArmLayout]  # the arena (a recipe with arms:), base first
+    unfinished: list[str]  # benchmarks with a result still to come (a report before the run's end)

@@ -104,6 +104,7 @@ def run_recipe(
         done = list(run.state.stages)  # finished by an earlier invocation
         run.prepare()
         plan = run.plan()
+        run.write_layout(plan)  # `scd report` shows the run from now on, finished or not
         pending = [s for s in plan.stages() if not run.state.done(s)]
         if done and pending:  # a resumed run says what it will not do again
             more = ", ..." if len(done) > 5 else ""

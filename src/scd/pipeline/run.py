@@ -312,11 +312,10 @@ class Run:
         return SharedEngine(self.engine, resolve_model(self.model), adapters=adapters)
 
     # -- the end -------------------------------------------------------------------------------
-    def finish(self, plan: Plan, started: float) -> Path:
-        """``layout.json``, the report and the W&B summary run of a run whose jobs are done;
-        return the report's path."""
+    def write_layout(self, plan: Plan) -> None:
+        """``layout.json``: where each of the plan's results is (or will be), so that ``scd
+        report`` can show a run before its jobs are done; rewritten only when it changes."""
         from scd.io import json_text, write_json
-        from scd.report.build import build_report
 
         base = {k: str(v) for k, v in plan.arms[0].evals.items()}
         settings: dict[str, Any] = {}
@@ -343,6 +342,13 @@ class Run:
         path = self.dir / "layout.json"
         if not path.is_file() or path.read_text() != json_text(layout):
             write_json(path, layout)
+
+    def finish(self, plan: Plan, started: float) -> Path:
+        """``layout.json``, the report and the W&B summary run of a run whose jobs are done;
+        return the report's path."""
+        from scd.report.build import build_report
+
+        self.write_layout(plan)
         report = self.dir / "report.html"
         self.stage("report", [report], lambda: build_report(self.dir))
         if self.recipe.wandb.enabled:

@@ -110,7 +110,8 @@ def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
 
 def _present(layout: RunLayout) -> tuple[list[Any], list[str]]:
     """The benchmarks with arena columns that this run evaluated, and a note on those it did
-    not (their columns are left out)."""
+    not (their columns are left out; those it has not finished yet are named by
+    :func:`arena_table`)."""
     evaluated = {name for a in layout["arms"] for name in a["evals"]}
     found, missing = [], []
     for name, bench in REGISTRY.items():
@@ -118,7 +119,7 @@ def _present(layout: RunLayout) -> tuple[list[Any], list[str]]:
             continue
         if name in evaluated:
             found.append(bench)
-        else:
+        elif name not in layout.get("unfinished", ()):
             missing.append(f"{name} (eval.{name}.enabled is not set in this recipe)")
     return found, missing
 
@@ -178,6 +179,13 @@ def arena_table(layout: RunLayout) -> Table:
     ]
     if missing:
         lines += ["", "Not in these tables: " + "; ".join(missing) + "."]
+    if layout.get("unfinished"):
+        lines += [
+            "",
+            "Not finished yet (the run has not ended): results of "
+            + ", ".join(layout["unfinished"])
+            + "; their cells are – or left out until they are in.",
+        ]
     return Table("\n".join(lines), rows, "arena")
 
 

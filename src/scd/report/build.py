@@ -5,7 +5,8 @@ A pure function of the run directory: it reads what ``scd run`` left there (``re
 ``report.md`` and a self-contained ``report.html``. Each benchmark with results writes its own
 section (:meth:`scd.eval.benchmarks.base.Benchmark.report`), in the registry's order; everything
 is recomputed from the per-prompt records, so the report of a resumed run equals that of an
-uninterrupted one.
+uninterrupted one. A run whose jobs are not all done yet (``scd run`` still going, or stopped)
+gets the report of what has finished, with a note of what is pending (:func:`finished`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from scd.io import read_json
 from scd.report.html import anchor
 from scd.tracking import offline_folders
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "finished"]
 
 
 def _fingerprint(path: Path) -> str:
@@ -112,8 +113,61 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
     return ["| About this run | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
 
 
+def _unfinished(pending: list[str], run_dir: Path) -> list[str]:
+    """A note at the top of the report of a run with results still to come."""
+    if not pending:
+        return []
+    names = [
+        str(Path(p).relative_to(run_dir)) if Path(p).is_relative_to(run_dir) else p for p in pending
+    ]
+    return [
+        f"**This run has not finished**: {len(pending)} results are pending "
+        f"({', '.join(f'`{n}`' for n in names)}). The tables below hold the finished ones only "
+        "(a seeded arm's mean is over its finished seeds); `scd report` again once `scd run` "
+        "is done.",
+        "",
+    ]
+
+
 def _has_results(name: str, layout: RunLayout) -> bool:
     return name in layout["base"] or any(name in s["evals"] for s in layout["settings"].values())
+
+
+def finished(layout: RunLayout) -> tuple[RunLayout, list[str]]:
+    """``layout`` with only the results that have finished (a result directory holding its
+    ``summary.json``; a steering search its ``steer.json``), and the directories left out (each
+    once). An arm with no finished result leaves the arena; the base model's row stays; the
+    layout's ``unfinished`` names the benchmarks whose results were left out."""
+    pending: list[str] = []
+
+    def done(path: str | None, file: str = "summary.json") -> bool:
+        if path and not (Path(path) / file).is_file():
+            pending.append(path)
+            return False
+        return bool(path)
+
+    unfinished: set[str] = set()  # the benchmarks with a result left out
+
+    def evals(of: dict[str, str]) -> dict[str, str]:
+        kept = {k: v for k, v in of.items() if done(v)}
+        unfinished.update(of.keys() - kept.keys())
+        return kept
+
+    out: RunLayout = {**layout, "base": evals(layout["base"])}  # type: ignore[typeddict-item]
+    out["settings"] = {n: {**s, "evals": evals(s["evals"])} for n, s in layout["settings"].items()}
+    if "arms" in layout:
+        arms = []
+        for a in layout["arms"]:
+            arm = {**a, "evals": evals(a["evals"])}
+            arm["capability"] = a["capability"] if done(a["capability"]) else None
+            if "steer" in a and not done(a["steer"], "steer.json"):
+                del arm["steer"]
+            if a["arm"] == "base" or arm["evals"] or arm["capability"] or "steer" in arm:
+                arms.append(arm)
+        out["arms"] = arms  # type: ignore[typeddict-item]
+    if unfinished:
+        out["unfinished"] = sorted(unfinished)
+    return out, list(dict.fromkeys(pending))  # a setting's SFT results are its arm's too
 
 
 def build_report(run_dir: Path | str) -> tuple[Path, Path]:
@@ -122,7 +176,7 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
 
     run_dir = Path(run_dir)
     recipe = read_json(run_dir / "recipe.json")["recipe"]
-    layout = read_json(run_dir / "layout.json")
+    layout, pending = finished(read_json(run_dir / "layout.json"))
     tables = run_dir / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     figures: dict[str, bytes] = {}
@@ -135,6 +189,7 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         "once on every prompt of its subset and sliced per setting. The tables are also in "
         "`tables/` as CSV and JSON (with 95% Wilson intervals).",
         "",
+        *_unfinished(pending, run_dir),
     ]
     body = _training(layout, figures)
     if layout.get("arms"):
