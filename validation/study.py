@@ -4,7 +4,8 @@
 
 ``scd run``'s own resume keeps what a run directory holds; this keeps what a *repository* holds.
 It runs the recipe's plan task by task -- the base model, then each arm to its end (training,
-evaluations, capability), the first seed of every arm before the second -- and after each task,
+evaluations, capability), the first seed of every arm before the second -- and after each task
+writes the report of what has finished so far (``report.md``, ``tables/``) and, after each task
 and every ``--every`` seconds in between, copies the run's result files into ``--keep`` (the
 adapters' weights, checkpoints and tokenizer files stay behind: they are large, and no finished
 stage reads them again; so do the prompt sets, which the run makes again in seconds). On a
@@ -36,12 +37,16 @@ from scd.pipeline.launch import run_recipe
 from scd.pipeline.plan import CapabilityJob, EvalJob, Plan, Task, TrainJob
 from scd.pipeline.recipe import load_recipe
 from scd.pipeline.run import Run
+from scd.report.build import build_report
 
 # weights, checkpoints and tokenizers; the prompt sets and a setting's SFT split ("prompts",
 # "sft": megabytes, made again in seconds, the same bytes, by the stages that made them)
 LEFT_BEHIND = ("*.safetensors", "*.bin", "*.pt", "*.pth", "checkpoint-*", "checkpoints")
 LEFT_BEHIND += ("tokenizer.json", "vocab.json", "merges.txt", "*.lock", "worker.pid")
 LEFT_BEHIND += ("prompts", "sft")
+# the report's figures, and its HTML that holds them again (report.md and tables/ are kept; the
+# study run again, every stage skipped, makes these)
+LEFT_BEHIND += ("report.html", "figures")
 
 
 def copy_results(source: Path, target: Path) -> None:
@@ -76,6 +81,7 @@ class TaskByTask:
             for task in tasks:
                 _train_again_if_lost(run, task)
                 run.execute_task(task)
+                build_report(run.dir)  # the report so far: what the kept copy shows mid-way
                 self.save(run)
                 print(f"kept: {task.name}", flush=True)
         finally:
