@@ -396,3 +396,21 @@ def test_a_trained_arm_over_seeds_shows_its_mean_and_range() -> None:
     counted = over_seeds([{**r, "bias_n": 3456, "bias_templates": 180} for r in rows])
     # counts, not 3456.0 (180.0), written as the by-arm transfer tables write them
     assert [n.cell(r) for r in counted] == ["3,456 (180)", "3,456 (180)"]
+
+
+def test_a_value_only_some_seeds_have_is_their_mean_and_says_of_how_many() -> None:
+    """A run not ended (``scd report`` on it): one seed's result is in, the other's is not."""
+    from scd.eval.benchmarks.columns import Column, over_seeds
+
+    seeds = [
+        {"setting": 1, "arm": "sft", "seed": s, "kl_mean": kl, "bias_pct": b, "bias_p": p}
+        for s, kl, b, p in ((0, 0.5, 2.0, 1e-3), (1, 0.7, None, None), (2, 0.9, 4.0, 1e-2))
+    ]
+    value = Column("bias_pct", "Bias %", "the share")
+    row = over_seeds(seeds)[0]
+    assert row["seeds"] == 3 and row["bias_pct"] == 3.0 and row["bias_pct~seeds"] == 2
+    assert value.cell(row) == "3.0 (2.0–4.0; 2 of 3 seeds)"
+    assert Column("kl_mean", "KL", "drift", digits=2).cell(row) == "0.70 (0.50–0.90)"  # all 3
+    assert Column("bias_p", "p", "a test", p=True).cell(row) == "≤ 0.01 (2 of 3 seeds)"
+    one = over_seeds(seeds[:2])[0]
+    assert value.cell(one) == "2.0 (1 of 2 seeds)"

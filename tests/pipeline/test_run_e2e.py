@@ -262,6 +262,23 @@ def test_a_finished_run_reads_its_results_where_they_were_cached(
     assert not (other / "base").exists()
 
 
+def test_a_report_while_the_base_models_evaluation_is_pending(
+    quickstart: str, root: Path, tmp_path: Path
+) -> None:
+    """The tuned model's evaluation finished before the base model's (Ray submits the base task
+    last): ``scd report`` shows what it can and names the base model's result as pending."""
+    copy = tmp_path / "outputs"
+    shutil.copytree(root.parent, copy, ignore=shutil.ignore_patterns("toy-model"))
+    layout = (copy / root.name / "layout.json").read_text().replace(str(root.parent), str(copy))
+    (copy / root.name / "layout.json").write_text(layout)
+    base_bias = Path(json.loads(layout)["base"]["bias"])
+    (base_bias / "summary.json").unlink()
+    assert main(["report", str(copy / root.name)]) == 0
+    report = (copy / root.name / "report.md").read_text()
+    assert f"**This run has not finished**: 1 result pending (`{base_bias}`)" in report
+    assert "## Training" in report  # the finished training is still shown
+
+
 def test_a_run_under_the_paper_chat_protocol(toy_model: Path, tmp_path: Path) -> None:
     """scd run with eval.bias.protocol paper-chat: the SFT rows, the training and every bias
     evaluation (base and tuned) use that protocol, so that training trains what is scored."""

@@ -117,6 +117,7 @@ class ArmLayout(TypedDict):
     evals: dict[str, str]  # job -> result directory
     capability: str | None  # its capability cost (KL, lm-eval)
     seed: NotRequired[int]  # the arena's seeds: the seed a trained arm's row was trained with
+    steer: NotRequired[str]  # a steer arm's steering search (its steer.json)
 
 
 class _RunLayout(TypedDict):
@@ -130,4 +131,5 @@ class _RunLayout(TypedDict):
 
 class RunLayout(_RunLayout, total=False):
     arms: list[ArmLayout]  # the arena (a recipe with arms:), base first
-    unfinished: list[str]  # benchmarks with a result still to come (a report before the run's end)
+    unfinished: list[str]  # jobs (as in base, evals) with a result still to come: a report
+    # before the run's end (scd.report.build.finished)

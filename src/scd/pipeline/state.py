@@ -73,6 +73,7 @@ class RunState:
         if self.stages or (self.path / "state.json").is_file():
             return
         (self.path / "recipe.json").unlink(missing_ok=True)
+        (self.path / "layout.json").unlink(missing_ok=True)  # written with the plan
         (self.path / ".state.lock").unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # other files left: they block nothing
             self.path.rmdir()

@@ -120,11 +120,16 @@ def _unfinished(pending: list[str], run_dir: Path) -> list[str]:
     names = [
         str(Path(p).relative_to(run_dir)) if Path(p).is_relative_to(run_dir) else p for p in pending
     ]
+    shown = ", ".join(f"`{n}`" for n in names[:12])
+    more = (
+        f" and {len(names) - 12} more (layout.json lists every result)" if len(names) > 12 else ""
+    )
     return [
-        f"**This run has not finished**: {len(pending)} results are pending "
-        f"({', '.join(f'`{n}`' for n in names)}). The tables below hold the finished ones only "
-        "(a seeded arm's mean is over its finished seeds); `scd report` again once `scd run` "
-        "is done.",
+        f"**This run has not finished**: {len(names)} result{'s' if len(names) > 1 else ''} "
+        f"pending ({shown}{more}). The tables below hold the finished ones only: a seeded arm's "
+        "value is the mean over its seeds that have it (the cell says of how many), and "
+        "Holm-corrected p-values are over the arms finished so far (more arms can only raise them). "
+        "`scd report` again once `scd run` is done.",
         "",
     ]
 
@@ -176,14 +181,15 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
 
     run_dir = Path(run_dir)
     recipe = read_json(run_dir / "recipe.json")["recipe"]
-    layout, pending = finished(read_json(run_dir / "layout.json"))
+    planned = read_json(run_dir / "layout.json")  # every result, finished or not
+    layout, pending = finished(planned)
     tables = run_dir / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     figures: dict[str, bytes] = {}
     lines = [
         f"# SCD run `{run_dir.name}`",
         "",
-        *_header(recipe, layout),
+        *_header(recipe, planned),  # each adapter, hashed once its training has finished
         "",
         "Before/after cells are bias % on the same held-out prompts; the base model is evaluated "
         "once on every prompt of its subset and sliced per setting. The tables are also in "
@@ -191,7 +197,7 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
         "",
         *_unfinished(pending, run_dir),
     ]
-    body = _training(layout, figures)
+    body = _training(planned, figures)  # every finished training, evaluated yet or not
     if layout.get("arms"):
         from scd.report.arena import arena_section
 

@@ -41,7 +41,8 @@ class Column:
     def cell(self, row: Row) -> str:
         """The Markdown cell of ``row`` (``–`` where it has no value). A row that is the mean of
         several seeds (``seeds`` > 1, each value's range in ``<key>~min`` / ``<key>~max``)
-        shows ``mean (lowest–highest)``, and for a p-value the largest over the seeds."""
+        shows ``mean (lowest–highest)``, and for a p-value the largest over the seeds; a value
+        only some seeds have says of how many."""
         if self.render is not None:
             return self.render(row)
         value = row.get(self.key)
@@ -64,17 +65,28 @@ class Column:
 
     def _over_seeds(self, row: Row) -> str:
         low, high = row[f"{self.key}~min"], row[f"{self.key}~max"]
+        n = row.get(f"{self.key}~seeds")
+        of = f"{n} of {row['seeds']} seeds" if n else ""  # the others' results still to come
         if self.p:
             holm = row.get(f"{self.key}_holm~max")
-            return f"≤ {high:.2g}" + (f" (≤ {holm:.2g})" if holm is not None else "")
+            text = f"≤ {high:.2g}" + (f" (≤ {holm:.2g})" if holm is not None else "")
+            return text + (f" ({of})" if of else "")
         d = self.digits
-        return f"{number(row[self.key], d)} ({number(low, d)}–{number(high, d)})"
+        if n == 1:
+            return f"{number(row[self.key], d)} ({of})"
+        spread = f"{number(low, d)}–{number(high, d)}"
+        return f"{number(row[self.key], d)} ({spread}{'; ' + of if of else ''})"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def over_seeds(rows: list[Row], keys: tuple[str, ...] = ("setting", "arm")) -> list[Row]:
     """Rows as a table shows them: the rows of one arm's seeds (same ``keys``) as one row of
     their means, with each number's lowest and highest seed (``<key>~min``, ``<key>~max``) and
-    ``seeds``, the number of rows; a row alone stays as it is."""
+    ``seeds``, the number of rows; a row alone stays as it is. A number some seeds lack (their
+    result has not finished) is the mean of those that have it, ``<key>~seeds`` of them."""
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
@@ -83,9 +95,11 @@ def over_seeds(rows: list[Row], keys: tuple[str, ...] = ("setting", "arm")) -> l
         merged = {**group[0], "seeds": len(group)}
         if len(group) > 1:
             for key in (k for k in group[0] if k not in keys):
-                values = [g.get(key) for g in group]
-                if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                values = [g.get(key) for g in group if g.get(key) is not None]
+                if values and all(_is_number(v) for v in values):
                     merged[key] = sum(values) / len(values)
                     merged[f"{key}~min"], merged[f"{key}~max"] = min(values), max(values)
+                    if len(values) < len(group):  # a seed without it (a run not ended)
+                        merged[f"{key}~seeds"] = len(values)
         out.append(merged)
     return out

@@ -69,7 +69,10 @@ def _pairs(layout: RunLayout, base: dict[str, pd.DataFrame], settings: dict) -> 
             Path(info["sft"]) / "heldout" / "prompts.parquet", columns=["prompt_id"]
         )
         split = _manifest(info).get("split") or settings[n].split
-        source = base["bias_eval_prompts" if split == "source" else "bias"]
+        job = "bias_eval_prompts" if split == "source" else "bias"
+        if job not in base:  # the base model's evaluation has not finished (a run not ended)
+            continue
+        source = base[job]
         tuned = bias_frame(info["evals"]["bias"])
         pairs[n] = before_after(source, tuned, ids["prompt_id"].to_pylist())
     return pairs
