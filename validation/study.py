@@ -81,9 +81,9 @@ class TaskByTask:
             for task in tasks:
                 _train_again_if_lost(run, task)
                 run.execute_task(task)
-                build_report(run.dir)  # the report so far: what the kept copy shows mid-way
                 self.save(run)
                 print(f"kept: {task.name}", flush=True)
+                self.report(run)
         finally:
             stop.set()
             saver.join()
@@ -94,6 +94,16 @@ class TaskByTask:
                 self.save(run)
             except (OSError, shutil.Error):  # a file renamed while copied: the next round
                 continue
+
+    def report(self, run: Run) -> None:
+        """The report of what has finished so far, kept too; a failure is said, not fatal (the
+        study's results come first)."""
+        try:
+            build_report(run.dir)
+        except Exception as err:  # noqa: BLE001 - any error of the report: the study goes on
+            print(f"the report so far failed: {type(err).__name__}: {err}", flush=True)
+            return
+        self.save(run)
 
     def save(self, run: Run) -> None:
         with self.lock:
