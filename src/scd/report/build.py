@@ -128,7 +128,8 @@ def _unfinished(pending: list[str], run_dir: Path) -> list[str]:
         f"**This run has not finished**: {len(names)} result{'s' if len(names) > 1 else ''} "
         f"pending ({shown}{more}). The tables below hold the finished ones only: a seeded arm's "
         "value is the mean over its seeds that have it (the cell says of how many), and "
-        "Holm-corrected p-values are over the arms finished so far (more arms can only raise them). "
+        "Holm-corrected p-values are over the arms finished so far (more arms can only raise "
+        "them). "
         "`scd report` again once `scd run` is done.",
         "",
     ]
