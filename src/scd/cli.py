@@ -246,8 +246,20 @@ def _add_recipe_args(parser: argparse.ArgumentParser, example: str) -> None:
     )
 
 
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    """``scd train``."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``scd`` argument parser."""
+    from scd import __version__
+
+    Parser.parsers = []
+    parser = Parser(prog="scd", description="Social Contact Debiasing toolkit")
+    parser.add_argument("--version", action="version", version=f"scd {__version__}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=Parser, metavar="COMMAND"
+    )
+    _add_generate(sub)
+    _add_eval(sub)
+    _add_audit(sub)
+    _add_export(sub)
     train = sub.add_parser("train", help="LoRA/QLoRA SCD training from a YAML recipe")
     _add_recipe_args(train, "train.learning_rate=1e-4")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
@@ -270,10 +282,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--verbose", action="store_true", help="the libraries' own output (dataset bars, logs)"
     )
-
-
-def _add_run(sub: argparse._SubParsersAction) -> None:
-    """``scd run``."""
     run = sub.add_parser(
         "run", help="the whole pipeline from a recipe: generate, evaluate, train, report"
     )
@@ -298,10 +306,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "--address",
         help="ray: the cluster (default: a local one; 'auto': the cluster this node belongs to)",
     )
-
-
-def _add_report(sub: argparse._SubParsersAction) -> None:
-    """``scd report``."""
     report = sub.add_parser("report", help="the report of a run dir (or a table of eval dirs)")
     report.add_argument(
         "target",
@@ -324,10 +328,6 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "beside it); a directory gets report.md, report.html with the figures, "
         "and tables/",
     )
-
-
-def _add_tools(sub: argparse._SubParsersAction) -> None:
-    """``scd merge``, ``toy-model``, ``fetch-model``, ``quickstart``."""
     merge = sub.add_parser("merge", help="merge a LoRA adapter into its base model")
     merge.add_argument("--adapter", required=True, help="adapter directory")
     merge.add_argument("--base", help="base model (default: the adapter's base_model_name_or_path)")
@@ -355,26 +355,6 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
         "killed run resumes.",
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``scd`` argument parser."""
-    from scd import __version__
-
-    Parser.parsers = []
-    parser = Parser(prog="scd", description="Social Contact Debiasing toolkit")
-    parser.add_argument("--version", action="version", version=f"scd {__version__}")
-    sub = parser.add_subparsers(
-        dest="command", required=True, parser_class=Parser, metavar="COMMAND"
-    )
-    _add_generate(sub)
-    _add_eval(sub)
-    _add_audit(sub)
-    _add_export(sub)
-    _add_train(sub)
-    _add_run(sub)
-    _add_report(sub)
-    _add_tools(sub)
     return parser
 
 
