@@ -21,7 +21,8 @@ LAYERS = (
     ("scd/train/",),  # training measures bias with the evaluation's engines, never the reverse
     ("scd/report/", "scd/export/"),
     ("scd/pipeline/",),
-    ("scd/quickstart.py", "scd/commands.py", "scd/cli.py", "scd/cli_parser.py", "scd/__main__.py"),
+    ("scd/quickstart.py", "scd/commands.py", "scd/cli_parser.py", "scd/cli_args.py"),
+    ("scd/cli.py", "scd/__main__.py"),
 )
 
 
