@@ -80,10 +80,12 @@ class TaskByTask:
             tasks = sorted(plan.tasks, key=lambda t: (t.name != "base", _seed_rank(run, t)))
             for task in tasks:
                 _train_again_if_lost(run, task)
+                ran = not all(run.state.done(j.stage) for j in task.jobs if hasattr(j, "stage"))
                 run.execute_task(task)
                 self.save(run)
                 print(f"kept: {task.name}", flush=True)
-                self.report(run)
+                if ran:  # a task finished earlier changed nothing in the report
+                    self.report(run)
         finally:
             stop.set()
             saver.join()
