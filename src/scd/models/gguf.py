@@ -10,12 +10,14 @@ model. The directory is keyed by the file's sha256::
         config.json  model.safetensors  tokenizer.json  tokenizer_config.json  ...
         manifest.json     source file, sha256, architecture, quantization types, timings
 
-A transformers model loaded from GGUF refuses ``save_pretrained``; the conversion builds a plain
-model from its config, loads the dequantized state dict into it, checks that both give the same
-logits on a probe, and saves that. The file is checked before the slow part: a truncated or
-corrupt file, an architecture transformers cannot read or a quantization type ``gguf`` cannot
-dequantize is one :class:`~scd.errors.InputError` naming the file, and nothing is left in the
-cache (the directory is written beside its final place and renamed when complete).
+A transformers model loaded from GGUF refuses ``save_pretrained`` while its GGUF quantizer is
+attached, though its weights are already dequantized; the conversion detaches the quantizer, saves
+the model, and checks that the saved directory, loaded again, gives the GGUF model's logits on a
+probe (one copy of the weights in memory at a time: about 7 GB for a 1.5B model). The file is
+checked before the slow part: a truncated or corrupt file, an architecture transformers cannot
+read or a quantization type ``gguf`` cannot dequantize is one :class:`~scd.errors.InputError`
+naming the file, and nothing is left in the cache (the directory is written beside its final
+place and renamed when complete).
 """
 
 from __future__ import annotations
@@ -122,29 +124,6 @@ def _slug(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
 
 
-def _plain_copy(model: Any) -> Any:
-    """A plain transformers model with the GGUF model's config and (dequantized) weights."""
-    import copy
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    config = copy.deepcopy(model.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.name_or_path = ""
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
-    tied = set(getattr(plain, "_tied_weights_keys", None) or {})
-    if unexpected or [k for k in missing if k not in tied and "lm_head" not in k]:
-        raise RuntimeError(
-            f"state dict mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}"
-        )
-    plain.tie_weights()
-    plain.generation_config = copy.deepcopy(model.generation_config)
-    return plain.eval()
-
-
 def convert_gguf(
     path: Path | str, *, say: Callable[[str], None] = print, cache: Path | None = None
 ) -> Path:
@@ -193,26 +172,34 @@ def _convert(path: Path, tmp: Path, info: dict[str, Any], sha: str) -> dict[str,
     tokenizer = AutoTokenizer.from_pretrained(
         str(path.parent), gguf_file=path.name, trust_remote_code=False
     )
-    gguf_model = AutoModelForCausalLM.from_pretrained(
+    ids = tokenizer(PROBE_TEXT, return_tensors="pt")["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
     ).eval()
-    plain = _plain_copy(gguf_model)
-    ids = tokenizer(PROBE_TEXT, return_tensors="pt")["input_ids"]
     with torch.inference_mode():
-        diff = float((gguf_model(input_ids=ids).logits - plain(input_ids=ids).logits).abs().max())
-    if diff > 1e-4:
-        raise RuntimeError(f"the plain copy's logits differ from the GGUF model's by {diff:.2e}")
-    del gguf_model
-    plain.save_pretrained(tmp, safe_serialization=True)
+        expected = model(input_ids=ids).logits
+    # the weights are dequantized already: a plain model once the GGUF quantizer is detached
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = ""
+    model.hf_quantizer = None
+    model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    n_parameters = sum(p.numel() for p in model.parameters())
+    del model  # the check loads the saved files: never two copies of the weights at once
+    saved = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        diff = float((expected - saved(input_ids=ids).logits).abs().max())
+    if diff > 1e-4:
+        raise RuntimeError(f"the saved model's logits differ from the GGUF model's by {diff:.2e}")
     return {
         "kind": "gguf_conversion",
         "scd_version": __version__,
         "source": str(path.resolve()),
         "source_sha256": sha,
         **info,
-        "model_type": plain.config.model_type,
-        "n_parameters": sum(p.numel() for p in plain.parameters()),
+        "model_type": saved.config.model_type,
+        "n_parameters": n_parameters,
         "saved_dtype": "float32",
         "probe_max_abs_logit_diff": diff,
     }
