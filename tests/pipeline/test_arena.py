@@ -301,6 +301,9 @@ def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path, shared_data:
     report = (run / "report.md").read_text()
     for section in ("## CrowS-Pairs", "## Winogender", "## Judgment kept (relevance controls)"):
         assert section in report, section
+    for seed in (0, 1, 2):  # every seed's adapter, each arm's own
+        assert f"| Adapter, setting 1, arm sft, seed {seed} | `" in report
+    assert "seeds 0, 1, 2 (each trained arm once per seed)" in report
     build_report(run)
     assert (run / "tables" / "arena.md").read_text() == table
 

@@ -25,13 +25,6 @@ from scd.tracking import offline_folders
 __all__ = ["build_report", "finished"]
 
 
-def _fingerprint(path: Path) -> str:
-    """The first 12 hex digits of a file's sha256 ("–" when it is missing)."""
-    from scd.io import sha256_file
-
-    return sha256_file(path)[:12] if path.is_file() else "–"
-
-
 def _engine(ev: dict[str, Any], ran: dict[str, Any] | None = None) -> str:
     """The engine that ran, as it describes itself: its backend and options, the device and
     dtype it ran on (``ran``, from the base evaluation's summary) rather than what "auto" would
@@ -43,6 +36,39 @@ def _engine(ev: dict[str, Any], ran: dict[str, Any] | None = None) -> str:
     options = engine_class(ev["backend"]).Options
     names = {f.name for f in dataclasses.fields(options)}
     return options(**{k: v for k, v in ev.items() if k in names}).describe(ran or {})
+
+
+def _adapters(layout: RunLayout) -> list[tuple[str, str]]:
+    """(what, directory) of every adapter the run trains: each trained arm's (with its seed
+    when the arena trains several), and a setting's SCD adapter when no arm is its."""
+    arms = [a for a in layout.get("arms", []) if a["adapter"]]
+    seeded = {a["setting"] for a in arms if a["arm"] == "sft"}
+    out = [
+        (f"setting {n}", i["adapter"])
+        for n, i in layout["settings"].items()
+        if int(n) not in seeded
+    ]
+    for a in arms:
+        seed = f", seed {a['seed']}" if "seed" in a else ""
+        out.append((f"setting {a['setting']}, arm {a['arm']}{seed}", a["adapter"]))
+    return out
+
+
+def _adapter(path: str) -> str:
+    """The adapter's directory and the first 12 hex digits of its weights' sha256."""
+    from scd.io import sha256_file
+
+    weights = Path(path) / "adapter_model.safetensors"
+    if not weights.is_file():
+        return f"`{path}` (not written yet)"
+    return f"`{path}` (sha256 `{sha256_file(weights)[:12]}`)"
+
+
+def _seeds(recipe: dict[str, Any]) -> str:
+    seeds = (recipe.get("arena") or {}).get("seeds")
+    if seeds:
+        return "seeds " + ", ".join(str(s) for s in seeds) + " (each trained arm once per seed)"
+    return f"seed {recipe['train']['seed']}"
 
 
 def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
@@ -63,15 +89,7 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
     if toy.is_file():
         axes = ", ".join(read_json(toy)["bias_axes"]) or "none"
         rows.append(("Planted bias (toy model)", f"{axes}: these axes get the biased answer"))
-    adapters = [(f"setting {n}", info["adapter"]) for n, info in layout["settings"].items()]
-    adapters += [
-        (f"setting {a['setting']}, arm {a['arm']}", a["adapter"])
-        for a in layout.get("arms", [])
-        if a["adapter"] and a["arm"] != "sft"
-    ]
-    for what, adapter in adapters:
-        sha = _fingerprint(Path(adapter) / "adapter_model.safetensors")
-        rows.append((f"Adapter, {what}", f"`{adapter}` (sha256 `{sha}`)"))
+    rows += [(f"Adapter, {what}", _adapter(path)) for what, path in _adapters(layout)]
     epochs = t["num_train_epochs"]
     steps = (
         f"{t['max_steps']} steps"
@@ -82,7 +100,7 @@ def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
         f"LoRA r={lora['r']}, alpha={lora['alpha']}, dropout={lora['dropout']}; {steps}, batch "
         f"{t['per_device_train_batch_size']} x {t['gradient_accumulation_steps']}, lr "
         f"{t['learning_rate']:g} ({t['lr_scheduler_type']}, warmup {t['warmup_steps']:g}); "
-        f"quantization {recipe['quantization']}; seed {t['seed']}"
+        f"quantization {recipe['quantization']}; {_seeds(recipe)}"
     )
     sft = (
         f"descriptors `{d['descriptors'] or d['prompts']}`; up to {d['max_train']:,} train / "
