@@ -78,6 +78,7 @@ class TaskByTask:
             for job in plan.data:
                 run.execute(job)
             tasks = sorted(plan.tasks, key=lambda t: (t.name != "base", _seed_rank(run, t)))
+            reported = False
             for task in tasks:
                 _train_again_if_lost(run, task)
                 ran = not all(run.state.done(j.stage) for j in task.jobs if hasattr(j, "stage"))
@@ -86,6 +87,9 @@ class TaskByTask:
                 print(f"kept: {task.name}", flush=True)
                 if ran:  # a task finished earlier changed nothing in the report
                     self.report(run)
+                    reported = True
+            if not reported:  # every task had finished before: the report as this scd writes it
+                self.report(run)
         finally:
             stop.set()
             saver.join()

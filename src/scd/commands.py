@@ -1,7 +1,7 @@
 """What each ``scd`` subcommand does: call the library, print a one-line summary.
 
-The parser lives in :mod:`scd.cli`; heavy modules are imported inside each handler, so that
-``scd --help`` and bad-input errors stay fast.
+The parser lives in :mod:`scd.cli` (every command's arguments: :mod:`scd.cli_args`); heavy modules
+are imported inside each handler, so that ``scd --help`` and bad-input errors stay fast.
 """
 
 from __future__ import annotations

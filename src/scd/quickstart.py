@@ -1,6 +1,6 @@
 """``scd quickstart``: the whole SCD loop on CPU, with no network and no account --
 ``recipes/quickstart.yaml`` (package data) through the pipeline (``scd run``); its stages are
-listed in the command's help (:mod:`scd.cli`).
+listed in the command's help (:mod:`scd.cli_args`).
 """
 
 from __future__ import annotations

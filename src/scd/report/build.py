@@ -66,9 +66,9 @@ def _adapter(path: str) -> str:
 
 def _seeds(recipe: dict[str, Any]) -> str:
     seeds = (recipe.get("arena") or {}).get("seeds")
-    if seeds:
+    if seeds and len(seeds) > 1:
         return "seeds " + ", ".join(str(s) for s in seeds) + " (each trained arm once per seed)"
-    return f"seed {recipe['train']['seed']}"
+    return f"seed {seeds[0] if seeds else recipe['train']['seed']}"
 
 
 def _header(recipe: dict[str, Any], layout: RunLayout) -> list[str]:
