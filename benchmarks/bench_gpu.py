@@ -11,7 +11,9 @@ packed (TRL's BFD, padding-free), and 4-bit QLoRA packed, with the default SDPA 
 ``--model``: score a real model (a directory, e.g. SmolLM2 as ``scd fetch-model`` converts it)
 instead of the random 7B, in bfloat16 on a GPU and float32 on a CPU: on a CPU the
 figures are this CPU's scoring rate as a share of a float32 matrix product timed in the same
-process. Achieved FLOP/s count 2 x parameters per token read (embeddings included).
+process. Achieved FLOP/s count 2 x parameters per token read (embeddings included); executed
+FLOP/s count what a second, untimed pass over the same requests ran (torch's FlopCounterMode:
+every matrix product and attention, attention at its full size), divided by the timed seconds.
 
 Random weights change no cost: the FLOPs of a forward pass depend on shapes only. A part that
 cannot run (e.g. no trl/datasets on the machine) is reported, not hidden; --skip-training scores
@@ -62,6 +64,31 @@ def build_model(tokenizer: Path, out: Path, tiny: bool) -> Path:
     return out
 
 
+def count_cpu_attention() -> None:
+    """torch's flop counter knows the GPU's attention kernels; the CPU's flash attention is the
+    same product: the same formulas (torch's own), registered for it. And addmm with an output
+    dtype, which torch 2.11's formula cannot take."""
+    import torch
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    gpu = {  # the GPU's flash attention, forward and backward: the formulas torch counts it by
+        aten._scaled_dot_product_flash_attention_for_cpu: aten._scaled_dot_product_flash_attention,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+            aten._scaled_dot_product_flash_attention_backward
+        ),
+    }
+    for cpu_op, gpu_op in gpu.items():
+        fc.flop_registry.setdefault(cpu_op, fc.flop_registry[gpu_op])
+
+    def addmm_flop(self_shape, a_shape, b_shape, *dtype, out_shape=None, **kwargs) -> int:
+        """torch's formula, also for ``addmm(..., out_dtype=...)`` (TRL's LM-head backward on
+        CUDA), whose dtype torch 2.11's counter passes as a fourth argument and then fails on."""
+        return fc.mm_flop(a_shape, b_shape)
+
+    fc.flop_registry[aten.addmm] = fc.shape_wrapper(addmm_flop)
+
+
 def bench_matmul(size: int = 8192, repeats: int = 10, trials: int = 5) -> dict:
     """This device's own dense matrix-product rate, measured in the benchmark's process: bf16
     on a GPU, float32 on a CPU (2048-square: a 1024-square product's rate varies by 2x from one
@@ -97,6 +124,7 @@ def bench_scoring(
     model: Path, descriptors: Path, out: Path, batch: int, limit: int | None, dtype: str
 ) -> dict:
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     from scd.config.engine import engine_spec
     from scd.data_gen.contact import write_prompts
@@ -123,6 +151,13 @@ def bench_scoring(
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    count_cpu_attention()
+    with FlopCounterMode(display=False) as counter:  # again, untimed: the FLOPs it executes
+        engine.score(reqs)
+    executed = counter.get_total_flops()
+    attention = sum(
+        n for op, n in counter.get_flop_counts()["Global"].items() if "attention" in str(op)
+    )
     params = sum(p.numel() for p in engine.model.parameters())
     tokens = sum(len(r.prompt_ids) for r in reqs) + sum(
         len(o) for r in reqs for o in r.option_ids if len(o) > 1
@@ -142,6 +177,11 @@ def bench_scoring(
         "tokens": tokens,
         "achieved_tflops": round(tflops, 3),
         "share_of_bf16_peak": round(tflops / peak, 3) if peak else None,
+        # counted: every matrix product and attention the pass ran (the shared-prefix and
+        # option passes as executed), attention at its full, not causal, size
+        "executed_tflops": round(executed / seconds / 1e12, 3),
+        "attention_share_of_executed": round(attention / max(executed, 1), 4),
+        "executed_share_of_bf16_peak": round(executed / seconds / 1e12 / peak, 3) if peak else None,
     }
 
 
@@ -229,9 +269,10 @@ def main() -> None:
         for batch in args.batch_size.split(",")
     ]
     for row in report["scoring"]:
-        row["share_of_measured_matmul"] = round(
-            row["achieved_tflops"] / report["matmul"]["tflops"], 3
-        )
+        for key in ("achieved", "executed"):
+            row[f"{key}_share_of_measured_matmul"] = round(
+                row[f"{key}_tflops"] / report["matmul"]["tflops"], 3
+            )
     print(json.dumps(report, indent=1), flush=True)
     if not args.skip_training:
         report["training"] = {

@@ -33,6 +33,18 @@ unlabelled tokens too.
     python benchmarks/bench_train.py --steps 75 --bias-every 25 --eval-prompts 60 [--select-best]
 
 (``--select-best``: each measurement also takes the KL from the base on the neutral prompts.)
+
+On a GPU: ``--model DIR`` of Llama-2-7B shapes with random bf16 weights (what
+``bench_gpu.build_model`` saves) under ``--recipe`` with ``--set`` overrides; ``--runs`` names each
+configuration as ``method:layout`` plus ``+liger`` (Liger Kernel's fused RMSNorm, RoPE and SwiGLU
+through TRL's ``use_liger_kernel``) and ``+nockpt`` (no gradient checkpointing, torch's fused
+AdamW instead of the paged one); the share is then also of the dense bf16 peak. A configuration
+that fails is a row with its error; the others still run.
+
+    python benchmarks/bench_train.py --model /tmp/bench-gpu/llama-2-7b-random \
+        --recipe recipes/llama-2-7b-chat/setting1.yaml --set data.descriptors=toy \
+        --set data.general=scd:general --packed-batch 8 \
+        --runs sft:padded,sft:packed,sft:packed+liger,sft:packed+liger+nockpt,dpo:padded,...
 """
 
 from __future__ import annotations
@@ -48,23 +60,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "recipes" / "quickstart.yaml"
 LAYOUTS = {"sft": ("padded", "pad-free", "packed"), "dpo": ("padded",), "kto": ("padded",)}
-
-
-def _count_cpu_attention() -> None:
-    """torch's flop counter knows the GPU's attention kernels; the CPU's flash attention is the
-    same product: the same formulas (torch's own), registered for it."""
-    import torch
-    from torch.utils import flop_counter as fc
-
-    aten = torch.ops.aten
-    gpu = {  # the GPU's flash attention, forward and backward: the formulas torch counts it by
-        aten._scaled_dot_product_flash_attention_for_cpu: aten._scaled_dot_product_flash_attention,
-        aten._scaled_dot_product_flash_attention_for_cpu_backward: (
-            aten._scaled_dot_product_flash_attention_backward
-        ),
-    }
-    for cpu_op, gpu_op in gpu.items():
-        fc.flop_registry.setdefault(cpu_op, fc.flop_registry[gpu_op])
+FEATURES = {  # what a configuration's "+name" adds to the recipe
+    "liger": ["train.use_liger_kernel=true"],
+    "nockpt": ["train.gradient_checkpointing=false", "train.optim=adamw_torch_fused"],
+}
 
 
 def _meter(count: int, profile: bool):
@@ -75,15 +74,19 @@ def _meter(count: int, profile: bool):
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import TrainerCallback
 
+    cuda = torch.cuda.is_available()
+
     class Meter(TrainerCallback):
         def __init__(self) -> None:
             self.steps: list[tuple[int, float, int]] = []  # (step, seconds, tokens)
-            self.flops = self.flop_tokens = 0
+            self.flops = self.flop_tokens = self.attention = 0
             self.table = ""
             self._mode = self._prof = None
             self._last = self._tokens = None
 
         def on_step_begin(self, args, state, control, **kwargs):
+            if cuda:  # a step's kernels run after its Python returns: time them, not the launch
+                torch.cuda.synchronize()
             if self._last is None:  # the first step: from here
                 self._last, self._tokens = time.perf_counter(), state.num_input_tokens_seen
             if state.global_step == count:
@@ -96,11 +99,15 @@ def _meter(count: int, profile: bool):
                 self._prof.__enter__()
 
         def on_step_end(self, args, state, control, **kwargs):
+            if cuda:
+                torch.cuda.synchronize()
             now, tokens = time.perf_counter(), state.num_input_tokens_seen
             step_tokens = tokens - self._tokens
             if self._mode is not None:
                 self._mode.__exit__(None, None, None)
                 self.flops, self.flop_tokens = self._mode.get_total_flops(), step_tokens
+                ops = self._mode.get_flop_counts()["Global"]
+                self.attention = sum(n for op, n in ops.items() if "attention" in str(op))
                 self._mode = None
             elif self._prof is not None:
                 self._prof.__exit__(None, None, None)
@@ -116,12 +123,13 @@ def _meter(count: int, profile: bool):
 
 def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespace) -> None:
     """Train one configuration in this process; print its figures as one JSON line."""
-    from bench_gpu import bench_matmul  # this script's folder is on sys.path
+    import torch
+    from bench_gpu import PEAK_TFLOPS, bench_matmul, count_cpu_attention  # on sys.path
 
     import scd.train.trainer as trainer_module
     from scd.pipeline.recipe import load_recipe
 
-    _count_cpu_attention()
+    count_cpu_attention()
     meter = _meter(1, args.profile)
     build = trainer_module.build_trainer
 
@@ -138,9 +146,11 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
         "pad-free": ["train.padding_free=true"],  # the same rows per step, no pad tokens
         "packed": ["train.packing=true", f"train.per_device_train_batch_size={args.packed_batch}"],
     }
+    base, *features = layout.split("+")
     recipe = load_recipe(
-        QUICKSTART,
+        args.recipe,
         [
+            *args.set,
             f"model={model}",
             f"output_dir={out}",
             f"train.max_steps={args.steps}",
@@ -148,7 +158,8 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
             "train.logging_steps=100000",
             "train.eval_every_steps=0",
             "wandb.enabled=false",
-            *layouts[layout],
+            *layouts[base],
+            *(key for feature in features for key in FEATURES[feature]),
         ],
     )
     matmul = bench_matmul()
@@ -165,12 +176,19 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
         "tokens": tokens,
         "tokens_per_second": tokens / seconds,
         "flops_per_token": per_token,
+        "attention_share_of_flops": meter.attention / max(meter.flops, 1),
         "tflops": per_token * tokens / seconds / 1e12,
         "matmul": matmul,
         "global_step": info["global_step"],
         "step_seconds": [round(s, 3) for _, s, _ in meter.steps],
     }
     result["share_of_matmul"] = result["tflops"] / matmul["tflops"]
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+        result["device"] = name
+        result["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        result["share_of_bf16_peak"] = result["tflops"] / peak if peak else None
     if meter.table:
         print(meter.table, file=sys.stderr)
     print(json.dumps(result))
@@ -179,45 +197,70 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
 def _run(
     method: str, layout: str, head: str, model: str, args: argparse.Namespace, out: Path
 ) -> dict:
+    """One configuration in a process of its own: its figures, or the error it ended with."""
     cmd = [sys.executable, __file__, "--one", f"{method}:{layout}", "--model", model]
-    cmd += ["--head", head]
+    cmd += ["--head", head, "--recipe", str(args.recipe)]
+    cmd += [f"--set={key}" for key in args.set]
     cmd += ["--out", str(out), "--steps", str(args.steps), "--packed-batch", str(args.packed_batch)]
-    done = subprocess.run(cmd + ["--profile"] * args.profile, capture_output=True, text=True)
+    try:
+        done = subprocess.run(
+            cmd + ["--profile"] * args.profile, capture_output=True, text=True, timeout=args.timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"method": method, "layout": layout, "head": head, "error": "timed out"}
     if done.returncode:
         why = " (killed: out of memory?)" if done.returncode == -9 else ""
-        sys.exit(f"{method} {layout} failed, exit {done.returncode}{why}:\n{done.stderr[-3000:]}")
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        print(f"{method} {layout} failed:\n{done.stderr[-3000:]}", file=sys.stderr, flush=True)
+        error = f"exit {done.returncode}{why}: {lines[-1][:300] if lines else ''}"
+        return {"method": method, "layout": layout, "head": head, "error": error}
     if args.profile:
         table = done.stderr[done.stderr.find("---") :]
         print(f"{method} {layout}, one step profiled:\n{table}", flush=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _configurations(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(method, layout) pairs: ``--runs`` as given, else every layout of each of ``--methods``."""
+    if args.runs:
+        return [tuple(run.split(":")) for run in args.runs.split(",")]
+    return [(method, layout) for method in args.methods.split(",") for layout in LAYOUTS[method]]
+
+
 def _share_of_machine(args: argparse.Namespace, model: str, tmp: Path) -> None:
     rows = []
     heads = ["every", "labelled"] if args.head == "both" else [args.head]
-    for method in args.methods.split(","):
-        for layout in LAYOUTS[method]:
-            for head in heads:
-                out = tmp / f"{method}-{layout}-{head}"
-                rows.append(_run(method, layout, head, model, args, out))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    matmul = rows[0]["matmul"]
+    for method, layout in _configurations(args):
+        for head in heads:
+            out = tmp / f"{method}-{layout}-{head}"
+            rows.append(_run(method, layout, head, model, args, out))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            if args.json:  # as they come: a run cut short keeps what it measured
+                args.json.write_text(json.dumps(rows, indent=1))
+    done = [r for r in rows if "error" not in r]
+    if done:
+        matmul = done[0]["matmul"]
+        print(
+            f"model {Path(model).name}; {args.steps} optimizer steps each, the last "
+            f"{done[0]['steps_timed']} timed; a {matmul['size']}-square {matmul['dtype']} "
+            f"product: {matmul['tflops'] * 1e3:.1f} GFLOP/s (each process timed its own)"
+        )
+    gpu = any(r.get("share_of_bf16_peak") for r in done)
     print(
-        f"model {args.model or 'toy'}; {args.steps} optimizer steps each, the last "
-        f"{rows[0]['steps_timed']} timed; a {matmul['size']}-square {matmul['dtype']} product: "
-        f"{matmul['tflops'] * 1e3:.1f} GFLOP/s (each process timed its own)"
-    )
-    print(
-        f"{'method':<6}{'layout':>8}{'LM head':>10}{'tokens/s':>10}{'MFLOP/token':>13}"
-        f"{'GFLOP/s':>9}{'share of matmul':>17}"
+        f"{'method':<6}{'layout':>22}{'LM head':>10}{'tokens/s':>10}{'MFLOP/token':>13}"
+        f"{'GFLOP/s':>10}{'attention':>10}{'share of matmul':>17}" + "  share of peak" * gpu
     )
     for r in rows:
+        head = f"{r['method']:<6}{r['layout']:>22}{r['head']:>10}"
+        if "error" in r:
+            print(f"{head}  failed: {r['error']}")
+            continue
         print(
-            f"{r['method']:<6}{r['layout']:>8}{r['head']:>10}{r['tokens_per_second']:>10.1f}"
-            f"{r['flops_per_token'] / 1e6:>13,.1f}{r['tflops'] * 1e3:>9.1f}"
-            f"{r['share_of_matmul']:>16.1%}"
+            f"{head}{r['tokens_per_second']:>10.1f}{r['flops_per_token'] / 1e6:>13,.1f}"
+            f"{r['tflops'] * 1e3:>10.1f}{r['attention_share_of_flops']:>10.1%}"
+            f"{r['share_of_matmul']:>16.1%}" + (f"{r['share_of_bf16_peak']:>15.1%}" if gpu else "")
         )
-    by = {(r["method"], r["layout"], r["head"]): r for r in rows}
+    by = {(r["method"], r["layout"], r["head"]): r for r in done}
     for (method, layout, head), r in by.items():
         if head == "labelled" and (method, layout, "every") in by:
             every = by[method, layout, "every"]["tokens_per_second"]
@@ -225,8 +268,6 @@ def _share_of_machine(args: argparse.Namespace, model: str, tmp: Path) -> None:
                 f"{method} {layout}: LM head over labelled tokens only / over every token: "
                 f"{r['tokens_per_second'] / every:.2f}x tokens/s"
             )
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
 
 
 def _bias_while_training(args: argparse.Namespace, model: str, tmp: Path) -> None:
@@ -278,6 +319,13 @@ def main() -> None:
         "token (TRL's own on a CPU), or both side by side",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--recipe", type=Path, default=QUICKSTART, help="default: quickstart")
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE of the recipe")
+    parser.add_argument(
+        "--runs",
+        help="configurations instead of --methods' layouts: method:layout[+liger][+nockpt],...",
+    )
+    parser.add_argument("--timeout", type=float, help="seconds a configuration may take")
     parser.add_argument("--bias-every", type=int, default=0, help="compare train.eval_every_steps")
     parser.add_argument("--eval-prompts", type=int, default=60)
     parser.add_argument("--select-best", action="store_true", help="and train.select best (KL)")
@@ -291,6 +339,14 @@ def main() -> None:
     unknown = set(args.methods.split(",")) - set(LAYOUTS)
     if unknown:
         sys.exit(f"--methods: {', '.join(sorted(unknown))} (expected some of {', '.join(LAYOUTS)})")
+    for run in (args.runs or "").split(",") if args.runs else []:
+        method, _, layout = run.partition(":")
+        base, *features = layout.split("+")
+        if base not in LAYOUTS.get(method, ()) or set(features) - set(FEATURES):
+            sys.exit(
+                f"--runs: {run!r} (expected method:layout[+feature], a layout of {LAYOUTS}, "
+                f"features {', '.join(FEATURES)})"
+            )
     if args.steps < 4 and not args.bias_every:
         sys.exit("--steps: at least 4 (a warm-up step, a counted one, then the timed ones)")
     tmp = Path(tempfile.mkdtemp(prefix="scd-bench-train-"))
