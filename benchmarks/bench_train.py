@@ -278,8 +278,9 @@ def _bias_while_training(args: argparse.Namespace, model: str, tmp: Path) -> Non
     results = {}
     for name, extra in [("plain", []), ("bias", bias + ["train.select=best"] * args.select_best)]:
         recipe = load_recipe(
-            QUICKSTART,
+            args.recipe,
             [
+                *args.set,
                 f"model={model}",
                 f"output_dir={tmp / name}",
                 f"train.max_steps={args.steps}",
@@ -339,7 +340,7 @@ def main() -> None:
     unknown = set(args.methods.split(",")) - set(LAYOUTS)
     if unknown:
         sys.exit(f"--methods: {', '.join(sorted(unknown))} (expected some of {', '.join(LAYOUTS)})")
-    for run in (args.runs or "").split(",") if args.runs else []:
+    for run in args.runs.split(",") if args.runs else []:
         method, _, layout = run.partition(":")
         base, *features = layout.split("+")
         if base not in LAYOUTS.get(method, ()) or set(features) - set(FEATURES):
