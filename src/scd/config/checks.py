@@ -17,7 +17,7 @@ from scd.config.schema import CapabilitySpec, Recipe
 from scd.config.settings import load_settings
 from scd.errors import InputError
 
-__all__ = ["recipe_problems", "recipe_warnings"]
+__all__ = ["liger_problem", "recipe_problems", "recipe_warnings"]
 
 Problem = tuple[str, str]
 
@@ -74,6 +74,29 @@ def _value_problems(recipe: Recipe) -> Iterator[Problem]:
             "train.hub_model_id",
             (f"train.hub_model_id: {t.hub_model_id!r} is not a Hub repository id (owner/name)"),
         )
+    problem = liger_problem(recipe)
+    if problem:
+        yield "train.use_liger_kernel", problem
+
+
+def liger_problem(recipe: Recipe, cuda: bool | None = None) -> str | None:
+    """Why ``train.use_liger_kernel: true`` (TRL's key: Liger Kernel's fused layers) cannot
+    train: the package is missing, or the run trains on a CPU, where its Triton kernels do not
+    run. ``cuda``: whether the run trains on a CUDA GPU (None: not known yet; then only
+    ``train.device: cpu`` says it does not)."""
+    if not (recipe.train.trl or {}).get("use_liger_kernel"):
+        return None
+    if importlib.util.find_spec("liger_kernel") is None:
+        return (
+            "train.use_liger_kernel: the liger-kernel package is not installed "
+            "(pip install liger-kernel)"
+        )
+    if cuda is False or (cuda is None and recipe.train.device == "cpu"):
+        return (
+            "train.use_liger_kernel: Liger Kernel's kernels run on a CUDA GPU and this run "
+            "trains on the CPU; set it false"
+        )
+    return None
 
 
 def _run_problems(recipe: Recipe) -> Iterator[Problem]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.config.arms import method_class, padding_free_problem
+from scd.config.checks import liger_problem
 from scd.config.schema import Recipe
 from scd.errors import InputError
 from scd.train.arms.base import Method
@@ -208,6 +209,8 @@ def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str
     for _, problem in method.problems(recipe):
         raise InputError(problem)
     problem = recipe.train.padding_free and padding_free_problem([method.name])
+    cuda = _is_cuda(recipe)
+    problem = problem or liger_problem(recipe, cuda)
     if problem:
         raise InputError(problem)
     model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
@@ -225,7 +228,7 @@ def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str
             f"output_dir {out}: holds checkpoints; pass --resume to continue, "
             "or choose a new output_dir"
         )
-    return model_path, out, checkpoint, _is_cuda(recipe)
+    return model_path, out, checkpoint, cuda
 
 
 def _training_rows(recipe: Recipe, out: Path, method: Method, state: Any, progress: bool) -> Path:
