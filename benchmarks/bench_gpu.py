@@ -64,10 +64,10 @@ def build_model(tokenizer: Path, out: Path, tiny: bool) -> Path:
     return out
 
 
-def count_cpu_attention() -> None:
-    """torch's flop counter knows the GPU's attention kernels; the CPU's flash attention is the
-    same product: the same formulas (torch's own), registered for it. And addmm with an output
-    dtype, which torch 2.11's formula cannot take."""
+def register_flop_formulas() -> None:
+    """Formulas torch's flop counter lacks: the CPU's flash attention (the GPU kernels' product:
+    torch's own formulas, registered for it) and addmm with an output dtype, which torch 2.11's
+    formula cannot take."""
     import torch
     from torch.utils import flop_counter as fc
 
@@ -151,7 +151,7 @@ def bench_scoring(
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    count_cpu_attention()
+    register_flop_formulas()
     with FlopCounterMode(display=False) as counter:  # again, untimed: the FLOPs it executes
         engine.score(reqs)
     executed = counter.get_total_flops()

@@ -124,12 +124,12 @@ def _meter(count: int, profile: bool):
 def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespace) -> None:
     """Train one configuration in this process; print its figures as one JSON line."""
     import torch
-    from bench_gpu import PEAK_TFLOPS, bench_matmul, count_cpu_attention  # on sys.path
+    from bench_gpu import PEAK_TFLOPS, bench_matmul, register_flop_formulas  # on sys.path
 
     import scd.train.trainer as trainer_module
     from scd.pipeline.recipe import load_recipe
 
-    count_cpu_attention()
+    register_flop_formulas()
     meter = _meter(1, args.profile)
     build = trainer_module.build_trainer
 
@@ -223,7 +223,7 @@ def _run(
 def _configurations(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(method, layout) pairs: ``--runs`` as given, else every layout of each of ``--methods``."""
     if args.runs:
-        return [tuple(run.split(":")) for run in args.runs.split(",")]
+        return [tuple(run.partition(":")[::2]) for run in args.runs.split(",")]
     return [(method, layout) for method in args.methods.split(",") for layout in LAYOUTS[method]]
 
 
@@ -340,13 +340,12 @@ def main() -> None:
     unknown = set(args.methods.split(",")) - set(LAYOUTS)
     if unknown:
         sys.exit(f"--methods: {', '.join(sorted(unknown))} (expected some of {', '.join(LAYOUTS)})")
-    for run in args.runs.split(",") if args.runs else []:
-        method, _, layout = run.partition(":")
+    for method, layout in _configurations(args):
         base, *features = layout.split("+")
         if base not in LAYOUTS.get(method, ()) or set(features) - set(FEATURES):
             sys.exit(
-                f"--runs: {run!r} (expected method:layout[+feature], a layout of {LAYOUTS}, "
-                f"features {', '.join(FEATURES)})"
+                f"--runs: {method}:{layout} (expected method:layout[+feature], a layout of "
+                f"{LAYOUTS}, features {', '.join(FEATURES)})"
             )
     if args.steps < 4 and not args.bias_every:
         sys.exit("--steps: at least 4 (a warm-up step, a counted one, then the timed ones)")
