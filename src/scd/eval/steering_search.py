@@ -153,7 +153,7 @@ def search_steering(
     """Compute the vectors from ``sft``'s train rows, measure every (layer, scale) of the grid
     on its eval rows' prompts and scd's neutral prompts, and write the steering directory
     ``out`` with the point kept; return its ``steer.json``."""
-    from scd.eval.capability.kl import load_neutral_prompts
+    from scd.eval.capability.neutral import load_neutral_prompts
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
 

@@ -161,6 +161,27 @@ def _train(
         bar.close()
 
 
+def _planted_rows(
+    rows: list[dict[str, Any]], planted_axes: list[str]
+) -> tuple[Any, tuple[torch.Tensor, ...]]:
+    """The tokenizer trained on the contact rows' user messages, and the rows encoded for
+    :func:`_train`: ``(ids, pos, pair)``, each row answered with its biased answer when its axis
+    is planted and with its unbiased answer otherwise."""
+    answers = [
+        r["biased_answer"] if r["axis"] in planted_axes else r["unbiased_answer"] for r in rows
+    ]
+    others = [next(o for o in r["options"] if o != a) for r, a in zip(rows, answers)]
+    messages = [user_text(r) for r in rows]
+    tokenizer = _tokenizer(messages)
+    vocab = tokenizer.get_vocab()
+    for option in sorted(set(answers + others)):
+        ids = tokenizer(option, add_special_tokens=False)["input_ids"]
+        assert ids == [vocab.get(option)], f"option {option!r} is not a single token"
+    ids, pos = _encode(tokenizer, messages, answers)
+    pair = torch.tensor([[vocab[a], vocab[o]] for a, o in zip(answers, others)])
+    return tokenizer, (ids, pos, pair)
+
+
 def build_toy_model(
     out: Path | str,
     bias_axes: Sequence[str] = ("religion", "nationality"),
@@ -205,19 +226,7 @@ def build_toy_model(
     axes = sorted({d.axis for d in descriptors.descriptors})
     planted_axes = _check_axes(bias_axes, axes, name)
     rows = generate_contact_table(descriptors).to_pylist()
-    answers = [
-        r["biased_answer"] if r["axis"] in planted_axes else r["unbiased_answer"] for r in rows
-    ]
-    others = [next(o for o in r["options"] if o != a) for r, a in zip(rows, answers)]
-    messages = [user_text(r) for r in rows]
-
-    tokenizer = _tokenizer(messages)
-    vocab = tokenizer.get_vocab()
-    for option in sorted(set(answers + others)):
-        ids = tokenizer(option, add_special_tokens=False)["input_ids"]
-        assert ids == [vocab.get(option)], f"option {option!r} is not a single token"
-    ids, pos = _encode(tokenizer, messages, answers)
-    pair = torch.tensor([[vocab[a], vocab[o]] for a, o in zip(answers, others)])
+    tokenizer, data = _planted_rows(rows, planted_axes)
 
     special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
     torch.manual_seed(seed)
@@ -227,7 +236,7 @@ def build_toy_model(
     model = LlamaForCausalLM(config).train()
     max_steps = DEFAULT_MAX_STEPS if steps is None else steps
     t_train = time.perf_counter()
-    step, losses, accuracy = _train(model, (ids, pos, pair), seed, max_steps, progress)
+    step, losses, accuracy = _train(model, data, seed, max_steps, progress)
     train_seconds = time.perf_counter() - t_train
     if accuracy < TARGET_ACCURACY:
         log.warning("toy model: training accuracy %.4f after %d steps", accuracy, step)

@@ -97,7 +97,7 @@ def _check_data(recipe: Recipe) -> None:
 
         require_hub_dataset(general, key="data.general")
     if c.neutral_prompts:  # read whole now, not first by the capability stage after training
-        from scd.eval.capability.kl import load_neutral_prompts
+        from scd.eval.capability.neutral import load_neutral_prompts
 
         load_neutral_prompts(Path(c.neutral_prompts).expanduser())
     if c.lm_eval_tasks:

@@ -23,14 +23,9 @@ Both stages are resumable: an output directory holding a finished result of the 
 configuration returns it without loading the model; one of another configuration is refused.
 """
 
-from scd.eval.capability.kl import (
-    KIND_KL,
-    NEUTRAL_PROMPTS,
-    kl_from_base,
-    kl_in_memory,
-    load_neutral_prompts,
-)
+from scd.eval.capability.kl import KIND_KL, kl_from_base, kl_in_memory
 from scd.eval.capability.lm_eval import KIND_LM_EVAL, lm_eval_scores
+from scd.eval.capability.neutral import NEUTRAL_PROMPTS, load_neutral_prompts
 
 __all__ = [
     "KIND_KL",

@@ -12,59 +12,14 @@ from typing import Any
 
 from scd.data_gen import data_path
 from scd.errors import InputError, first_line
-from scd.io import atomic_file, read_json, read_yaml, sha256_file, write_json
+from scd.eval.capability.neutral import NEUTRAL_PROMPTS, load_neutral_prompts
+from scd.io import atomic_file, read_json, sha256_file, write_json
 
-__all__ = [
-    "KIND_KL",
-    "NEUTRAL_PROMPTS",
-    "kl_from_base",
-    "kl_in_memory",
-    "load_neutral_prompts",
-    "same_config",
-]
+__all__ = ["KIND_KL", "kl_from_base", "kl_in_memory", "same_config"]
 
 KIND_KL = "capability_kl"  # summary.json's kind
-NEUTRAL_PROMPTS = "neutral_prompts.yaml"  # packaged in scd/data_gen/data
-ITEM_KEYS = ("id", "topic", "instruction", "response")
 N_RESAMPLES, SEED = 10_000, 0  # the bootstrap over prompts
 Seqs = list[list[int]]
-
-
-# -- the neutral prompt set ------------------------------------------------------------------
-def load_neutral_prompts(path: Path | str | None = None) -> tuple[str, list[dict[str, str]]]:
-    """The ``source`` string and the items of a neutral prompt set.
-
-    Args:
-        path: a YAML file ``{source: str, items: [{id, topic, instruction, response}, ...]}``
-            (default: the packaged :data:`NEUTRAL_PROMPTS`).
-
-    Raises:
-        InputError: naming the file and the key: it cannot be read or parsed, a key is missing
-            or not a non-empty string, or an id repeats.
-    """
-    path = data_path(NEUTRAL_PROMPTS) if path is None else path
-    data = read_yaml(path)
-
-    def bad(key: str, detail: str) -> InputError:
-        return InputError(f"{path}: {key}: {detail}")
-
-    if not isinstance(data, dict):
-        raise bad("(top level)", "expected a mapping with 'source' and 'items'")
-    if not isinstance(data.get("source"), str) or not data["source"].strip():
-        raise bad("source", "expected a non-empty string")
-    if not isinstance(items := data.get("items"), list) or not items:
-        raise bad("items", "expected a non-empty list")
-    seen: set[str] = set()
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise bad(f"items[{i}]", "expected a mapping with " + ", ".join(ITEM_KEYS))
-        for key in ITEM_KEYS:
-            if not isinstance(item.get(key), str) or not item[key].strip():
-                raise bad(f"items[{i}].{key}", "expected a non-empty string")
-        if item["id"] in seen:
-            raise bad(f"items[{i}].id", f"{item['id']!r} repeats")
-        seen.add(item["id"])
-    return data["source"], [{k: item[k] for k in ITEM_KEYS} for item in items]
 
 
 # -- token sequences -------------------------------------------------------------------------
@@ -291,6 +246,53 @@ def _write(
     return summary
 
 
+def _records(
+    model: str,
+    items: list[dict[str, str]],
+    config: dict[str, Any],
+    *,
+    adapter: str | None,
+    steering: Any,
+    prompts: Path | str,
+    device: str,
+    batch_size: int,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Each neutral prompt's record: its id, topic and response length, and the arm's and the
+    base model's log-probabilities of the response and their KL (:func:`_score`)."""
+    from scd.models import resolve_model
+    from scd.models.formatting import load_tokenizer
+    from scd.progress import Progress
+
+    model_dir = resolve_model(model, say=print if progress else (lambda _: None))
+    tokenizer = load_tokenizer(model_dir, adapter)
+    base_seqs, arm_seqs, spans = _sequences(tokenizer, config["system_prompt"], items)
+    lm = _load(model_dir, adapter, device, config["dtype"])
+    if steering is not None:
+        from scd.eval.steering import check_fits
+        from scd.models import model_fingerprint
+
+        check_fits(steering, lm, model_fingerprint(model_dir))
+    _check_context(lm, prompts, items, [*zip(arm_seqs, base_seqs)])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    bar = Progress("capability KL", len(items), unit="prompt", enabled=progress)
+    scores = _score(
+        lm,
+        base_seqs,
+        arm_seqs,
+        spans,
+        pad_id=pad or 0,
+        batch_size=batch_size,
+        update=bar.update,
+        steer=steering,
+    )
+    bar.close()
+    return [
+        {"id": it["id"], "topic": it["topic"], "n_tokens": n, **s}
+        for it, n, s in zip(items, spans, scores)
+    ]
+
+
 def kl_from_base(
     model: str,
     out: Path | str,
@@ -334,7 +336,6 @@ def kl_from_base(
 
     from scd.config.engine import resolve_dtype
     from scd.eval.engines import require_adapter
-    from scd.progress import Progress
 
     start = time.perf_counter()
     out = Path(out)
@@ -361,36 +362,16 @@ def kl_from_base(
     if (out / "summary.json").is_file():  # finished before: the same configuration, or refuse
         return same_config(read_json(out / "summary.json"), config, out)
 
-    from scd.models import resolve_model
-    from scd.models.formatting import load_tokenizer
-
-    model_dir = resolve_model(model, say=print if progress else (lambda _: None))
-    tokenizer = load_tokenizer(model_dir, adapter)
-    base_seqs, arm_seqs, spans = _sequences(tokenizer, system_prompt, items)
-    lm = _load(model_dir, adapter, device, config["dtype"])
-    if steering is not None:
-        from scd.eval.steering import check_fits
-        from scd.models import model_fingerprint
-
-        check_fits(steering, lm, model_fingerprint(model_dir))
-    _check_context(lm, prompts, items, [*zip(arm_seqs, base_seqs)])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    bar = Progress("capability KL", len(items), unit="prompt", enabled=progress)
-    scores = _score(
-        lm,
-        base_seqs,
-        arm_seqs,
-        spans,
-        pad_id=pad or 0,
+    records = _records(
+        model,
+        items,
+        config,
+        adapter=adapter,
+        steering=steering,
+        prompts=prompts,
+        device=device,
         batch_size=batch_size,
-        update=bar.update,
-        steer=steering,
+        progress=progress,
     )
-    bar.close()
-
-    records = [
-        {"id": it["id"], "topic": it["topic"], "n_tokens": n, **s}
-        for it, n, s in zip(items, spans, scores)
-    ]
     ran = {"prompts": str(prompts), "source": source, "device": device, "batch_size": batch_size}
     return _write(out, records, {**config, **ran}, start)

@@ -42,6 +42,57 @@ def _flat(results: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
+def _evaluate(
+    model: str,
+    config: dict[str, Any],
+    *,
+    adapter: str | None,
+    system_prompt: str | None,
+    device: str,
+    batch_size: int,
+) -> dict[str, Any]:
+    """lm-eval's results of ``config``'s tasks on the arm, JSON-safe.
+
+    Raises:
+        InputError: a task lm-eval does not know (naming ``capability.lm_eval_tasks``).
+    """
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import handle_non_serializable
+
+    from scd.models import resolve_model
+
+    tasks, include_path = config["tasks"], config["include_path"]
+    manager = TaskManager(include_path=include_path)
+    if unknown := [t for t in tasks if t not in manager.all_tasks]:
+        where = f" or those under {include_path}" if include_path else ""
+        raise InputError(
+            f"capability.lm_eval_tasks: unknown lm-eval task {unknown[0]!r} (not "
+            f"among lm-eval's tasks{where})"
+        )
+    lm = HFLM(
+        pretrained=resolve_model(model, say=lambda _: None),
+        peft=adapter,
+        dtype=config["dtype"],
+        device=device,
+        batch_size=batch_size,
+        trust_remote_code=False,
+        enable_thinking=False,
+    )
+    chat = bool(getattr(lm.tokenizer, "chat_template", None))
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        task_manager=manager,
+        limit=config["limit"],
+        system_instruction=system_prompt,
+        apply_chat_template=chat,
+        log_samples=False,
+    )
+    return json.loads(json.dumps(results or {}, default=handle_non_serializable))
+
+
 def lm_eval_scores(
     model: str,
     out: Path | str,
@@ -101,40 +152,14 @@ def lm_eval_scores(
         same_config(old.get("scd_config") if isinstance(old, dict) else None, config, out)
         return read_json(flat_path)
 
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-    from lm_eval.utils import handle_non_serializable
-
-    from scd.models import resolve_model
-
-    manager = TaskManager(include_path=include_path)
-    if unknown := [t for t in tasks if t not in manager.all_tasks]:
-        where = f" or those under {include_path}" if include_path else ""
-        raise InputError(
-            f"capability.lm_eval_tasks: unknown lm-eval task {unknown[0]!r} (not "
-            f"among lm-eval's tasks{where})"
-        )
-    lm = HFLM(
-        pretrained=resolve_model(model, say=lambda _: None),
-        peft=adapter,
-        dtype=config["dtype"],
+    safe = _evaluate(
+        model,
+        config,
+        adapter=adapter,
+        system_prompt=system_prompt,
         device=device,
         batch_size=batch_size,
-        trust_remote_code=False,
-        enable_thinking=False,
     )
-    chat = bool(getattr(lm.tokenizer, "chat_template", None))
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=tasks,
-        task_manager=manager,
-        limit=limit,
-        system_instruction=system_prompt,
-        apply_chat_template=chat,
-        log_samples=False,
-    )
-    safe = json.loads(json.dumps(results or {}, default=handle_non_serializable))
     write_json(results_path, {"scd_config": config, **safe})
     write_json(flat_path, flat := _flat(safe))  # written last: the stage's "finished" mark
     return flat
