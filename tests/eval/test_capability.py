@@ -221,6 +221,35 @@ def test_the_packaged_prompt_set_loads_and_runs(toy_model, adapter, tmp_path):
     assert summary["prompts"].endswith("neutral_prompts.yaml")
 
 
+def test_kl_in_memory_reads_the_base_side_from_its_cache(toy_model, tmp_path):
+    """The steering search measures many points of one base: with ``base_cache`` the base's
+    pass runs on the first call only, and every call gives the numbers it gives without it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from scd.eval.capability import kl_in_memory
+    from scd.eval.steering import Steering
+    from scd.models.formatting import load_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(toy_model, dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(str(toy_model))
+    _, items = load_neutral_prompts()
+    torch.manual_seed(0)
+    steer = Steering(tmp_path, torch.randn(2, model.config.hidden_size), 1, 0.5, "toy", {})
+    passes: list[int] = []
+    model.register_forward_pre_hook(lambda *_: passes.append(1))
+
+    def measured(**cache):
+        passes.clear()
+        return kl_in_memory(model, tokenizer, items, steer=steer, **cache), len(passes)
+
+    (plain, n), cache = measured(), {}
+    first, n_first = measured(base_cache=cache)
+    again, n_again = measured(base_cache=cache)
+    assert plain["kl"] > 0 and first == plain and again == plain
+    assert len(cache) == len(items) and n_first == n and n_again == n // 2
+
+
 # ---- lm-evaluation-harness
 
 DOCS = [

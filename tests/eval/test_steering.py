@@ -161,6 +161,19 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     within = [p for p in info["curve"] if p["kl"] <= info["max_kl"]]
     assert len(info["curve"]) > 1 and "lowest validation bias" in info["why"]
     assert info["validation"]["bias_pct"] == min(p["bias_pct"] for p in within)
+    # each grid point's KL is the steered model's from the unsteered base, as kl_from_base
+    # measures a steering directory of that layer and scale (not from the model steered twice)
+    from scd.eval.capability import kl_from_base
+
+    vectors = load_steering(run / "setting-3/arm-steer/vector").vectors
+    point = max(info["curve"], key=lambda p: (p["scale"], p["layer"]))
+    steer = save_steering(
+        tmp_path / "point", vectors, point["layer"], point["scale"], info["model_fingerprint"]
+    )
+    model = next((tmp_path / "cache" / "toy-model").iterdir())  # the run's copy of the toy
+    alone = kl_from_base(str(model), tmp_path / "point-kl", steer=str(steer), batch_size=8)
+    assert point["scale"] > 0 and alone["kl_mean"] > 0
+    assert point["kl"] == pytest.approx(alone["kl_mean"], rel=1e-4, abs=1e-6)
     report = (run / "report.md").read_text()
     assert "## Steering" in report and "![steering-3](figures/steering-3.png)" in report
     assert (run / "figures" / "steering-3.png").stat().st_size > 0

@@ -111,10 +111,16 @@ def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> 
 
 
 def _measure(
-    engine: Any, fmt: Any, valid: list[dict[str, Any]], neutral: Any, steering: Steering | None
+    engine: Any,
+    fmt: Any,
+    valid: list[dict[str, Any]],
+    neutral: Any,
+    steering: Steering | None,
+    base_cache: dict[int, Any],
 ) -> dict[str, Any]:
     """One grid point: the validation prompts' bias and the KL from the base model on the
-    neutral prompts, with ``steering`` added (None: the base model)."""
+    neutral prompts, with ``steering`` added (None: the base model); the base model's side of
+    the KL in ``base_cache``, computed at the first point measured and read at the others."""
     from scd.eval.capability.kl import kl_in_memory
     from scd.eval.engines import ChoiceRequest
     from scd.models.protocols import choose
@@ -123,9 +129,10 @@ def _measure(
     requests = [ChoiceRequest(tuple(fmt.encode([r["user"]])[0]), o) for r, o in zip(valid, options)]
     engine.use_steering(steering)
     scores = engine.score(requests)
+    engine.use_steering(None)  # the KL's base pass unsteered; its arm pass adds ``steering``
     picks = [choose(r["options"], s, o, "sum") for r, s, o in zip(valid, scores, options)]
     biased = sum(p == r["biased_answer"] for p, r in zip(picks, valid))
-    kl = kl_in_memory(engine.model, fmt.tokenizer, neutral, steer=steering)
+    kl = kl_in_memory(engine.model, fmt.tokenizer, neutral, steer=steering, base_cache=base_cache)
     return {
         "bias_pct": 100.0 * biased / len(valid),
         "biased": biased,
@@ -173,12 +180,14 @@ def search_steering(
         vectors = _vectors(engine, fmt, train, work / "vectors.pt")
         _, neutral = load_neutral_prompts(neutral_prompts)
         curve = work / "curve.jsonl"
-        done = _done(curve)
+        done, base_cache = _done(curve), {}
         points = [(0, 0.0)] + [(la, float(s)) for la in grid_layers for s in scales if s != 0]
         for layer, scale in points:
             if (layer, scale) not in done:
                 steering = Steering(out, vectors, layer, scale, fingerprint, {})
-                point = _measure(engine, fmt, valid, neutral, steering if scale else None)
+                point = _measure(
+                    engine, fmt, valid, neutral, steering if scale else None, base_cache
+                )
                 done[(layer, scale)] = {"layer": layer, "scale": scale, **point}
                 _append(curve, done[(layer, scale)])
     finally:

@@ -114,9 +114,12 @@ def _score(
     batch_size: int,
     update: Callable[[int], None],
     steer: Any = None,
+    base_cache: dict[int, Any] | None = None,
 ) -> list[dict[str, float]]:
     """Per prompt: mean KL(arm || base) over reply positions and both mean log-likelihoods;
-    ``steer``: a :class:`~scd.eval.steering.Steering` the arm adds (the base does not)."""
+    ``steer``: a :class:`~scd.eval.steering.Steering` the arm adds (the base does not);
+    ``base_cache``: the base's reply log-probabilities by prompt index, filled where missing and
+    read where there (a caller measuring many arms of one unchanging base computes it once)."""
     import contextlib
 
     import torch
@@ -137,15 +140,21 @@ def _score(
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
             sub = [spans[i] for i in batch]
-            with base_ctx():
-                base = _reply_logprobs(model, [base_seqs[i] for i in batch], sub, pad_id)
+            if base_cache is None or any(i not in base_cache for i in batch):
+                with base_ctx():
+                    base = _reply_logprobs(model, [base_seqs[i] for i in batch], sub, pad_id)
+                rows = {i: base[j, : spans[i]] for j, i in enumerate(batch)}
+                if base_cache is not None:
+                    base_cache.update({i: row.clone() for i, row in rows.items()})
+            else:
+                rows = {i: base_cache[i] for i in batch}
             # measured for every arm, the base model's own too (where it must come out 0)
             with arm_ctx():
                 arm = _reply_logprobs(model, [arm_seqs[i] for i in batch], sub, pad_id)
             for j, i in enumerate(batch):
                 n = spans[i]
-                targets = torch.tensor(base_seqs[i][-n:], device=base.device)[:, None]
-                lp_base, lp_arm = base[j, :n], arm[j, :n]
+                lp_base, lp_arm = rows[i], arm[j, :n]
+                targets = torch.tensor(base_seqs[i][-n:], device=lp_base.device)[:, None]
                 # D_KL(p_arm || p_base) per position; rounding can dip below 0
                 kl = F.kl_div(lp_base, lp_arm, reduction="none", log_target=True).sum(-1)
                 kl = kl.clamp(min=0).mean().item()
@@ -189,11 +198,17 @@ def kl_in_memory(
     items: list[dict[str, str]],
     batch_size: int = 8,
     steer: Any = None,
+    base_cache: dict[int, Any] | None = None,
 ) -> dict[str, float | None]:
     """The drift of a model already in memory -- one being trained (its adapter switched off
     for the base), or steered (``steer``, a :class:`~scd.eval.steering.Steering`, added for the
     arm only) -- from its base on the neutral ``items``, as :func:`kl_from_base` measures it:
-    the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval."""
+    the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval.
+
+    ``base_cache``: a dict the caller keeps between calls on the same ``items``, batch size and
+    unchanging base (the steering search's grid points): the base's reply log-probabilities
+    (reply tokens x vocabulary, float32, per prompt) are computed on the first call and read on
+    the others -- the same numbers, one forward pass per batch instead of two."""
     base_seqs, arm_seqs, spans = _sequences(tokenizer, None, items)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scores = _score(
@@ -205,6 +220,7 @@ def kl_in_memory(
         batch_size=batch_size,
         update=lambda _: None,
         steer=steer,
+        base_cache=base_cache,
     )
     kls = [s["kl"] for s in scores]
     low, high = _interval(kls)
