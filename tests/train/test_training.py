@@ -521,6 +521,12 @@ def test_select_best_keeps_the_measured_step_with_the_lowest_bias_within_the_kl_
     assert chosen["why"] == "the lowest validation bias of 3 measured steps"
     kept = out / "checkpoints" / f"checkpoint-{best['step']}" / "adapter_model.safetensors"
     assert kept.read_bytes() == (out / "adapter_model.safetensors").read_bytes()
+    # the kept step's KL (its base side measured at step 4 and kept) is the KL the arena
+    # measures of the kept adapter from scratch
+    from scd.eval.capability import kl_from_base
+
+    alone = kl_from_base(str(toy_model), tmp_path / "kl", adapter=str(out), batch_size=8)
+    assert alone["kl_mean"] == pytest.approx(best["eval_kl"], rel=1e-4, abs=1e-6)
 
     bound = train(_recipe(toy_model, tmp_path / "bound", *extra, "train.max_kl=0.0"))
     assert bound["selected"]["step"] == 12

@@ -185,8 +185,10 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
 
     every, best = recipe.train.eval_every_steps, recipe.train.select == "best"
     rows = validation_rows(sft_dir, recipe.train.eval_prompts, recipe.train.seed)
-    neutral = None
+    neutral, base_cache = None, {}  # the adapter-off model's side of the KL, measured once
     if best:
+        from peft import PeftModel
+
         from scd.eval.capability import kl_in_memory, load_neutral_prompts
 
         neutral = load_neutral_prompts(recipe.capability.neutral_prompts)[1]
@@ -213,7 +215,9 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
             try:
                 measures = bias_measures(task.score(rows))
                 if neutral is not None:
-                    kl = kl_in_memory(model, tokenizer, neutral, batch or 8)
+                    # the base (a PEFT model's adapter switched off) does not train: kept
+                    cache = base_cache if isinstance(model, PeftModel) else None
+                    kl = kl_in_memory(model, tokenizer, neutral, batch or 8, base_cache=cache)
                     measures.update(
                         {f"eval_{k}": round(v, 6) for k, v in kl.items() if v is not None}
                     )
