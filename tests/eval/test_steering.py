@@ -79,15 +79,17 @@ def test_the_steered_engine_scores_in_batches_as_one_at_a_time(toy_model, tmp_pa
     assert max(abs(a - b) for a, b in zip(plain, together)) > 1e-2  # the vector did something
 
 
-def test_kl_grows_with_the_scale(toy_model, tmp_path) -> None:
+def test_kl_grows_with_the_scale_of_either_sign(toy_model, tmp_path) -> None:
     from scd.eval.capability import kl_from_base
 
-    kls = []
-    for scale in (0.0, 0.5, 1.0, 2.0):
+    kls = {}
+    for scale in (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0):
         steer = _steer_dir(toy_model, tmp_path / f"s{scale}", layer=1, scale=scale)
         out = kl_from_base(str(toy_model), tmp_path / f"kl{scale}", steer=str(steer), batch_size=16)
-        kls.append(out["kl_mean"])
-    assert kls[0] == 0.0 and kls[1] < kls[2] < kls[3]
+        kls[scale] = out["kl_mean"]
+    assert kls[0.0] == 0.0 and kls[0.5] < kls[1.0] < kls[2.0]
+    assert 0.0 < kls[-0.5] < kls[-1.0] < kls[-2.0]
+    assert kls[-1.0] != kls[1.0]  # subtracting is not adding
 
 
 def _steer_arena(toy_model: Path, outputs: Path, run_id: str, *sets: str) -> list[str]:
@@ -227,6 +229,8 @@ def test_a_recipe_that_steers_on_another_engine_is_refused_before_any_work(tmp_p
     for section, says in (
         ("eval: {backend: vllm}", "eval.backend is vllm"),
         ("capability: {lm_eval_tasks: [hellaswag]}", "lm-evaluation-harness cannot add"),
+        ("arena: {steer_scales: [-1, .nan]}", "expected a list of finite scales (either sign)"),
+        ("arena: {steer_scales: []}", "expected a list of finite scales (either sign)"),
     ):
         recipe.write_text(
             f"model: toy\ndata: {{descriptors: toy}}\narms: [base, steer]\n{section}\n"
@@ -236,3 +240,22 @@ def test_a_recipe_that_steers_on_another_engine_is_refused_before_any_work(tmp_p
         code, _, err = run_scd("run", str(recipe), "--outputs", str(out))
         assert code == 2 and says in err and err.count("\n") == 1, err
         assert not out.exists()
+
+
+def test_the_search_keeps_the_lowest_bias_then_kl_then_the_smallest_scale_of_either_sign():
+    from scd.eval.steering_search import _choose
+
+    def point(layer: int, scale: float, bias: float, kl: float) -> dict:
+        return {"layer": layer, "scale": scale, "bias_pct": bias, "kl": kl, "n": 30}
+
+    base = point(0, 0.0, 20.0, 0.0)
+    # a negative scale that lowers bias is kept; one past the KL bound is not
+    grid = [base, point(3, 2.0, 30.0, 0.1), point(3, -2.0, 10.0, 0.2), point(5, -8.0, 0.0, 0.9)]
+    best, why = _choose(grid, max_kl=0.5)
+    assert (best["layer"], best["scale"]) == (3, -2.0) and "10.00% of 30 prompts" in why
+    assert _choose(grid, max_kl=None)[0]["scale"] == -8.0
+    # ties in bias and KL: the smaller scale in size, then the positive one, then the lower layer
+    tied = [base, point(3, -1.0, 10.0, 0.1), point(3, 1.0, 10.0, 0.1), point(1, 1.0, 10.0, 0.1)]
+    assert (_choose(tied, 0.5)[0]["layer"], _choose(tied, 0.5)[0]["scale"]) == (1, 1.0)
+    tied.append(point(4, -0.5, 10.0, 0.1))
+    assert _choose(tied, 0.5)[0]["scale"] == -0.5

@@ -2,7 +2,7 @@
 Contrastive Activation Addition"; Turner et al. 2023): per layer, the mean difference of the
 residual stream between the unbiased and the biased answer to the same contact prompts, read at
 the answer's last token; at inference ``scale`` times one layer's vector is added to that layer's
-output at every position of the prompt and the answer.
+output at every position of the prompt and the answer (a negative scale subtracts it).
 
 A steering directory (``scd eval ... --steer DIR``, the ``steer`` arm's ``vector/``)::
 

@@ -81,9 +81,11 @@ def _append(curve: Path, point: dict[str, Any]) -> None:
 
 def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[str, Any], str]:
     """The point kept, and why: the lowest validation bias within the KL bound, then the
-    lowest KL, then the smallest scale."""
+    lowest KL, then the smallest scale in size (then the positive one, then the lower layer)."""
     within = [p for p in points if max_kl is None or p["kl"] <= max_kl]
-    best = min(within, key=lambda p: (p["bias_pct"], p["kl"], p["scale"], p["layer"]))
+    best = min(
+        within, key=lambda p: (p["bias_pct"], p["kl"], abs(p["scale"]), -p["scale"], p["layer"])
+    )
     bound = "no KL bound" if max_kl is None else f"KL within {max_kl}"
     return best, (
         f"the lowest validation bias ({best['bias_pct']:.2f}% of {best['n']} prompts) with "

@@ -26,8 +26,9 @@ def steering_png(curve: list[dict[str, Any]], kept: dict[str, Any], title: str) 
     left, right = fig.subplots(1, 2)
     base = next(p for p in curve if p["scale"] == 0)
     for layer in sorted({p["layer"] for p in curve if p["scale"] != 0}):
-        points = [base] + sorted(
-            (p for p in curve if p["layer"] == layer and p["scale"] != 0), key=lambda p: p["scale"]
+        points = sorted(
+            [base, *(p for p in curve if p["layer"] == layer and p["scale"] != 0)],
+            key=lambda p: p["scale"],
         )
         scales = [p["scale"] for p in points]
         left.plot(scales, [p["bias_pct"] for p in points], marker="o", ms=3, label=f"layer {layer}")
