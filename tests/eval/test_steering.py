@@ -79,6 +79,26 @@ def test_the_steered_engine_scores_in_batches_as_one_at_a_time(toy_model, tmp_pa
     assert max(abs(a - b) for a, b in zip(plain, together)) > 1e-2  # the vector did something
 
 
+def test_each_unbiased_answer_weighs_the_same_in_the_vector(toy_model) -> None:
+    """Pairs grouped by their unbiased answer: a group's size does not tilt the vector, and the
+    same prompts with the answers' roles swapped (what "Yes" vs "No" alone contributes) give 0."""
+    from transformers import AutoModelForCausalLM
+
+    from scd.eval.steering import balanced_differences, residual_differences
+
+    model = AutoModelForCausalLM.from_pretrained(toy_model).eval()
+    heads = [[5, 9, 12, 7], [5, 11, 3], [8, 9, 14, 2, 6]]
+    yes = [(h + [20], h + [21]) for h in heads]  # "Yes" unbiased
+    no = [(h + [21], h + [20]) for h in heads]  # the same prompts, "No" unbiased
+    swapped = balanced_differences(model, [yes, no], batch_size=2)
+    assert swapped.abs().max() < 1e-5
+    one = balanced_differences(model, [yes[:1], no[1:]], batch_size=2)
+    tilted = balanced_differences(model, [yes[:1] * 4, no[1:]], batch_size=2)
+    assert torch.allclose(one, tilted, atol=1e-5)
+    plain = residual_differences(model, yes[:1] * 4 + no[1:], batch_size=2)
+    assert (plain - tilted).abs().max() > 1e-3  # the plain mean is tilted by the 4 copies
+
+
 def test_kl_grows_with_the_scale_of_either_sign(toy_model, tmp_path) -> None:
     from scd.eval.capability import kl_from_base
 

@@ -1,8 +1,10 @@
 """Activation steering (contrastive activation addition: Rimsky et al. 2024, "Steering Llama 2 via
 Contrastive Activation Addition"; Turner et al. 2023): per layer, the mean difference of the
 residual stream between the unbiased and the biased answer to the same contact prompts, read at
-the answer's last token; at inference ``scale`` times one layer's vector is added to that layer's
-output at every position of the prompt and the answer (a negative scale subtracts it).
+the answer's last token, the prompts of each unbiased answer ("Yes", "No", ...) weighing the
+same (:func:`balanced_differences`); at inference ``scale`` times one layer's vector is added
+to that layer's output at every position of the prompt and the answer (a negative scale
+subtracts it).
 
 A steering directory (``scd eval ... --steer DIR``, the ``steer`` arm's ``vector/``)::
 
@@ -31,6 +33,7 @@ from scd.io import atomic_output_dir, read_json, write_json
 __all__ = [
     "Steering",
     "add_steering",
+    "balanced_differences",
     "check_fits",
     "decoder_layers",
     "load_steering",
@@ -207,3 +210,16 @@ def residual_differences(
             diff = (states[0::2] - states[1::2]).sum(0)  # [layers, hidden]
             total = diff if total is None else total + diff
     return total / len(pairs)
+
+
+def balanced_differences(
+    model: Any, groups: Sequence[Sequence[tuple[list[int], list[int]]]], batch_size: int = 16
+) -> Any:
+    """The mean over ``groups`` of each group's :func:`residual_differences`, every group
+    weighing the same whatever its size. Grouped by the unbiased answer (the pairs answered
+    "Yes" vs "No" in one group, "No" vs "Yes" in the other), the answer word's own activation
+    enters once with each sign and cancels, as Rimsky et al. balance the A/B letter: left is the
+    unbiased vs biased choice, not "Yes" vs "No". Returns ``[layers, hidden]`` (float32)."""
+    import torch
+
+    return torch.stack([residual_differences(model, g, batch_size) for g in groups]).mean(0)

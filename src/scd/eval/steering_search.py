@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.eval.steering import Steering, decoder_layers, residual_differences, save_steering
+from scd.eval.steering import Steering, decoder_layers, save_steering
 from scd.io import atomic_file
 
 __all__ = ["default_layers", "search_steering"]
@@ -93,19 +94,31 @@ def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[st
     )
 
 
-def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> Any:
-    """The per-layer vectors of the train rows' prompts (unbiased minus biased answer), computed
-    once and kept in ``kept`` for a resumed search."""
-    import torch
-
-    if kept.is_file():
-        return torch.load(kept)
-    pairs = []
+def _pairs_by_answer(
+    fmt: Any, train: list[dict[str, Any]]
+) -> dict[str, list[tuple[list[int], list[int]]]]:
+    """The train rows' (unbiased, biased) answer sequences -- the evaluator's prompt ids and the
+    option's -- grouped by the unbiased answer, in the rows' order."""
+    groups: dict[str, list[tuple[list[int], list[int]]]] = {}
     for r in train:
         head = list(fmt.encode([r["user"]])[0])
         good, bad = fmt.option_ids((r["unbiased_answer"], r["biased_answer"]))
-        pairs.append((head + list(good), head + list(bad)))
-    vectors = residual_differences(engine.model, pairs, engine.batch_size)
+        groups.setdefault(r["unbiased_answer"], []).append((head + list(good), head + list(bad)))
+    return groups
+
+
+def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> Any:
+    """The per-layer vectors of the train rows' prompts (unbiased minus biased answer, each
+    unbiased answer's prompts weighing the same), computed once and kept in ``kept`` for a
+    resumed search."""
+    import torch
+
+    from scd.eval.steering import balanced_differences
+
+    if kept.is_file():
+        return torch.load(kept)
+    groups = list(_pairs_by_answer(fmt, train).values())
+    vectors = balanced_differences(engine.model, groups, engine.batch_size)
     kept.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(kept) as tmp:
         torch.save(vectors, tmp)
@@ -206,7 +219,12 @@ def search_steering(
         why=why,
         max_kl=max_kl,
         validation=best,
-        rows={"train": len(train), "validation": len(valid), "sft": str(sft)},
+        rows={
+            "train": len(train),
+            "validation": len(valid),
+            "sft": str(sft),
+            "train_by_unbiased_answer": dict(Counter(r["unbiased_answer"] for r in train)),
+        },
         curve=measured,
     )
     return json.loads((out / "steer.json").read_text())
