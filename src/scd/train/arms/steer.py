@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Steer", "SteerOptions"]
 
-# Both signs: which way the vector lowers bias is measured, not assumed (on Qwen2.5-Coder-1.5B-
-# Instruct adding it raised bias at three of four layers: VALIDATION.md)
+# Both signs: which way a vector lowers bias is measured, not assumed (on Qwen2.5-Coder-1.5B-
+# Instruct, the plain-mean vector of an earlier scd raised bias when added: VALIDATION.md)
 SCALES = (-8.0, -4.0, -2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
