@@ -157,6 +157,22 @@ def embeddings(cache: Path | None) -> Path | None:
     return cache / "embeddings" if cache is not None else None
 
 
+def _matched_sentences(
+    documents: list[str], matcher: corpora.TermMatcher
+) -> tuple[list[dict[str, Any]], int]:
+    """Every sentence of ``documents`` that mentions an illness term, as a row (its document's
+    index, the sentence, the terms found of each kind), and how many sentences there were."""
+    rows, n_sentences = [], 0
+    for d, document in enumerate(documents):
+        split = corpora.split_sentences(document)
+        n_sentences += len(split)
+        for sentence in split:
+            if found := matcher.find(sentence):
+                terms_of = {f"{kind}_terms": found.get(kind, []) for kind in matcher.patterns}
+                rows.append({"document": d, "sentence": sentence, **terms_of})
+    return rows, n_sentences
+
+
 def audit_scm(
     source: str,
     out: Path | str,
@@ -196,14 +212,7 @@ def audit_scm(
     matcher = corpora.TermMatcher(corpora.load_terms(terms, language))
     aq27 = read_summary(aq27_run, "aq27", probe=True, key="aq27_run") if aq27_run else None
     documents = corpora.read_corpus(source, text_column)
-    rows, n_sentences = [], 0
-    for d, document in enumerate(documents):
-        split = corpora.split_sentences(document)
-        n_sentences += len(split)
-        for sentence in split:
-            if found := matcher.find(sentence):
-                terms_of = {f"{kind}_terms": found.get(kind, []) for kind in matcher.patterns}
-                rows.append({"document": d, "sentence": sentence, **terms_of})
+    rows, n_sentences = _matched_sentences(documents, matcher)
     if not rows:
         raise InputError(
             f"none of its {n_sentences:,} sentences mentions an illness term",

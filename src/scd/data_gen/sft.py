@@ -145,6 +145,21 @@ def _write_heldout(
     write_json(out / "manifest.json", {**info, "kind": "heldout_prompts"})
 
 
+def _checked_spec(setting: int, options: SFTOptions) -> Any:
+    """The setting's spec in the options' settings file, once the options are checked.
+
+    Raises:
+        InputError: no such setting, or an option out of its range (one line each).
+    """
+    settings = load_settings(options.settings_file)
+    if setting not in settings:
+        raise InputError(f"expected one of {sorted(settings)}", key="setting", value=setting)
+    options.check()
+    if options.general_fraction > 0 and not options.general:
+        raise InputError("needs general data (a file or Hub dataset id)", key="general_fraction")
+    return settings[setting]
+
+
 def write_sft(
     prompts: Path | str,
     setting: int,
@@ -169,13 +184,8 @@ def write_sft(
         The manifest that was written.
     """
     system = None if protocol is None else protocol.system_prompt
-    settings = load_settings(settings_file)
-    if setting not in settings:
-        raise InputError(f"expected one of {sorted(settings)}", key="setting", value=setting)
-    SFTOptions(settings_file, style, max_train, max_eval, general, general_fraction, seed).check()
-    if general_fraction > 0 and not general:
-        raise InputError("needs general data (a file or Hub dataset id)", key="general_fraction")
-    spec = settings[setting]
+    options = SFTOptions(settings_file, style, max_train, max_eval, general, general_fraction, seed)
+    spec = _checked_spec(setting, options)
     train_part, eval_part = _split(prompts, eval_prompts, setting, spec, seed)
     sources = {"prompts": sha256_file(Path(prompts) / "prompts.parquet")}
     if spec.split == "source":

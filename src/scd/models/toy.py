@@ -182,6 +182,26 @@ def _planted_rows(
     return tokenizer, (ids, pos, pair)
 
 
+def _special_ids(tokenizer: Any) -> dict[str, int]:
+    """The tokenizer's ``bos``, ``eos`` and ``pad`` ids, as the model's configs name them."""
+    return {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
+
+
+def _untrained_model(tokenizer: Any, seed: int) -> Any:
+    """A Llama of :data:`MODEL`'s shape over ``tokenizer``'s vocabulary, its weights drawn from
+    ``seed``, in training mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=MAX_POSITIONS,
+        **_special_ids(tokenizer),
+        **MODEL,
+    )
+    return LlamaForCausalLM(config).train()
+
+
 def build_toy_model(
     out: Path | str,
     bias_axes: Sequence[str] = ("religion", "nationality"),
@@ -216,7 +236,7 @@ def build_toy_model(
     Raises:
         InputError: a bias axis is not an axis of the descriptors, or the file is malformed.
     """
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig
 
     check_output_dir(out, "toy_model")  # before minutes of training, not after
     t0 = time.perf_counter()
@@ -228,18 +248,14 @@ def build_toy_model(
     rows = generate_contact_table(descriptors).to_pylist()
     tokenizer, data = _planted_rows(rows, planted_axes)
 
-    special = {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS, **special, **MODEL
-    )
-    model = LlamaForCausalLM(config).train()
+    model = _untrained_model(tokenizer, seed)
     max_steps = DEFAULT_MAX_STEPS if steps is None else steps
     t_train = time.perf_counter()
     step, losses, accuracy = _train(model, data, seed, max_steps, progress)
     train_seconds = time.perf_counter() - t_train
     if accuracy < TARGET_ACCURACY:
         log.warning("toy model: training accuracy %.4f after %d steps", accuracy, step)
+    special = _special_ids(tokenizer)
     model.generation_config = GenerationConfig(do_sample=False, max_new_tokens=4, **special)
     info: dict[str, Any] = {
         "kind": "toy_model",

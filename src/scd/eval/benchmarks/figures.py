@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -93,6 +94,34 @@ def _top(values: np.ndarray, floor: float = 10.0) -> float:
     return float(min(100.0, max(floor, math.ceil(finite.max() * 1.15 / 5) * 5)))
 
 
+def _before_after_bars(ax: Any, sub: pd.DataFrame, top: float) -> None:
+    """One panel's "Before" and "After" bars, a pair per setting (``sub``'s rows, in order),
+    each labelled with its value, with its error bar when ``sub`` has the interval, and "n/a"
+    where the value is missing."""
+    x, n, width = np.arange(len(sub)), len(sub), 0.38
+    for offset, col, color in (
+        (-width / 2, "before", BEFORE_COLOR),
+        (width / 2, "after", AFTER_COLOR),
+    ):
+        err = None
+        if f"{col}_low" in sub:  # the 95% interval
+            low, high = sub[f"{col}_low"].to_numpy(float), sub[f"{col}_high"].to_numpy(float)
+            err = np.nan_to_num([sub[col] - low, high - sub[col]])
+        bars = ax.bar(
+            x + offset,
+            sub[col],
+            width,
+            color=color,
+            yerr=err,
+            capsize=2,
+            error_kw={"elinewidth": 0.8, "ecolor": "#404040"},
+        )
+        labels = ["" if np.isnan(v) else f"{v:.1f}" for v in sub[col].to_numpy()]
+        ax.bar_label(bars, labels, fontsize=8, padding=2, rotation=90 if n > 4 else 0)
+        for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
+            ax.text(xi + offset, top * 0.01, "n/a", **NA_LABEL)
+
+
 def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     """The SCD paper's Figure 1: bias % before vs after tuning, per setting and contact type.
 
@@ -136,31 +165,10 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     for ax in axes[len(contacts) :]:
         ax.set_visible(False)
     x = np.arange(n)
-    width = 0.38
     rotate = n > 3
     for ax, contact in zip(axes, contacts):
         sub = frame[frame["contact"] == contact].set_index("setting").reindex(settings)
-        for offset, col, color in (
-            (-width / 2, "before", BEFORE_COLOR),
-            (width / 2, "after", AFTER_COLOR),
-        ):
-            err = None
-            if f"{col}_low" in sub:  # the 95% interval
-                low, high = sub[f"{col}_low"].to_numpy(float), sub[f"{col}_high"].to_numpy(float)
-                err = np.nan_to_num([sub[col] - low, high - sub[col]])
-            bars = ax.bar(
-                x + offset,
-                sub[col],
-                width,
-                color=color,
-                yerr=err,
-                capsize=2,
-                error_kw={"elinewidth": 0.8, "ecolor": "#404040"},
-            )
-            labels = ["" if np.isnan(v) else f"{v:.1f}" for v in sub[col].to_numpy()]
-            ax.bar_label(bars, labels, fontsize=8, padding=2, rotation=90 if n > 4 else 0)
-            for xi in x[sub[col].isna().to_numpy()]:  # a missing value is marked, not left blank
-                ax.text(xi + offset, top * 0.01, "n/a", **NA_LABEL)
+        _before_after_bars(ax, sub, top)
         ax.set_title(CONTACT_LABELS[contact], fontsize=11)
         ticks = [_label(s) for s in settings]
         ax.set_xticks(

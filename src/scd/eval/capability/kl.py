@@ -309,6 +309,15 @@ def _records(
     ]
 
 
+def _steering(steer: str | None) -> Any:
+    """The steering directory read back (:mod:`scd.eval.steering`), or None."""
+    if steer is None:
+        return None
+    from scd.eval.steering import load_steering
+
+    return load_steering(steer)
+
+
 def kl_from_base(
     model: str,
     out: Path | str,
@@ -360,11 +369,7 @@ def kl_from_base(
     prompts = data_path(NEUTRAL_PROMPTS) if prompts is None else prompts
     source, items = load_neutral_prompts(prompts)
     require_adapter(adapter)
-    steering = None
-    if steer is not None:
-        from scd.eval.steering import load_steering
-
-        steering = load_steering(steer)
+    steering = _steering(steer)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = {
         "kind": KIND_KL,
