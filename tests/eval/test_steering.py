@@ -230,6 +230,26 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     )
     rows_again = {r["arm"]: r for r in json.loads((run / "tables" / "arena.json").read_text())}
     assert rows_again["steer"] == rows["steer"]
+    # the directory without its vectors (a copy of the results that left weights behind): the
+    # stage is not finished; searched again, every grid point read back from the curve
+    vector, n_points = run / "setting-3/arm-steer/vector", len(curve.read_text().splitlines())
+    (vector / "vectors.safetensors").unlink()
+    code, out, err = run_scd(*args)
+    assert code == 0, err[-3000:]
+    assert "setting-3/arm-steer/vector: done" in out + err  # the stage ran again
+    assert len(curve.read_text().splitlines()) == n_points  # measuring no point twice
+    assert torch.equal(load_steering(vector).vectors, vectors)
+    assert json.loads((vector / "steer.json").read_text())["curve"] == info["curve"]
+    # killed after the directory was written, before the state recorded the stage: the search
+    # run again replaces its own directory (a directory of something else it refuses)
+    state = json.loads((run / "state.json").read_text())
+    del state["stages"]["setting-3/arm-steer/vector"]
+    (run / "state.json").write_text(json.dumps(state))
+    code, out, err = run_scd(*args)
+    assert code == 0 and "setting-3/arm-steer/vector: done" in out + err, err[-3000:]
+    assert json.loads((vector / "steer.json").read_text())["curve"] == info["curve"]
+    rows_again = {r["arm"]: r for r in json.loads((run / "tables" / "arena.json").read_text())}
+    assert rows_again["steer"] == rows["steer"]
 
 
 def test_a_steer_layer_outside_the_model_is_one_line_before_any_activation(toy_model, tmp_path):

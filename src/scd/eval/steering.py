@@ -11,6 +11,7 @@ A steering directory (``scd eval ... --steer DIR``, the ``steer`` arm's ``vector
     vectors.safetensors   {"vectors": [layers, hidden]}: each decoder layer's mean difference
     steer.json            the layer and scale applied, the model's fingerprint, the rows the
                           vectors came from (count and sha256), and why that layer and scale
+    manifest.json         {"kind": "steering_vector"}: what a search run again may replace
 
 The intervention is a forward hook on the decoder layer (:func:`steered`); nnsight does the same
 job at a cost measured in BENCHMARKS.md ("Steering") -- docs/ARCHITECTURE.md says why scd keeps
@@ -31,6 +32,8 @@ from scd.errors import InputError
 from scd.io import atomic_output_dir, read_json, write_json
 
 __all__ = [
+    "INFO",
+    "VECTORS",
     "Steering",
     "add_steering",
     "balanced_differences",
@@ -43,7 +46,7 @@ __all__ = [
     "steering_digest",
 ]
 
-VECTORS, INFO = "vectors.safetensors", "steer.json"
+VECTORS, INFO, KIND = "vectors.safetensors", "steer.json", "steering_vector"
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,12 @@ def save_steering(
     """Write a steering directory (atomically) and return it."""
     from safetensors.torch import save_file
 
-    with atomic_output_dir(out, "steering") as tmp:
+    with atomic_output_dir(out, KIND) as tmp:  # replaces a steering directory, nothing else
         save_file({"vectors": vectors.float().contiguous().cpu()}, str(tmp / VECTORS))
         write_json(
             tmp / INFO,
             {
-                "kind": "steering_vector",
+                "kind": KIND,
                 "layer": layer,
                 "scale": scale,
                 "model_fingerprint": fingerprint,
@@ -89,6 +92,7 @@ def save_steering(
                 **info,
             },
         )
+        write_json(tmp / "manifest.json", {"kind": KIND})
     return Path(out)
 
 
@@ -108,7 +112,7 @@ def load_steering(path: Path | str, key: str = "steer") -> Steering:
             value=str(path),
         )
     info = read_json(path / INFO)
-    if info.get("kind") != "steering_vector":
+    if info.get("kind") != KIND:
         raise InputError(f"{INFO} is not a steering vector's", key=key, value=str(path))
     vectors = load_file(str(path / VECTORS))["vectors"]
     return Steering(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from scd.eval.steering import INFO, VECTORS
 from scd.models import model_fingerprint
 from scd.pipeline.plan import CapabilityJob, SteerJob
 from scd.pipeline.run_protocol import JobRunner
@@ -78,4 +79,7 @@ def steer(run: JobRunner, job: SteerJob) -> None:
         engine_options=run.engine,
         neutral_prompts=run.recipe.capability.neutral_prompts,
     )
-    run.stage(job.stage, [job.out / "steer.json"], work, section="arena")
+    # whole only with its vectors: a directory without them (weights left behind by a copy of
+    # the results) is searched again, every grid point read back from the search's curve
+    outputs = [job.out / INFO, job.out / VECTORS]
+    run.stage(job.stage, outputs, work, section="arena")
