@@ -161,7 +161,8 @@ def finished(layout: RunLayout) -> tuple[RunLayout, list[str]]:
     """``layout`` with only the results that have finished (a result directory holding its
     ``summary.json``; a steering search its ``steer.json``), and the directories left out (each
     once). An arm with no finished result leaves the arena; the base model's row stays; the
-    layout's ``unfinished`` names the benchmarks whose results were left out."""
+    layout's ``unfinished`` names the jobs whose results were left out (as the layout's ``base``
+    and ``evals`` name them: a benchmark, or ``bias_eval_prompts``)."""
     pending: list[str] = []
 
     def done(path: str | None, file: str = "summary.json") -> bool:
@@ -170,7 +171,7 @@ def finished(layout: RunLayout) -> tuple[RunLayout, list[str]]:
             return False
         return bool(path)
 
-    unfinished: set[str] = set()  # the benchmarks with a result left out
+    unfinished: set[str] = set()  # the jobs with a result left out
 
     def evals(of: dict[str, str]) -> dict[str, str]:
         kept = {k: v for k, v in of.items() if done(v)}
