@@ -56,7 +56,7 @@ def main() -> None:
         return model(input_ids=ids).logits[:, -1]
 
     def hooked(ids):
-        with steered(model, vector, layer):
+        with steered(model, {layer: vector}):
             return model(input_ids=ids).logits[:, -1]
 
     wrapped = NNsight(model)

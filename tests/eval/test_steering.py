@@ -20,7 +20,7 @@ from scd.models import model_fingerprint
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _steer_dir(model: Path, out: Path, layer: int, scale: float, seed: int = 0) -> Path:
+def _steer_dir(model: Path, out: Path, layer: int | list[int], scale: float, seed: int = 0) -> Path:
     """A steering directory for ``model`` with random vectors (the test of the mechanics)."""
     from transformers import AutoConfig
 
@@ -77,6 +77,44 @@ def test_the_steered_engine_scores_in_batches_as_one_at_a_time(toy_model, tmp_pa
     engine.use_steering(None)
     plain = [x for row in engine.score(requests) for x in row]
     assert max(abs(a - b) for a, b in zip(plain, together)) > 1e-2  # the vector did something
+
+
+def test_layers_steered_together_each_add_their_own_vector(toy_model, tmp_path) -> None:
+    """A steering directory of layers 0 and 1 adds each layer's vector (times the scale) to its
+    own layer: the engine's scores equal a forward pass with the two hooks by hand, and differ
+    from either layer's alone; steer.json lists the layers, and the identity tells them apart."""
+    from transformers import AutoModelForCausalLM
+
+    from scd.eval.engines import ChoiceRequest
+    from scd.eval.engines.hf import HFEngine
+    from scd.eval.steering import steered
+    from scd.models.formatting import load_tokenizer
+
+    both = _steer_dir(toy_model, tmp_path / "both", layer=[1, 0], scale=0.4)
+    info = json.loads((both / "steer.json").read_text())
+    steering = load_steering(both)
+    assert info["layer"] == [1, 0] and steering.layers == (1, 0)
+    torch.manual_seed(2)
+    requests = [
+        ChoiceRequest(tuple(torch.randint(8, 90, (n,)).tolist()), ((5,), (6,))) for n in (4, 9, 6)
+    ]
+
+    def scores(steer: Path | None) -> list[float]:
+        spec = _hf(steer=None if steer is None else str(steer), batch_size=4)
+        engine = HFEngine(str(toy_model), spec, tokenizer=load_tokenizer(str(toy_model)))
+        return [x for row in engine.score(requests) for x in row]
+
+    model = AutoModelForCausalLM.from_pretrained(toy_model).eval()
+    by_hand = []
+    with torch.inference_mode(), steered(model, steering.added()):
+        for r in requests:
+            logp = model(input_ids=torch.tensor([r.prompt_ids])).logits[0, -1].log_softmax(-1)
+            by_hand += [float(logp[o[0]]) for o in r.option_ids]
+    assert scores(both) == pytest.approx(by_hand, abs=1e-5)
+    for layer in (0, 1):
+        alone = _steer_dir(toy_model, tmp_path / f"l{layer}", layer=layer, scale=0.4)
+        assert max(abs(a - b) for a, b in zip(scores(alone), by_hand)) > 1e-3
+        assert load_steering(alone).digest() != steering.digest()
 
 
 def test_each_unbiased_answer_weighs_the_same_in_the_vector(toy_model) -> None:
@@ -163,8 +201,9 @@ def test_a_steering_vector_that_does_not_fit_is_one_line(toy_model, toy_prompts,
 @pytest.mark.slow
 def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(toy_model, tmp_path):
     """The steer arm of the arena quickstart on the planted-bias toy model, on setting 3 (the
-    vector from certainty prompts, measured on likelihood and frequency prompts): the layer and
-    scale kept are the grid point of lowest validation bias within the KL bound, the steer row has
+    vector from certainty prompts, measured on likelihood and frequency prompts; a grid of layer
+    0, layer 1 and both together): the layer and scale kept are the grid point of lowest
+    validation bias within the KL bound, the steer row has
     every column the base row has, the transfer table by arm holds it on each held-out scale, and
     a search killed after two grid points resumes to the same choice and the same arena row.
 
@@ -173,7 +212,15 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     single added vector undoes it (measured: the answer-token vector and the last-prompt-token
     difference of biased and unbiased prompts, layers 0-1, scales 0.5-128, leave held-out bias at
     22% or raise it; a 4-layer, 128-wide toy the same) -- see issue "A steering arm"."""
-    args = _steer_arena(toy_model, tmp_path, "steer", "data.setting=3", "eval.bias.limit=1500")
+    args = _steer_arena(
+        toy_model,
+        tmp_path,
+        "steer",
+        "data.setting=3",
+        "eval.bias.limit=1500",
+        "arena.steer_layers=[0, 1, [0, 1]]",
+        "arena.steer_scales=[-2, -0.5, 0.5, 2]",
+    )
     code, _, err = run_scd(*args)
     assert code == 0, err[-3000:]
     run = tmp_path / "steer"
@@ -181,14 +228,15 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     assert set(rows["steer"]) == set(rows["base"]) and rows["steer"]["kl_mean"] is not None
     info = json.loads((run / "setting-3/arm-steer/vector/steer.json").read_text())
     within = [p for p in info["curve"] if p["kl"] <= info["max_kl"]]
-    assert len(info["curve"]) > 1 and "lowest validation bias" in info["why"]
+    assert [p["layer"] for p in info["curve"]] == [0] + [0] * 4 + [1] * 4 + [[0, 1]] * 4
+    assert "lowest validation bias" in info["why"]
     assert info["validation"]["bias_pct"] == min(p["bias_pct"] for p in within)
     # each grid point's KL is the steered model's from the unsteered base, as kl_from_base
     # measures a steering directory of that layer and scale (not from the model steered twice)
     from scd.eval.capability import kl_from_base
 
     vectors = load_steering(run / "setting-3/arm-steer/vector").vectors
-    point = max(info["curve"], key=lambda p: (p["scale"], p["layer"]))
+    point = next(p for p in info["curve"] if p["layer"] == [0, 1] and p["scale"] == 2)
     steer = save_steering(
         tmp_path / "point", vectors, point["layer"], point["scale"], info["model_fingerprint"]
     )
@@ -199,6 +247,7 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     report = (run / "report.md").read_text()
     assert "## Steering" in report and "![steering-3](figures/steering-3.png)" in report
     assert (run / "figures" / "steering-3.png").stat().st_size > 0
+    assert "| 3 | 0+1 | 2 |" in report  # the grid's table: layers 0 and 1 together, scale 2
     transfer = pd.read_csv(run / "tables" / "table11_arms.csv")  # the vector's transfer
     assert set(transfer["value"]) == {"likelihood", "frequency"}
     assert transfer.groupby("value")["arm"].apply(list).to_dict() == {
@@ -256,7 +305,7 @@ def test_a_steer_layer_outside_the_model_is_one_line_before_any_activation(toy_m
     """``arena.steer_layers`` names a layer the toy (2 layers) does not have: refused when the
     search opens the model, before the vectors are computed (nothing of the search written)."""
     args = _steer_arena(
-        toy_model, tmp_path, "deep", "eval.bias.limit=40", "arena.steer_layers=[0, 2]"
+        toy_model, tmp_path, "deep", "eval.bias.limit=40", "arena.steer_layers=[0, [1, 2]]"
     )
     code, _, err = run_scd(*args)
     last = err.strip().splitlines()[-1]
@@ -271,6 +320,8 @@ def test_a_recipe_that_steers_on_another_engine_is_refused_before_any_work(tmp_p
         ("capability: {lm_eval_tasks: [hellaswag]}", "lm-evaluation-harness cannot add"),
         ("arena: {steer_scales: [-1, .nan]}", "expected a list of finite scales (either sign)"),
         ("arena: {steer_scales: []}", "expected a list of finite scales (either sign)"),
+        ("arena: {steer_layers: [0, []]}", "each a layer or a non-empty list of layers"),
+        ("arena: {steer_layers: [0, [1, x]]}", "steer_layers: expected an integer, got 'x'"),
     ):
         recipe.write_text(
             f"model: toy\ndata: {{descriptors: toy}}\narms: [base, steer]\n{section}\n"
@@ -285,7 +336,7 @@ def test_a_recipe_that_steers_on_another_engine_is_refused_before_any_work(tmp_p
 def test_the_search_keeps_the_lowest_bias_then_kl_then_the_smallest_scale_of_either_sign():
     from scd.eval.steering_search import _choose
 
-    def point(layer: int, scale: float, bias: float, kl: float) -> dict:
+    def point(layer: int | list[int], scale: float, bias: float, kl: float) -> dict:
         return {"layer": layer, "scale": scale, "bias_pct": bias, "kl": kl, "n": 30}
 
     base = point(0, 0.0, 20.0, 0.0)
@@ -299,3 +350,8 @@ def test_the_search_keeps_the_lowest_bias_then_kl_then_the_smallest_scale_of_eit
     assert (_choose(tied, 0.5)[0]["layer"], _choose(tied, 0.5)[0]["scale"]) == (1, 1.0)
     tied.append(point(4, -0.5, 10.0, 0.1))
     assert _choose(tied, 0.5)[0]["scale"] == -0.5
+    # then fewer layers steered together, then the lower ones
+    together = [base, point([0, 1], 1.0, 10.0, 0.1), point(1, 1.0, 10.0, 0.1)]
+    assert _choose(together, 0.5)[0]["layer"] == 1
+    together = [base, point([1, 3], 1.0, 10.0, 0.1), point([0, 4], 1.0, 10.0, 0.1)]
+    assert _choose(together, 0.5)[0]["layer"] == [0, 4]

@@ -55,8 +55,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             try:
                 return _coerce(value, arg, where)
             except InputError as err:
-                errors.append(err)
-        raise errors[0]
+                errors.append((arg, err))
+        # a list that fails inside: what is wrong in it, not that it is no number
+        of_its_kind = [err for arg, err in errors if (typing.get_origin(arg) or arg) is type(value)]
+        raise (of_its_kind or [err for _, err in errors])[0]
     if origin is Literal:
         if value not in typing.get_args(tp):
             raise InputError(f"{where}: expected {one_of(typing.get_args(tp))}, got {value!r}")

@@ -4,13 +4,14 @@ residual stream between the unbiased and the biased answer to the same contact p
 the answer's last token, the prompts of each unbiased answer ("Yes", "No", ...) weighing the
 same (:func:`balanced_differences`); at inference ``scale`` times one layer's vector is added
 to that layer's output at every position of the prompt and the answer (a negative scale
-subtracts it).
+subtracts it) -- or, with several layers together, each layer's own vector to its output.
 
 A steering directory (``scd eval ... --steer DIR``, the ``steer`` arm's ``vector/``)::
 
     vectors.safetensors   {"vectors": [layers, hidden]}: each decoder layer's mean difference
-    steer.json            the layer and scale applied, the model's fingerprint, the rows the
-                          vectors came from (count and sha256), and why that layer and scale
+    steer.json            the layer (or list of layers) and scale applied, the model's
+                          fingerprint, the rows the vectors came from (count and sha256),
+                          and why that layer and scale
     manifest.json         {"kind": "steering_vector"}: what a search run again may replace
 
 The intervention is a forward hook on the decoder layer (:func:`steered`); nnsight does the same
@@ -23,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ __all__ = [
     "balanced_differences",
     "check_fits",
     "decoder_layers",
+    "layer_label",
+    "layer_value",
     "load_steering",
     "residual_differences",
     "save_steering",
@@ -49,33 +52,63 @@ __all__ = [
 VECTORS, INFO, KIND = "vectors.safetensors", "steer.json", "steering_vector"
 
 
+def layer_value(layers: int | Sequence[int]) -> int | list[int]:
+    """How ``steer.json``, the search's curve and the report write the layers a vector is added
+    at: one layer as its number, several as a list of them."""
+    if isinstance(layers, int):
+        return layers
+    return layers[0] if len(layers) == 1 else [int(layer) for layer in layers]
+
+
+def layer_label(layers: int | Sequence[int]) -> str:
+    """``16``, or ``12+16`` for the layers 12 and 16 steered together."""
+    value = layer_value(layers)
+    return str(value) if isinstance(value, int) else "+".join(map(str, value))
+
+
 @dataclass(frozen=True)
 class Steering:
-    """A steering directory read back: every layer's vector, and the layer and scale applied."""
+    """A steering directory read back: every layer's vector, the layer (or layers) it is added
+    at and the scale."""
 
     path: Path
     vectors: Any  # torch.Tensor [layers, hidden]
-    layer: int
+    layer: int | tuple[int, ...]
     scale: float
     fingerprint: str
     info: dict[str, Any]
 
     @property
-    def vector(self) -> Any:
-        """``scale`` times the applied layer's vector."""
-        return self.scale * self.vectors[self.layer]
+    def layers(self) -> tuple[int, ...]:
+        """The decoder layers it is added at, each its own layer's vector."""
+        return (self.layer,) if isinstance(self.layer, int) else tuple(self.layer)
+
+    def added(self, like: Any = None) -> dict[int, Any]:
+        """``scale`` times each applied layer's vector, by layer (on ``like``'s device and in its
+        dtype when given: a tensor or a parameter of the model)."""
+        out = {layer: self.scale * self.vectors[layer] for layer in self.layers}
+        if like is not None:
+            out = {la: v.to(device=like.device, dtype=like.dtype) for la, v in out.items()}
+        return out
 
     def digest(self) -> str:
         """What identifies a result steered by it: the vectors' and the settings' sha256."""
         data = hashlib.sha256((self.path / VECTORS).read_bytes())
-        data.update(json.dumps([self.layer, self.scale, self.fingerprint]).encode())
+        settings = [layer_value(self.layers), self.scale, self.fingerprint]
+        data.update(json.dumps(settings).encode())
         return data.hexdigest()
 
 
 def save_steering(
-    out: Path | str, vectors: Any, layer: int, scale: float, fingerprint: str, **info: Any
+    out: Path | str,
+    vectors: Any,
+    layer: int | Sequence[int],
+    scale: float,
+    fingerprint: str,
+    **info: Any,
 ) -> Path:
-    """Write a steering directory (atomically) and return it."""
+    """Write a steering directory (atomically) and return it: ``vectors`` added at ``layer``
+    (one, or several together) times ``scale``."""
     from safetensors.torch import save_file
 
     with atomic_output_dir(out, KIND) as tmp:  # replaces a steering directory, nothing else
@@ -84,7 +117,7 @@ def save_steering(
             tmp / INFO,
             {
                 "kind": KIND,
-                "layer": layer,
+                "layer": layer_value(layer),
                 "scale": scale,
                 "model_fingerprint": fingerprint,
                 "layers": int(vectors.shape[0]),
@@ -115,9 +148,9 @@ def load_steering(path: Path | str, key: str = "steer") -> Steering:
     if info.get("kind") != KIND:
         raise InputError(f"{INFO} is not a steering vector's", key=key, value=str(path))
     vectors = load_file(str(path / VECTORS))["vectors"]
-    return Steering(
-        path, vectors, int(info["layer"]), float(info["scale"]), info["model_fingerprint"], info
-    )
+    layer = info["layer"]
+    layer = int(layer) if isinstance(layer, int) else tuple(int(la) for la in layer)
+    return Steering(path, vectors, layer, float(info["scale"]), info["model_fingerprint"], info)
 
 
 def steering_digest(path: str | None) -> str | None:
@@ -147,24 +180,35 @@ def check_fits(steering: Steering, model: Any, fingerprint: str, key: str = "ste
             key=key,
             value=where,
         )
-    if not 0 <= steering.layer < n or steering.vectors.shape != (n, hidden):
+    outside = [layer for layer in steering.layers if not 0 <= layer < n]
+    if outside or not steering.layers or steering.vectors.shape != (n, hidden):
         raise InputError(
-            f"layer {steering.layer} of vectors {tuple(steering.vectors.shape)}: the model has "
-            f"{n} layers of width {hidden}",
+            f"layer {layer_label(steering.layers)} of vectors {tuple(steering.vectors.shape)}: "
+            f"the model has {n} layers of width {hidden}",
             key=key,
             value=where,
         )
 
 
+class _Hooks:
+    """Forward hooks on one or more decoder layers, removed together."""
+
+    def __init__(self, model: Any, added: Mapping[int, Any]) -> None:
+        layers = decoder_layers(model)
+        self.handles = [layers[la].register_forward_hook(_adder(v)) for la, v in added.items()]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
 def add_steering(model: Any, steering: Any, fingerprint: str) -> tuple[Any, Steering]:
     """Add a steering vector (a directory, or one read back) to ``model`` until the returned
-    hook handle is removed; refused when it does not fit (:func:`check_fits`)."""
+    hooks are removed (their ``remove()``); refused when it does not fit (:func:`check_fits`)."""
     if not isinstance(steering, Steering):
         steering = load_steering(steering)
     check_fits(steering, model, fingerprint)
-    param = next(model.parameters())
-    vector = steering.vector.to(device=param.device, dtype=param.dtype)
-    return decoder_layers(model)[steering.layer].register_forward_hook(_adder(vector)), steering
+    return _Hooks(model, steering.added(next(model.parameters()))), steering
 
 
 def _adder(vector: Any) -> Any:
@@ -177,14 +221,15 @@ def _adder(vector: Any) -> Any:
 
 
 @contextlib.contextmanager
-def steered(model: Any, vector: Any, layer: int) -> Iterator[None]:
-    """``vector`` added to decoder layer ``layer``'s output at every position while the block
-    runs (a forward hook; a zero vector changes nothing)."""
-    handle = decoder_layers(model)[layer].register_forward_hook(_adder(vector))
+def steered(model: Any, added: Mapping[int, Any]) -> Iterator[None]:
+    """Each vector of ``added`` (by decoder layer: :meth:`Steering.added`) added to its layer's
+    output at every position while the block runs (forward hooks; a zero vector changes
+    nothing)."""
+    hooks = _Hooks(model, added)
     try:
         yield
     finally:
-        handle.remove()
+        hooks.remove()
 
 
 def residual_differences(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.eval.steering import Steering, decoder_layers, save_steering
+from scd.eval.steering import Steering, decoder_layers, layer_value, save_steering
 from scd.io import atomic_file
 
 __all__ = ["default_layers", "search_steering"]
@@ -59,7 +59,26 @@ def _side(sft: Path, part: str, prompts: dict[str, dict[str, Any]]) -> list[dict
     return out
 
 
-def _done(curve: Path) -> dict[tuple[int, float], dict[str, Any]]:
+Layers = int | tuple[int, ...]  # one layer, or several steered together
+
+
+def _layers(value: Any) -> Layers:
+    """A grid item or a curve point's ``layer`` (a number, or a list of them) as a key: one
+    layer as its number, several as their sorted tuple."""
+    if isinstance(value, int):
+        return value
+    layers = tuple(sorted({int(v) for v in value}))
+    return layers[0] if len(layers) == 1 else layers
+
+
+def _layer_order(value: Any) -> tuple[int, tuple[int, ...]]:
+    """Fewer layers first, then the lower ones: the search's last tie-break."""
+    layers = _layers(value)
+    layers = (layers,) if isinstance(layers, int) else layers
+    return len(layers), layers
+
+
+def _done(curve: Path) -> dict[tuple[Layers, float], dict[str, Any]]:
     if not curve.is_file():
         return {}
     points = {}
@@ -68,7 +87,7 @@ def _done(curve: Path) -> dict[tuple[int, float], dict[str, Any]]:
             p = json.loads(line)
         except ValueError:  # a line cut by a kill: measured again
             continue
-        points[(p["layer"], p["scale"])] = p
+        points[(_layers(p["layer"]), p["scale"])] = p
     return points
 
 
@@ -82,10 +101,18 @@ def _append(curve: Path, point: dict[str, Any]) -> None:
 
 def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[str, Any], str]:
     """The point kept, and why: the lowest validation bias within the KL bound, then the
-    lowest KL, then the smallest scale in size (then the positive one, then the lower layer)."""
+    lowest KL, then the smallest scale in size (then the positive one, then fewer layers, then
+    the lower ones)."""
     within = [p for p in points if max_kl is None or p["kl"] <= max_kl]
     best = min(
-        within, key=lambda p: (p["bias_pct"], p["kl"], abs(p["scale"]), -p["scale"], p["layer"])
+        within,
+        key=lambda p: (
+            p["bias_pct"],
+            p["kl"],
+            abs(p["scale"]),
+            -p["scale"],
+            _layer_order(p["layer"]),
+        ),
     )
     bound = "no KL bound" if max_kl is None else f"KL within {max_kl}"
     return best, (
@@ -165,7 +192,7 @@ def search_steering(
     out: Path,
     *,
     fingerprint: str,
-    layers: list[int] | None,
+    layers: list[int | list[int]] | None,
     scales: list[float],
     max_kl: float | None,
     engine_options: Any,
@@ -174,7 +201,8 @@ def search_steering(
 ) -> dict[str, Any]:
     """Compute the vectors from ``sft``'s train rows, measure every (layer, scale) of the grid
     on its eval rows' prompts and scd's neutral prompts, and write the steering directory
-    ``out`` with the point kept; return its ``steer.json``."""
+    ``out`` with the point kept; return its ``steer.json``. An item of ``layers`` is one layer
+    or a list of layers steered together (each by its own vector)."""
     from scd.eval.capability.neutral import load_neutral_prompts
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
@@ -187,8 +215,10 @@ def search_steering(
     engine = HFEngine(model, engine_options, tokenizer=tokenizer)
     try:
         n = len(decoder_layers(engine.model))  # before minutes of activations, not after
-        grid_layers = layers if layers is not None else default_layers(n)
-        if bad := [layer for layer in grid_layers if not 0 <= layer < n]:
+        grid = layers if layers is not None else default_layers(n)
+        grid_layers = list(dict.fromkeys(_layers(item) for item in grid))
+        named = [la for item in grid_layers for la in ((item,) if isinstance(item, int) else item)]
+        if bad := [layer for layer in named if not 0 <= layer < n]:
             raise InputError(
                 f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers"
             )
@@ -203,7 +233,7 @@ def search_steering(
                 point = _measure(
                     engine, fmt, valid, neutral, steering if scale else None, base_cache
                 )
-                done[(layer, scale)] = {"layer": layer, "scale": scale, **point}
+                done[(layer, scale)] = {"layer": layer_value(layer), "scale": scale, **point}
                 _append(curve, done[(layer, scale)])
     finally:
         engine.use_steering(None)

@@ -9,6 +9,7 @@ from typing import Any
 
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks.base import Table, markdown_table, save_table
+from scd.eval.steering import layer_label
 from scd.io import read_json
 
 __all__ = ["steering_png", "steering_section"]
@@ -16,7 +17,7 @@ __all__ = ["steering_png", "steering_section"]
 
 def steering_png(curve: list[dict[str, Any]], kept: dict[str, Any], title: str) -> bytes:
     """Validation bias % (left) and KL from the base model (right) against the scale, a line
-    per layer; the point kept circled."""
+    per layer (or layers steered together); the point kept circled."""
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,14 +26,15 @@ def steering_png(curve: list[dict[str, Any]], kept: dict[str, Any], title: str) 
     fig = Figure(figsize=(8.0, 3.2), layout="constrained")
     left, right = fig.subplots(1, 2)
     base = next(p for p in curve if p["scale"] == 0)
-    for layer in sorted({p["layer"] for p in curve if p["scale"] != 0}):
+    steered = [p for p in curve if p["scale"] != 0]
+    for label in dict.fromkeys(layer_label(p["layer"]) for p in steered):
         points = sorted(
-            [base, *(p for p in curve if p["layer"] == layer and p["scale"] != 0)],
+            [base, *(p for p in steered if layer_label(p["layer"]) == label)],
             key=lambda p: p["scale"],
         )
-        scales = [p["scale"] for p in points]
-        left.plot(scales, [p["bias_pct"] for p in points], marker="o", ms=3, label=f"layer {layer}")
-        right.plot(scales, [p["kl"] for p in points], marker="o", ms=3, label=f"layer {layer}")
+        scales, name = [p["scale"] for p in points], _layer_words(label)
+        left.plot(scales, [p["bias_pct"] for p in points], marker="o", ms=3, label=name)
+        right.plot(scales, [p["kl"] for p in points], marker="o", ms=3, label=name)
     left.plot([kept["scale"]], [kept["bias_pct"]], "o", ms=11, mfc="none", mec="black")
     right.plot([kept["scale"]], [kept["kl"]], "o", ms=11, mfc="none", mec="black")
     left.set(xlabel="scale", ylabel="validation bias %")
@@ -45,6 +47,11 @@ def steering_png(curve: list[dict[str, Any]], kept: dict[str, Any], title: str) 
     buffer = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buffer, metadata={"Software": None})
     return buffer.getvalue()
+
+
+def _layer_words(label: str) -> str:
+    """``layer 16``, or ``layers 12+16``."""
+    return f"layers {label}" if "+" in label else f"layer {label}"
 
 
 def steering_section(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
@@ -61,7 +68,8 @@ def steering_section(layout: RunLayout, tables: Path, figures: dict[str, bytes])
             info["curve"], kept, f"Setting {arm['setting']}: the {arm['arm']} arm's grid"
         )
         lines += [
-            f"Setting {arm['setting']}, arm `{arm['arm']}`: layer {info['layer']}, scale "
+            f"Setting {arm['setting']}, arm `{arm['arm']}`: "
+            f"{_layer_words(layer_label(info['layer']))}, scale "
             f"{info['scale']:g} kept: {info['why']}.",
             "",
             f"{{{{figure:{name}}}}}",
@@ -72,7 +80,7 @@ def steering_section(layout: RunLayout, tables: Path, figures: dict[str, bytes])
     body = [
         [
             r["setting"],
-            r["layer"],
+            layer_label(r["layer"]),
             f"{r['scale']:g}",
             f"{r['bias_pct']:.1f}",
             r["n"],

@@ -132,8 +132,7 @@ def _score(
     base_ctx = model.disable_adapter if isinstance(model, PeftModel) else contextlib.nullcontext
     arm_ctx = contextlib.nullcontext
     if steer is not None:
-        vector = steer.vector.to(next(model.parameters()).device)
-        arm_ctx = functools.partial(steered, model, vector, steer.layer)
+        arm_ctx = functools.partial(steered, model, steer.added(next(model.parameters())))
     order = sorted(range(len(spans)), key=lambda i: -len(arm_seqs[i]))
     results: list[Any] = [None] * len(spans)
     with torch.inference_mode():

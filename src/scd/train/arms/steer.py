@@ -29,11 +29,20 @@ def _scales(value: Any) -> str | None:
     return None
 
 
+def _layers(value: Any) -> str | None:
+    if not value or any(isinstance(item, list) and not item for item in value):
+        return "expected a list of layers, each a layer or a non-empty list of layers"
+    return None
+
+
 @dataclass
 class SteerOptions(Options):
-    steer_layers: list[int] | None = option(
+    steer_layers: list[int | list[int]] | None = option(
         None,
-        "steer arm: the decoder layers to try (default: four spread over the middle half)",
+        "steer arm: the decoder layers to try, each a layer or a list of layers steered "
+        "together, each by its own vector (default: four single layers spread over the middle "
+        "half)",
+        check=_layers,
     )
     steer_scales: list[float] = option(
         None,
