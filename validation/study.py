@@ -12,7 +12,8 @@ stage reads them again; so do the prompt sets, which the run makes again in seco
 machine where ``DIR`` holds no run yet, the kept files are copied back first, so that ``scd
 run``'s stages that finished elsewhere are skipped (a stage is finished when ``state.json`` lists
 it and its output exists) and an evaluation copied mid-way resumes at its last whole chunk
-(:mod:`scd.eval.records`). ``state.json`` records paths as given: run it from the repository
+(:mod:`scd.eval.records`); an arm whose adapter or steering vector stayed behind with some of
+its results still to come starts over. ``state.json`` records paths as given: run it from the repository
 root with a relative ``DIR`` (``outputs``) and a relative model path, and the kept files name no
 machine and resume on any.
 
@@ -33,8 +34,9 @@ import threading
 import time
 from pathlib import Path
 
+from scd.eval.steering import VECTORS
 from scd.pipeline.launch import run_recipe
-from scd.pipeline.plan import CapabilityJob, EvalJob, Plan, Task, TrainJob
+from scd.pipeline.plan import CapabilityJob, EvalJob, Plan, SteerJob, Task, TrainJob
 from scd.pipeline.recipe import load_recipe
 from scd.pipeline.run import Run
 from scd.report.build import build_report
@@ -80,7 +82,7 @@ class TaskByTask:
             tasks = sorted(plan.tasks, key=lambda t: (t.name != "base", _seed_rank(run, t)))
             reported = False
             for task in tasks:
-                _train_again_if_lost(run, task)
+                _start_over_if_lost(run, task)
                 ran = not all(run.state.done(j.stage) for j in task.jobs if hasattr(j, "stage"))
                 run.execute_task(task)
                 self.save(run)
@@ -117,20 +119,34 @@ class TaskByTask:
             copy_results(run.cache / "base", self.keep / "cache-base")
 
 
-def _train_again_if_lost(run: Run, task: Task) -> None:
-    """A task copied back with its training finished but not all its evaluations: the adapter's
-    weights stayed on the machine that trained it, so the task starts over -- training and every
-    result of it, finished or not, so that no table mixes two trainings."""
-    train = next((j for j in task.jobs if isinstance(j, TrainJob)), None)
-    if train is None or not run.state.done(train.stage):
+def _weights(job: object) -> Path | None:
+    """The file a task's results depend on that the kept files leave behind: a trained
+    adapter's weights, or a steering vector's."""
+    if isinstance(job, TrainJob):
+        return job.adapter / "adapter_model.safetensors"
+    if isinstance(job, SteerJob):
+        return job.out / VECTORS
+    return None
+
+
+def _start_over_if_lost(run: Run, task: Task) -> None:
+    """A task copied back with its adapter trained (or its steering vector computed) but not
+    all its evaluations: the weights stayed on the machine that made them, so the task starts
+    over -- the training (or the vector) and every result of it, finished or not, so that no
+    table mixes two trainings or two vectors (a vector computed again on other hardware differs
+    in its last bits, and an evaluation's identity holds the vector's digest). A steering
+    search's curve stays: its points are read back, only the vectors are computed again."""
+    made = next((j for j in task.jobs if _weights(j) is not None), None)
+    if made is None or made.stage not in run.state.stages:
         return
-    if (train.adapter / "adapter_model.safetensors").is_file():
+    if _weights(made).is_file():
         return
     results = [j for j in task.jobs if isinstance(j, EvalJob | CapabilityJob)]
     if all(run.state.done(j.stage) for j in results):  # all in: the weights are not needed
         return
-    print(f"{task.name}: its adapter's weights were not kept; the task starts over", flush=True)
-    shutil.rmtree(train.adapter)
+    what = "adapter's" if isinstance(made, TrainJob) else "steering vector's"
+    print(f"{task.name}: its {what} weights were not kept; the task starts over", flush=True)
+    shutil.rmtree(made.adapter if isinstance(made, TrainJob) else made.out, ignore_errors=True)
     for job in results:
         shutil.rmtree(job.out, ignore_errors=True)
 
