@@ -13,9 +13,9 @@ machine where ``DIR`` holds no run yet, the kept files are copied back first, so
 run``'s stages that finished elsewhere are skipped (a stage is finished when ``state.json`` lists
 it and its output exists) and an evaluation copied mid-way resumes at its last whole chunk
 (:mod:`scd.eval.records`); an arm whose adapter or steering vector stayed behind with some of
-its results still to come starts over. ``state.json`` records paths as given: run it from the repository
-root with a relative ``DIR`` (``outputs``) and a relative model path, and the kept files name no
-machine and resume on any.
+its results still to come starts over. ``state.json`` records paths as given: run it from the
+repository root with a relative ``DIR`` (``outputs``) and a relative model path, and the kept
+files name no machine and resume on any.
 
 Every ``--sample`` seconds it appends to ``--keep``/machine.jsonl the machine's busy CPU seconds
 and this process's own (cumulative counters), so that a stage's run time can be reported with
