@@ -286,6 +286,7 @@ def sft_dir(toy_prompts: Path, tmp_path_factory) -> Path:
 
 def _trainer(model: Path, sft: Path, out: Path, *extra: str):
     from scd.pipeline.recipe import recipe_from_dict
+    from scd.train.spec import TrainingSpec
     from scd.train.trainer import build_trainer
 
     data = {
@@ -299,7 +300,7 @@ def _trainer(model: Path, sft: Path, out: Path, *extra: str):
     for item in extra:
         key, value = item.split("=")
         data["data" if key == "style" else "train"][key] = value == "true" or value
-    return build_trainer(recipe_from_dict(data), str(model), sft, out, cuda=False)
+    return build_trainer(TrainingSpec.of(recipe_from_dict(data)), str(model), sft, cuda=False)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -50,9 +50,10 @@ def _manifest(sft: Path) -> dict:
 
 def test_scd_train_takes_the_source_split_from_the_settings_file(tmp_path, custom) -> None:
     from scd.train.sft_rows import prepare_data
+    from scd.train.spec import TrainingSpec
 
     out = tmp_path / "s12"
-    sft = prepare_data(_recipe(tmp_path, custom, "data.setting=12"), out)
+    sft = prepare_data(TrainingSpec.of(_recipe(tmp_path, custom, "data.setting=12")), out)
     info = _manifest(sft)
     assert (info["setting"], info["split"]) == (12, "source")
     assert set(info["sources_sha256"]) == {"prompts", "eval_prompts"}
@@ -61,7 +62,7 @@ def test_scd_train_takes_the_source_split_from_the_settings_file(tmp_path, custo
     assert (out / "data" / "eval_prompts" / "prompts.parquet").is_file()
 
     out = tmp_path / "s2"  # setting 2 of this file is a random split: no second prompt set
-    sft = prepare_data(_recipe(tmp_path, custom, "data.setting=2"), out)
+    sft = prepare_data(TrainingSpec.of(_recipe(tmp_path, custom, "data.setting=2")), out)
     assert (_manifest(sft)["setting"], _manifest(sft)["split"]) == (2, "random")
     assert not (out / "data" / "eval_prompts").exists()
 

@@ -30,7 +30,7 @@ class ORPO(DPO):
     trainer_class = "trl.experimental.orpo:ORPOTrainer"
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Any, recipe: Any
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Any, spec: Any
     ) -> int:
         """ORPO's tokenized rows hold the prompt, and prompt + answer for each reply."""
         for i, row in enumerate(rows[: self.check_sample]):

@@ -18,6 +18,7 @@ from scd.pipeline.recipe import load_recipe
 from scd.train.arms.sft import SFT
 from scd.train.setup import padding_free_keys
 from scd.train.sft_rows import prepare_data
+from scd.train.spec import TrainingSpec
 from scd.train.trainer import build_trainer, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,8 +85,9 @@ def test_rows_over_max_length_are_cut_as_the_padded_path_cuts_them(
         out = tmp_path / str(free)
         keys = ["train.max_length=40", "train.eval_steps=100", f"train.padding_free={free}"]
         recipe = _recipe(toy_model, out, *keys)
-        rows = prepare_data(recipe, out, SFT())
-        trainer, _ = build_trainer(recipe, str(toy_model), rows, out, cuda=False)
+        spec = TrainingSpec.of(recipe)
+        rows = prepare_data(spec, out, SFT())
+        trainer, _ = build_trainer(spec, str(toy_model), rows, cuda=False)
         assert trainer.args.padding_free is trainer.data_collator.padding_free is free
         rows_of[free] = [
             data.select_columns(["input_ids", "labels"]).to_list()
@@ -101,12 +103,11 @@ def test_padding_free_keys_of_each_method(toy_model: Path) -> None:
     recipe = _recipe(toy_model, Path("unused"))
     assert recipe.train.padding_free is False  # padded unless asked (a CPU step is slower)
     sft, dpo = SFT(), method_class("dpo")()
-    assert (
-        padding_free_keys(sft, recipe) == padding_free_keys(dpo, recipe) == {"padding_free": False}
-    )
-    asked = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, padding_free=True))
+    train = recipe.train
+    assert padding_free_keys(sft, train) == padding_free_keys(dpo, train) == {"padding_free": False}
+    asked = dataclasses.replace(train, padding_free=True)
     assert padding_free_keys(sft, asked) == {"padding_free": True, "max_length": None}
-    packed = dataclasses.replace(asked, train=dataclasses.replace(asked.train, packing=True))
+    packed = dataclasses.replace(asked, packing=True)
     assert padding_free_keys(sft, packed) == {"padding_free": True}  # packing cuts to max_length
     with pytest.raises(InputError, match=r"^train.padding_free: dpo has no padding-free batches"):
         padding_free_keys(dpo, asked)

@@ -105,6 +105,7 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     typed as TRL types them, held fixed for the run, and on to TRL's config; scd's own settings
     are refused."""
     from scd.config.loader import fixed_part
+    from scd.train.spec import TrainingSpec
     from scd.train.trainer import sft_config
 
     text = "train: {adam_beta2: 0.95, neftune_noise_alpha: 5, lr_scheduler_type: cosine}\n"
@@ -113,7 +114,7 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     trl = {"adam_beta2": 0.95, "neftune_noise_alpha": 5.0, "label_smoothing": 0.1}
     assert recipe.train.trl == trl
     assert fixed_part(recipe.to_dict())["train"]["adam_beta2"] == 0.95  # a run holds it
-    args = sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
+    args = sft_config(TrainingSpec.of(recipe), cuda=False, report_to="none", progress=False)
     assert (args.adam_beta2, args.neftune_noise_alpha, args.weight_decay) == (0.95, 5.0, 0.01)
     assert not hasattr(args, "label_smoothing")  # a DPOConfig field: for the dpo arm only
     bad = {
@@ -131,7 +132,7 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     for body, message in bad.items():
         with pytest.raises(InputError, match=re.escape(message)):
             recipe = load_recipe(_recipe(tmp_path, body + "\n"))
-            sft_config(recipe, tmp_path / "out", cuda=False, report_to="none", progress=False)
+            sft_config(TrainingSpec.of(recipe), cuda=False, report_to="none", progress=False)
     both = load_recipe(_recipe(tmp_path, "train: {loss_type: [sigmoid, sft]}\n"))  # DPO's list
     assert both.train.trl["loss_type"] == ["sigmoid", "sft"]
 

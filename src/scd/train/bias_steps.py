@@ -38,9 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scd.config.schema import Recipe
+from scd.config.schema import TrainSpec
 from scd.errors import InputError
 from scd.io import read_manifest
+from scd.train.spec import TrainingSpec
 
 __all__ = ["KEYS", "bias_callback", "bias_line", "bias_measures", "selection", "validation_rows"]
 
@@ -145,9 +146,8 @@ def _best(state: Any, max_kl: float | None) -> dict[str, Any] | None:
     return min(within, key=_rank, default=None)
 
 
-def selection(recipe: Recipe, state: Any) -> dict[str, Any]:
+def selection(t: TrainSpec, state: Any) -> dict[str, Any]:
     """Which step's adapter a finished training keeps, and why (``train.select``)."""
-    t = recipe.train
     if t.select == "last":
         return {"rule": "last", "step": state.global_step, "why": "the last step (train.select)"}
     measured, best = _measured(state), _best(state, t.max_kl)
@@ -169,7 +169,7 @@ def selection(recipe: Recipe, state: Any) -> dict[str, Any]:
     }
 
 
-def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
+def bias_callback(spec: TrainingSpec, sft_dir: Path, tokenizer: Any) -> Any:
     """A ``TrainerCallback`` measuring bias every ``train.eval_every_steps`` steps (see the
     module docstring); give it the trainer (``callback.trainer = trainer``) before training.
 
@@ -183,21 +183,21 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
     from scd.models.formatting import Formatter
     from scd.models.protocols import get_protocol
 
-    every, best = recipe.train.eval_every_steps, recipe.train.select == "best"
-    rows = validation_rows(sft_dir, recipe.train.eval_prompts, recipe.train.seed)
+    t, check = spec.train, spec.bias
+    every, best = t.eval_every_steps, t.select == "best"
+    rows = validation_rows(sft_dir, t.eval_prompts, t.seed)
     neutral, base_cache = None, {}  # the adapter-off model's side of the KL, measured once
     if best:
         from peft import PeftModel
 
         from scd.eval.capability import kl_in_memory, load_neutral_prompts
 
-        neutral = load_neutral_prompts(recipe.capability.neutral_prompts)[1]
-    protocol = get_protocol(recipe.bias_protocol)
-    options = getattr(recipe.eval, "bias", None)
-    rule = getattr(options, "rule", None) or protocol.rule
+        neutral = load_neutral_prompts(check.neutral_prompts)[1]
+    protocol = get_protocol(check.protocol)
+    rule = check.rule or protocol.rule
     task = BiasTask({}, rows, len(rows), None, protocol=protocol, rule=rule)  # type: ignore[arg-type]
-    task.fmt = Formatter(tokenizer, recipe.eval.system_prompt)
-    batch = getattr(recipe.eval, "batch_size", None)  # the hf engine's, when eval uses it
+    task.fmt = Formatter(tokenizer, check.system_prompt)
+    batch = check.batch_size
 
     class BiasEveryNSteps(TrainerCallback):
         trainer: Any = None
@@ -230,7 +230,7 @@ def bias_callback(recipe: Recipe, sft_dir: Path, tokenizer: Any) -> Any:
             Trainer.log(self.trainer, measures)
             control.should_log = should_log
             if best:  # transformers keeps the best one's checkpoint (save_total_limit, resume)
-                chosen = _best(state, recipe.train.max_kl)
+                chosen = _best(state, t.max_kl)
                 if chosen is not None:
                     step = chosen["step"]
                     state.best_model_checkpoint = str(Path(args.output_dir) / f"checkpoint-{step}")

@@ -18,6 +18,7 @@ from scd.io import write_json
 from scd.tracking import redact
 from scd.train.arms.base import Method
 from scd.train.bias_steps import KEYS as BIAS_KEYS
+from scd.train.spec import TrainingSpec
 
 __all__ = [
     "SERVING_FILES",
@@ -77,7 +78,7 @@ def save_adapter(trainer: Any, out: Path, main: bool) -> None:
 
 
 def train_manifest(
-    trainer: Any, result: Any, method: Method, recipe: Recipe, model_path: str, **info: Any
+    trainer: Any, result: Any, method: Method, spec: TrainingSpec, model_path: str, **info: Any
 ) -> dict[str, Any]:
     """``train_manifest.json``: what the training did, every step across resumes."""
     state = trainer.state
@@ -89,7 +90,7 @@ def train_manifest(
         "scd_version": __version__,
         "method": method.name,
         "base_model": model_path,
-        "model": recipe.model,
+        "model": spec.model,
         "global_step": state.global_step,
         "train_loss": result.training_loss if loss is None else loss,
         "train_seconds": round(seconds, 3),

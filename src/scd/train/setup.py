@@ -1,16 +1,17 @@
 """What every trainer of scd shares (:mod:`scd.train.trainer`: SFT; :mod:`scd.train.preference`:
-DPO, KTO): the recipe's LoRA config, its TRL config, the model to train, and scd's progress lines
-instead of the libraries' own."""
+DPO, KTO), each handed the part of the training spec (:class:`~scd.train.spec.TrainingSpec`) it
+reads: the LoRA config, TRL's config, the model to train, and scd's progress lines instead of the
+libraries' own."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from scd.config.arms import padding_free_problem
-from scd.config.schema import Recipe
+from scd.config.schema import LoraSpec, TrainSpec
 from scd.errors import InputError, first_line
+from scd.train.spec import TrainingSpec
 from scd.train.training_log import log_lines
 
 __all__ = [
@@ -24,22 +25,22 @@ __all__ = [
 ]
 
 
-def lora_config(recipe: Recipe) -> Any:
-    """PEFT LoraConfig of the recipe: plain LoRA that vLLM can serve."""
+def lora_config(lora: LoraSpec) -> Any:
+    """PEFT LoraConfig of the recipe's ``lora`` keys: plain LoRA that vLLM can serve."""
     from peft import LoraConfig
 
     return LoraConfig(
-        r=recipe.lora.r,
-        lora_alpha=recipe.lora.alpha,
-        lora_dropout=recipe.lora.dropout,
-        target_modules=recipe.lora.target_modules,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
         bias="none",
         use_dora=False,
         task_type="CAUSAL_LM",
     )
 
 
-def padding_free_keys(method: Any, recipe: Recipe) -> dict[str, Any]:
+def padding_free_keys(method: Any, train: TrainSpec) -> dict[str, Any]:
     """TRL's keys for ``train.padding_free``: the method's batches reach the model without pad
     tokens (TRL's padding-free collation: a batch is one sequence, each row with its own
     positions and causal block), the same rows, steps and losses as padded batches (tested).
@@ -48,12 +49,12 @@ def padding_free_keys(method: Any, recipe: Recipe) -> dict[str, Any]:
 
     Raises:
         InputError: ``train.padding_free: true`` for a method without it."""
-    if not recipe.train.padding_free:
+    if not train.padding_free:
         return {"padding_free": False}
     problem = padding_free_problem([method.name])  # scd train checks it first (trainer._check)
     if problem:
         raise InputError(problem)
-    cut = not recipe.train.packing  # TRL refuses max_length there; scd cuts the rows
+    cut = not train.packing  # TRL refuses max_length there; scd cuts the rows
     return {"padding_free": True, **({"max_length": None} if cut else {})}
 
 
@@ -80,20 +81,19 @@ def _first_tokens(row: dict[str, Any], n: int, columns: tuple[str, ...]) -> dict
 
 
 def trl_config(
-    recipe: Recipe,
+    spec: TrainingSpec,
     cls: Any,
-    out: Path,
     cuda: bool,
     report_to: str,
     progress: bool = True,
     **extra: Any,
 ) -> Any:
-    """A TRL config (``SFTConfig``, ``DPOConfig``, ``KTOConfig``) of the recipe: its ``train``
+    """A TRL config (``SFTConfig``, ``DPOConfig``, ``KTOConfig``) of the spec: its ``train``
     keys as they are (TRL's own names; those the class lacks, as ``packing`` for DPO, are left
     out), and what scd decides -- CPU runs drop bf16, paged optimizers and checkpointing."""
     import dataclasses
 
-    keys = dataclasses.asdict(recipe.train)
+    keys = dataclasses.asdict(spec.train)
     keys.update(keys.pop("trl"))  # the recipe's other keys of TRL's configs, by their names
     del keys["device"]  # scd's own: where training runs
     for key in ("push_to_hub", "hub_model_id", "hub_private_repo"):
@@ -110,7 +110,7 @@ def trl_config(
     one_sequence = bool(keys.get("padding_free") or keys.get("packing"))  # no pad tokens
     try:
         return cls(
-            output_dir=str(out / "checkpoints"),
+            output_dir=str(spec.output_dir / "checkpoints"),
             **keys,
             fp16=False,
             use_cpu=not cuda,
@@ -118,8 +118,8 @@ def trl_config(
             save_strategy="steps",
             eval_strategy="steps" if keys["eval_steps"] else "no",
             report_to=report_to,
-            project=recipe.wandb.project,  # transformers' own default is "huggingface"
-            run_name=recipe.wandb.run_name or Path(recipe.output_dir).name,
+            project=spec.wandb.project,  # transformers' own default is "huggingface"
+            run_name=spec.wandb.run_name or spec.output_dir.name,
             # batches without pad tokens carry no attention mask: transformers would count
             # the tokens that are not the pad id, and miss each row's end token where pad = end
             include_num_input_tokens_seen="all" if one_sequence else "non_padding",
@@ -130,14 +130,15 @@ def trl_config(
         raise InputError(f"train: {cls.__name__} refuses these keys: {first_line(err)}") from None
 
 
-def load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
-    """The recipe's model to train: float32 on a CPU, bf16 on CUDA, NF4 with ``4bit``."""
+def load_model(spec: TrainingSpec, model_path: str, cuda: bool) -> Any:
+    """The model to train (``model_path``: the spec's model resolved): float32 on a CPU, bf16
+    on CUDA, NF4 with ``quantization: 4bit``."""
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    compute = torch.bfloat16 if cuda and recipe.train.bf16 else torch.float32
+    compute = torch.bfloat16 if cuda and spec.train.bf16 else torch.float32
     kwargs: dict[str, Any] = {"trust_remote_code": False, "dtype": compute}
-    if recipe.quantization == "4bit":
+    if spec.quantization == "4bit":
         from accelerate import PartialState
         from peft import prepare_model_for_kbit_training
 
@@ -152,10 +153,10 @@ def load_model(recipe: Recipe, model_path: str, cuda: bool) -> Any:
         model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     except (OSError, ValueError) as err:
         first = first_line(err)
-        raise InputError(f"model {recipe.model}: cannot load a causal LM ({first})") from None
-    if recipe.quantization == "4bit":
+        raise InputError(f"model {spec.model}: cannot load a causal LM ({first})") from None
+    if spec.quantization == "4bit":
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=recipe.train.gradient_checkpointing and cuda
+            model, use_gradient_checkpointing=spec.train.gradient_checkpointing and cuda
         )
     return model
 

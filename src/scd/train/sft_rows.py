@@ -7,42 +7,42 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scd.config.schema import Recipe
 from scd.errors import InputError
+from scd.train.spec import TrainingSpec
 
 __all__ = ["check_trained_tokens", "data_dir", "prepare_data", "training_rows"]
 
 
-def data_dir(recipe: Recipe, out: Path, method: Any = None) -> Path:
+def data_dir(spec: TrainingSpec, out: Path, method: Any = None) -> Path:
     """Where the training rows of a run of ``method`` (:class:`~scd.train.arms.base.Method`;
     None: the SFT rows) are: ``data.sft``, else what :func:`prepare_data` generates into
     ``out/data``."""
-    if recipe.data.sft:
-        return Path(recipe.data.sft)
+    if spec.data.sft:
+        return Path(spec.data.sft)
     own = method is not None and method.own_rows
     return out / "data" / (method.name if own else "sft")
 
 
-def prepare_data(recipe: Recipe, out: Path, method: Any = None) -> Path:
+def prepare_data(spec: TrainingSpec, out: Path, method: Any = None) -> Path:
     """Return the training data directory of a run of ``method``, generating it (:func:`scd.
     data_gen.sft.prepare_sft`, into ``out/data``; for a method with rows of its own then those,
-    made from the same prompts) when the recipe asks for it."""
+    made from the same prompts) when the spec's ``data`` asks for it."""
     from scd.data_gen.sft import prepare_sft
     from scd.models.protocols import training_protocol
     from scd.train.arms.base import RowsInput
 
-    d = recipe.data
+    d = spec.data
     if d.sft:
         if not (Path(d.sft) / "train.parquet").is_file():
             raise InputError(f"data.sft {d.sft}: no train.parquet (run `scd generate sft`)")
         return Path(d.sft)
     sft = out / "data" / "sft"
     prompts, eval_prompts = prepare_sft(
-        d, out / "data", [d.setting], sft, protocol=training_protocol(recipe.bias_protocol)
+        d, out / "data", [d.setting], sft, protocol=training_protocol(spec.bias.protocol)
     )
     if method is None or not method.own_rows:
         return sft
-    target = data_dir(recipe, out, method)
+    target = data_dir(spec, out, method)
     sources = tuple(p for p in (prompts, eval_prompts) if p is not None)
     method.write_rows(RowsInput(sft, sources, d), target)
     return target

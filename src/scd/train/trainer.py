@@ -1,7 +1,9 @@
 """``scd train RECIPE.yaml``: LoRA / QLoRA instruction tuning with TRL's SFTTrainer + PEFT.
 
 The recipe maps onto TRL and PEFT's own config classes (``SFTConfig``, ``LoraConfig``,
-``BitsAndBytesConfig``); nothing here re-implements training. Loss is on the completion only
+``BitsAndBytesConfig``); nothing here re-implements training. Each stage is handed what it reads
+of the recipe (:class:`~scd.train.spec.TrainingSpec`); the recipe itself goes only where the run
+records it (``recipe.yaml``, the W&B run's config). Loss is on the completion only
 (prompt/completion rows). Runs unchanged under ``accelerate launch`` and ``torchrun``.
 
 Output directory::
@@ -25,7 +27,7 @@ from typing import Any
 
 from scd.config.arms import method_class, padding_free_problem
 from scd.config.checks import liger_problem
-from scd.config.schema import Recipe
+from scd.config.schema import Recipe, TrainSpec
 from scd.errors import InputError
 from scd.train.arms.base import Method
 from scd.train.bias_steps import selection
@@ -40,6 +42,7 @@ from scd.train.setup import (
     trl_config,
 )
 from scd.train.sft_rows import data_dir, prepare_data
+from scd.train.spec import TrainingSpec
 from scd.train.training_log import (
     finish_tracking,
     last_step_logged,
@@ -51,30 +54,30 @@ from scd.train.training_log import (
 __all__ = ["build_trainer", "method_config", "sft_config", "train"]
 
 
-def _is_cuda(recipe: Recipe) -> bool:
+def _is_cuda(train: TrainSpec) -> bool:
     import torch
 
-    if recipe.train.device == "cpu":
+    if train.device == "cpu":
         return False
-    if recipe.train.device == "cuda" and not torch.cuda.is_available():
+    if train.device == "cuda" and not torch.cuda.is_available():
         raise InputError("train.device: cuda was asked for but no CUDA GPU is available")
     return torch.cuda.is_available()
 
 
 def method_config(
-    method: Method, recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True
+    method: Method, spec: TrainingSpec, cuda: bool, report_to: str, progress: bool = True
 ) -> Any:
-    """TRL's config of ``method`` (its class: SFTConfig, DPOConfig ...) for the recipe
+    """TRL's config of ``method`` (its class: SFTConfig, DPOConfig ...) for the spec
     (:func:`~scd.train.setup.trl_config`), with what the method sets itself (its options)."""
-    values = method.config_values(recipe)
-    values.update(padding_free_keys(method, recipe))
-    return trl_config(recipe, method.config(), out, cuda, report_to, progress, **values)
+    values = method.config_values(spec)
+    values.update(padding_free_keys(method, spec.train))
+    return trl_config(spec, method.config(), cuda, report_to, progress, **values)
 
 
-def sft_config(recipe: Recipe, out: Path, cuda: bool, report_to: str, progress: bool = True) -> Any:
-    """TRL SFTConfig of the recipe (:func:`method_config` of SFT): the loss on the completion
+def sft_config(spec: TrainingSpec, cuda: bool, report_to: str, progress: bool = True) -> Any:
+    """TRL SFTConfig of the spec (:func:`method_config` of SFT): the loss on the completion
     only."""
-    return method_config(method_class("sft")(), recipe, out, cuda, report_to, progress)
+    return method_config(method_class("sft")(), spec, cuda, report_to, progress)
 
 
 def _last_checkpoint(out: Path) -> str | None:
@@ -112,10 +115,9 @@ def _rows(rows_dir: Path, method: Method) -> Any:
 
 
 def build_trainer(
-    recipe: Recipe,
+    spec: TrainingSpec,
     model_path: str,
     rows_dir: Path,
-    out: Path,
     *,
     method: Method | str = "sft",
     cuda: bool,
@@ -124,9 +126,11 @@ def build_trainer(
     verbose: bool = False,
     args: Any = None,
 ) -> tuple[Any, int]:
-    """TRL's trainer of ``method`` (SFT by default) for a recipe, the rows in ``rows_dir`` and a
-    loadable model; nothing trained yet. The same for every method: the method says which
-    trainer and config, how its rows are rendered and how TRL's tokens are checked.
+    """TRL's trainer of ``method`` (SFT by default) for a training spec
+    (:meth:`TrainingSpec.of <scd.train.spec.TrainingSpec.of>` a recipe), the rows in ``rows_dir``
+    and a loadable model (``model_path``: the spec's model resolved); nothing trained yet. The
+    same for every method: the method says which trainer and config, how its rows are rendered
+    and how TRL's tokens are checked.
 
     ``args``: the run's TRL config (default: :func:`method_config`). It exists before the model
     is loaded, so that a DeepSpeed ZeRO-3 config reaches ``from_pretrained``.
@@ -145,7 +149,7 @@ def build_trainer(
 
     method = method_class(method)() if isinstance(method, str) else method
     if args is None:
-        args = method_config(method, recipe, out, cuda, report_to, progress)
+        args = method_config(method, spec, cuda, report_to, progress)
     if not verbose:
         import datasets
         from transformers.utils import logging as hf_logging
@@ -156,7 +160,7 @@ def build_trainer(
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
     except (OSError, ValueError) as err:
-        raise InputError(f"model {recipe.model}: cannot load its tokenizer ({err})") from None
+        raise InputError(f"model {spec.model}: cannot load its tokenizer ({err})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     sample = min(method.check_sample, len(data["train"]))
@@ -164,23 +168,23 @@ def build_trainer(
     formatter = Formatter.of_rows(tokenizer, check_rows)
     data = method.render(data, formatter)
     bias = None
-    if recipe.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
+    if spec.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
         from scd.train.bias_steps import bias_callback
 
-        bias = bias_callback(recipe, rows_dir, tokenizer)
+        bias = bias_callback(spec, rows_dir, tokenizer)
     if not cuda:
         score_labelled_tokens_only()  # TRL's LM head: not over every unlabelled token
     trainer = method.trainer()(
-        model=load_model(recipe, model_path, cuda),
+        model=load_model(spec, model_path, cuda),
         args=args,
         train_dataset=data["train"],
-        eval_dataset=data["eval"] if recipe.train.eval_steps else None,
+        eval_dataset=data["eval"] if spec.train.eval_steps else None,
         processing_class=tokenizer,
-        peft_config=lora_config(recipe),
+        peft_config=lora_config(spec.lora),
     )
     if getattr(args, "padding_free", False) and not getattr(args, "packing", False):
-        cut_to_max_length(trainer, recipe.train.max_length)  # as TRL's padded path cuts them
-    checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, recipe)
+        cut_to_max_length(trainer, spec.train.max_length)  # as TRL's padded path cuts them
+    checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, spec)
     trainer.add_callback(last_step_logged())  # the training loss covers every step
     quiet_callbacks(trainer, progress, verbose)
     if bias is not None:
@@ -189,32 +193,33 @@ def build_trainer(
     return trainer, checked
 
 
-def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str | None, bool]:
-    """What a training run needs before any work: the model resolved to a loadable path, the
-    output directory, its checkpoint to resume from (None: a new run), and whether it trains on
-    a CUDA GPU.
+def _check(
+    recipe: Recipe, method: Method, resume: bool
+) -> tuple[TrainingSpec, str, str | None, bool]:
+    """What a training run needs before any work: what it reads of the recipe, the model
+    resolved to a loadable path, the checkpoint to resume from (None: a new run), and whether it
+    trains on a CUDA GPU.
 
     Raises:
         InputError: a recipe, method or output directory that cannot be trained.
     """
     from scd.models import resolve_model
 
-    if recipe.output_dir is None:
-        raise InputError("recipe: output_dir: needed by scd train (scd run chooses its own)")
-    if recipe.model == "toy":
+    spec = TrainingSpec.of(recipe)
+    if spec.model == "toy":
         raise InputError(
             "model: toy is built by `scd run`; for scd train build it with "
             "`scd toy-model --out DIR` and set model: DIR"
         )
     for _, problem in method.problems(recipe):
         raise InputError(problem)
-    problem = recipe.train.padding_free and padding_free_problem([method.name])
-    cuda = _is_cuda(recipe)
+    problem = spec.train.padding_free and padding_free_problem([method.name])
+    cuda = _is_cuda(spec.train)
     problem = problem or liger_problem(recipe, cuda)
     if problem:
         raise InputError(problem)
-    model_path = resolve_model(recipe.model, key="model")  # a GGUF file is converted once
-    out = Path(recipe.output_dir)
+    model_path = resolve_model(spec.model, key="model")  # a GGUF file is converted once
+    out = spec.output_dir
     ours = ("checkpoints", "data", "recipe.yaml", "train_manifest.json", "adapter_config.json")
     if out.is_dir() and any(out.iterdir()) and not any((out / x).exists() for x in ours):
         raise InputError(
@@ -228,18 +233,18 @@ def _check(recipe: Recipe, method: Method, resume: bool) -> tuple[str, Path, str
             f"output_dir {out}: holds checkpoints; pass --resume to continue, "
             "or choose a new output_dir"
         )
-    return model_path, out, checkpoint, cuda
+    return spec, model_path, checkpoint, cuda
 
 
-def _training_rows(recipe: Recipe, out: Path, method: Method, state: Any, progress: bool) -> Path:
+def _training_rows(spec: TrainingSpec, method: Method, state: Any, progress: bool) -> Path:
     """The run's training rows, generated by the main process (the others wait for them)."""
     with state.main_process_first():
         if state.is_main_process:
-            rows_dir = prepare_data(recipe, out, method)
-            if not recipe.data.sft and progress:
+            rows_dir = prepare_data(spec, spec.output_dir, method)
+            if not spec.data.sft and progress:
                 print(f"{method.name.upper()} data generated -> {rows_dir}", flush=True)
             return rows_dir
-    return data_dir(recipe, out, method)
+    return data_dir(spec, spec.output_dir, method)
 
 
 def _steps_to_wandb(trainer: Any, held: int) -> None:
@@ -250,10 +255,10 @@ def _steps_to_wandb(trainer: Any, held: int) -> None:
     trainer.add_callback(wandb_at_steps(held))
 
 
-def _keep(trainer: Any, recipe: Recipe, out: Path, checkpoints: Path) -> dict[str, Any]:
+def _keep(trainer: Any, train: TrainSpec, out: Path, checkpoints: Path) -> dict[str, Any]:
     """The adapter kept (``train.select``: the last step's, or an earlier measured step's
     weights in its place) and the tokenizer beside it; return what was selected and why."""
-    selected = selection(recipe, trainer.state)
+    selected = selection(train, trainer.state)
     if selected["step"] != trainer.state.global_step:  # train.select best: an earlier step
         keep_checkpoint(checkpoints / f"checkpoint-{selected['step']}", out)
     trainer.processing_class.save_pretrained(str(out))
@@ -302,23 +307,22 @@ def train(
     from accelerate import PartialState
 
     unit: Method = method_class(method)()
-    model_path, out, checkpoint, cuda = _check(recipe, unit, resume)
-    enabled = use_wandb and recipe.wandb.enabled
+    spec, model_path, checkpoint, cuda = _check(recipe, unit, resume)
+    out, enabled = spec.output_dir, use_wandb and spec.wandb.enabled
     # The TRL config first: it sets up the distributed state (a PartialState made before it sees
     # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
-    args = method_config(unit, recipe, out, cuda, "wandb" if enabled else "none", progress)
+    args = method_config(unit, spec, cuda, "wandb" if enabled else "none", progress)
     _ = args.device
     state = PartialState()
-    rows_dir = _training_rows(recipe, out, unit, state, progress)
+    rows_dir = _training_rows(spec, unit, state, progress)
     manifest = json.loads((rows_dir / "manifest.json").read_text())
     tracked = enabled and state.is_main_process  # one W&B run, across kills and resumes
     run, held = start_tracking(recipe, args, out, manifest, checkpoint) if tracked else (None, -1)
     earlier = _tokens_before(checkpoint, progress) if state.is_main_process else 0
     trainer, checked = build_trainer(
-        recipe,
+        spec,
         model_path,
         rows_dir,
-        out,
         method=unit,
         cuda=cuda,
         progress=progress,
@@ -333,12 +337,12 @@ def train(
     save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
-        selected = _keep(trainer, recipe, out, Path(args.output_dir))
+        selected = _keep(trainer, spec.train, out, Path(args.output_dir))
         info = train_manifest(
             trainer,
             result,
             unit,
-            recipe,
+            spec,
             model_path,
             seconds=seconds,
             earlier=earlier,
@@ -351,6 +355,6 @@ def train(
         )
         write_training(out, recipe, manifest, info, args)
         if run is not None:
-            finish_tracking(run, recipe, out, info, model_path)
+            finish_tracking(run, spec.wandb.log_adapter, out, info, model_path)
     state.wait_for_everyone()
     return info

@@ -182,16 +182,17 @@ def start_tracking(
 
 
 def finish_tracking(
-    run: Any, recipe: Recipe, out: Path, info: dict[str, Any], model_path: str
+    run: Any, upload_adapter: bool, out: Path, info: dict[str, Any], model_path: str
 ) -> None:
-    """The training's results into its W&B run's summary (and the adapter as an artifact)."""
+    """The training's results into its W&B run's summary (and, with ``upload_adapter``:
+    ``wandb.log_adapter``, the adapter as an artifact)."""
     from scd.models import model_fingerprint
 
     skip = ("log_history", "bias_history", "train_loss")
     meta = {k: v for k, v in info.items() if k not in skip}
     run.summary.update({f"scd/{k}": v for k, v in meta.items() if v is not None})
     run.summary["train_loss"] = info["train_loss"]  # every step's (not this process's)
-    if recipe.wandb.log_adapter:
+    if upload_adapter:
         fingerprint = model_fingerprint(model_path)
         extra = {"train_loss": info["train_loss"], "base_model_fingerprint": fingerprint}
         log_adapter(run, out, {**meta, **extra})

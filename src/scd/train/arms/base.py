@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from scd.config.schema import DataSpec, Recipe
     from scd.models.formatting import Formatter
+    from scd.train.spec import TrainingSpec
 
 __all__ = ["Arm", "Method", "RowsInput"]
 
@@ -93,9 +94,9 @@ class Method(Arm):
         """TRL's trainer class of the method."""
         return _import(self.trainer_class)
 
-    def config_values(self, recipe: Recipe) -> dict[str, Any]:
-        """What the method sets in TRL's config beyond the recipe's ``train`` keys (its options:
-        ``beta`` ...). Default: nothing."""
+    def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
+        """What the method sets in TRL's config beyond the recipe's ``train`` keys (its options,
+        ``spec.arena.beta`` ...). Default: nothing."""
         return {}
 
     def render(self, data: Any, formatter: Formatter) -> Any:
@@ -104,10 +105,10 @@ class Method(Arm):
         raise NotImplementedError
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, recipe: Recipe
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, spec: TrainingSpec
     ) -> int:
         """Check that TRL's tokenized ``dataset`` trains what evaluation scores, on the first
-        raw ``rows``; return how many rows were checked.
+        raw ``rows`` (``spec``: the run's training spec); return how many rows were checked.
 
         Raises:
             InputError: a mismatch, naming the row and both token sequences.

@@ -14,6 +14,7 @@ from scd.train.arms.preference import Preference
 
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
+    from scd.train.spec import TrainingSpec
 
 __all__ = ["KTO"]
 
@@ -42,8 +43,8 @@ class KTO(Preference):
     checked = (("completion_ids", "answer"),)
     decided = ("beta", "train_sampling_strategy")
 
-    def config_values(self, recipe: Recipe) -> dict[str, Any]:
-        return {**super().config_values(recipe), "train_sampling_strategy": "sequential"}
+    def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
+        return {**super().config_values(spec), "train_sampling_strategy": "sequential"}
 
     def problems(self, recipe: Recipe) -> Iterator[Problem]:
         if recipe.train.per_device_train_batch_size < 2:

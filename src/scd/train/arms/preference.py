@@ -22,8 +22,8 @@ from scd.errors import InputError
 from scd.train.arms.base import Method
 
 if TYPE_CHECKING:
-    from scd.config.schema import Recipe
     from scd.models.formatting import Formatter
+    from scd.train.spec import TrainingSpec
 
 __all__ = ["Preference", "PreferenceOptions", "check_preference_tokens"]
 
@@ -93,8 +93,8 @@ class Preference(Method):
     decided = ("beta",)
     checked: ClassVar[tuple[tuple[str, str], ...]]  # (TRL's tokenized column, the answer key)
 
-    def config_values(self, recipe: Recipe) -> dict[str, Any]:
-        return {"beta": recipe.arena.beta}
+    def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
+        return {"beta": spec.arena.beta}
 
     def render(self, data: Any, formatter: Formatter) -> Any:
         return data.select_columns(list(self.columns)).map(
@@ -102,6 +102,6 @@ class Preference(Method):
         )
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, recipe: Recipe
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, spec: TrainingSpec
     ) -> int:
         return check_preference_tokens(dataset, rows, formatter, self.checked, self.check_sample)

@@ -13,6 +13,7 @@ from scd.train.arms.base import Arm, Method, Problem, RowsInput
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
     from scd.models.formatting import Formatter
+    from scd.train.spec import TrainingSpec
 
 __all__ = ["SFT", "General"]
 
@@ -28,7 +29,7 @@ class SFT(Method):
     check_sample = 256
     padding_free = True
 
-    def config_values(self, recipe: Recipe) -> dict[str, Any]:
+    def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
         return {"completion_only_loss": True}
 
     def render(self, data: Any, formatter: Formatter) -> Any:
@@ -37,11 +38,11 @@ class SFT(Method):
         return training_rows(data.select_columns(list(self.columns)), formatter)
 
     def check_tokens(
-        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, recipe: Recipe
+        self, dataset: Any, rows: list[dict[str, Any]], formatter: Formatter, spec: TrainingSpec
     ) -> int:
         from scd.train.sft_rows import check_trained_tokens
 
-        if recipe.train.packing:  # packed rows no longer line up with the SFT rows
+        if spec.train.packing:  # packed rows no longer line up with the SFT rows
             return 0
         return check_trained_tokens(dataset, rows, formatter)
 
