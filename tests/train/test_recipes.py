@@ -230,3 +230,25 @@ def test_engine_keys_belong_to_their_backend() -> None:
     older = {**vllm, "batch_size": None, "device": None, "base_url": None}  # every engine's key
     assert recipe_from_dict({**base, "eval": older}).eval.to_engine_spec() == engine_spec(**vllm)
     assert "batch_size" not in options  # unset: the engine's default
+
+
+def test_training_reads_the_recipe_through_its_typed_spec(tmp_path: Path) -> None:
+    """The stages of `scd train` get a TrainingSpec: the recipe's own sections, the bias
+    check's keys from eval and capability, and no spec without an output_dir (one line)."""
+    from scd.train.spec import TrainingSpec
+
+    text = (
+        "quantization: 4bit\neval: {system_prompt: Be fair., batch_size: 3, "
+        "bias: {protocol: paper-chat, rule: mean}}\ncapability: {neutral_prompts: n.yaml}\n"
+    )
+    recipe = load_recipe(_recipe(tmp_path, text), ["arena.beta=0.25"])
+    spec = TrainingSpec.of(recipe)
+    assert (spec.model, spec.output_dir, spec.quantization) == ("m", Path("o"), "4bit")
+    assert spec.train is recipe.train and spec.lora is recipe.lora and spec.data is recipe.data
+    assert spec.arena.beta == 0.25 and spec.wandb is recipe.wandb
+    check = spec.bias
+    assert (check.protocol, check.rule, check.system_prompt) == ("paper-chat", "mean", "Be fair.")
+    assert (check.batch_size, check.neutral_prompts) == (3, "n.yaml")
+    unset = load_recipe(_recipe(tmp_path, ""), ["output_dir=null"])
+    with pytest.raises(InputError, match=r"^recipe: output_dir: needed by scd train"):
+        TrainingSpec.of(unset)

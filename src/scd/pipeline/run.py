@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.config.options import Options
-from scd.config.schema import WandbSpec
+from scd.config.schema import Recipe, WandbSpec
 from scd.config.settings import load_settings
 from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
@@ -72,7 +72,7 @@ class Run:
 
     def __init__(
         self,
-        recipe: Any,
+        recipe: Recipe,
         run_dir: Path,
         cache_dir: Path,
         *,

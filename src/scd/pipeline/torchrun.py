@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scd.config.schema import Recipe
 
 __all__ = ["torchrun_train"]
 
 
 def torchrun_train(
-    recipe: Any, processes: int, resume: bool, where: Path, method: str = "sft"
+    recipe: Recipe, processes: int, resume: bool, where: Path, method: str = "sft"
 ) -> None:
     """``scd train`` under ``torchrun``, one process per GPU, on the arm's recipe."""
     import subprocess
