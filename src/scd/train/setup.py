@@ -1,7 +1,7 @@
-"""What every trainer of scd shares (:mod:`scd.train.trainer`: SFT; :mod:`scd.train.preference`:
-DPO, KTO), each handed the part of the training spec (:class:`~scd.train.spec.TrainingSpec`) it
-reads: the LoRA config, TRL's config, the model to train, and scd's progress lines instead of the
-libraries' own."""
+"""What the trainer of every method shares (:func:`scd.train.trainer.build_trainer`: SFT, DPO,
+KTO and the methods registered beside them), each handed the part of the training spec
+(:class:`~scd.train.spec.TrainingSpec`) it reads: the LoRA config, TRL's config, the model to
+train, and scd's progress lines instead of the libraries' own."""
 
 from __future__ import annotations
 
