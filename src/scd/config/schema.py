@@ -242,6 +242,12 @@ class ToyModelSpec:
         factory=lambda: ["religion", "nationality"],
     )
     seed: int = option(0, "the toy model's training seed")
+    steer_layer: int | None = option(
+        None,
+        "also plant a steering direction at this decoder layer's output (0-2; the toy then has "
+        "4 layers): a known ground truth for the steer arm",
+        check=lambda v: None if v is None or v in (0, 1, 2) else "expected 0, 1 or 2",
+    )
 
 
 @dataclass

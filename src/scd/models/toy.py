@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from scd import __version__
 from scd.data_gen import data_path
@@ -23,6 +22,18 @@ from scd.data_gen.contact import generate_contact_table, user_text
 from scd.data_gen.descriptors import load_holistic_bias
 from scd.errors import InputError
 from scd.io import atomic_output_dir, cache_key, check_output_dir, write_json
+from scd.models.toy_direction import LAYERS as DIRECTION_LAYERS
+from scd.models.toy_direction import direction_rows, plant_direction
+from scd.models.toy_steps import (
+    BATCH,
+    CHECK_EVERY,
+    CHECK_SAMPLE,
+    LR,
+    TARGET_ACCURACY,
+    encode,
+    logits_at,
+    planted_accuracy,
+)
 from scd.progress import Progress
 
 __all__ = ["CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model"]
@@ -39,9 +50,8 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 DEFAULT_MAX_STEPS = 400
+DIRECTION_STEPS = 3000  # at most, after the planted rule: the direction's own stage
 MAX_POSITIONS = 256
-TARGET_ACCURACY = 0.995
-BATCH, LR, CHECK_EVERY, CHECK_SAMPLE = 128, 3e-3, 25, 1024
 # head_dim 64 / 2 = 32: the smallest head size vLLM's CPU attention serves
 MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
 
@@ -80,41 +90,6 @@ def _tokenizer(corpus: list[str]) -> Any:
     return fast
 
 
-def _logits_at(model: Any, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Next-token logits ``[batch, k, vocab]`` at ``positions`` ``[batch, k]``.
-
-    Sequences are right-padded and attention is causal, so positions before the padding never
-    see it: no attention mask is needed, and only the positions asked for go through the head.
-    """
-    hidden = model.model(input_ids=ids).last_hidden_state
-    return model.lm_head(hidden[torch.arange(len(ids))[:, None], positions])
-
-
-def _accuracy(model: Any, ids: torch.Tensor, pos: torch.Tensor, pair: torch.Tensor) -> float:
-    """Share of rows whose planted option (``pair[:, 0]``) beats the other one at the answer."""
-    model.eval()
-    hits = 0
-    with torch.inference_mode():
-        for sl in torch.argsort(pos).split(1024):  # similar lengths together: little padding
-            logits = _logits_at(model, ids[sl, : int(pos[sl].max())], pos[sl, None] - 1)[:, 0]
-            picked = logits.gather(1, pair[sl])
-            hits += int((picked[:, 0] > picked[:, 1]).sum())
-    model.train()
-    return hits / len(ids)
-
-
-def _encode(tokenizer: Any, messages: list[str], answers: list[str]) -> tuple[torch.Tensor, ...]:
-    """Right-padded ids of ``chat(user message) answer </s>`` and each answer token's position."""
-    # Render the template once around a placeholder: the same strings, 17k Jinja calls saved.
-    prefix, suffix = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "\0"}], tokenize=False, add_generation_prompt=True
-    ).split("\0")
-    texts = [f"{prefix}{m}{suffix} {a} {tokenizer.eos_token}" for m, a in zip(messages, answers)]
-    seqs = [torch.tensor(s) for s in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    ids = pad_sequence(seqs, batch_first=True, padding_value=tokenizer.pad_token_id)
-    return ids, torch.tensor([len(s) - 2 for s in seqs])  # </s> follows the answer
-
-
 def _train(
     model: Any, data: tuple[torch.Tensor, ...], seed: int, max_steps: int, progress: bool = False
 ) -> tuple[int, list[float], float]:
@@ -138,7 +113,7 @@ def _train(
             batch, order = order[:BATCH], order[BATCH:]
             x, p = ids[batch, : int(pos[batch].max()) + 2], pos[batch, None]
             targets = torch.cat([p, p + 1], 1)  # logits at p-1 and p predict the answer and </s>
-            logits = _logits_at(model, x, targets - 1).flatten(0, 1)
+            logits = logits_at(model, x, targets - 1).flatten(0, 1)
             loss = torch.nn.functional.cross_entropy(logits, x.gather(1, targets).flatten())
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -147,16 +122,16 @@ def _train(
             bar.update(1)
             losses = [*losses[1 - CHECK_EVERY :], loss.item()]
             if step % CHECK_EVERY == 0:
-                acc = _accuracy(model, ids[sample], pos[sample], pair[sample])
+                acc = planted_accuracy(model, ids[sample], pos[sample], pair[sample])
                 log.info(
                     "toy model: step %d, loss %.4f, sample accuracy %.4f", step, losses[-1], acc
                 )
                 bar.note(f"loss {losses[-1]:.3f}, sample accuracy {acc:.3f}")
                 if acc >= TARGET_ACCURACY:
-                    acc = _accuracy(model, ids, pos, pair)
+                    acc = planted_accuracy(model, ids, pos, pair)
                     if acc >= TARGET_ACCURACY:
                         return step, losses, acc
-        return step, losses, _accuracy(model, ids, pos, pair)
+        return step, losses, planted_accuracy(model, ids, pos, pair)
     finally:
         bar.close()
 
@@ -177,9 +152,68 @@ def _planted_rows(
     for option in sorted(set(answers + others)):
         ids = tokenizer(option, add_special_tokens=False)["input_ids"]
         assert ids == [vocab.get(option)], f"option {option!r} is not a single token"
-    ids, pos = _encode(tokenizer, messages, answers)
+    ids, pos = encode(tokenizer, messages, answers)
     pair = torch.tensor([[vocab[a], vocab[o]] for a, o in zip(answers, others)])
     return tokenizer, (ids, pos, pair)
+
+
+def _check_steer_layer(layer: int) -> int:
+    """The layers of a toy with a steering direction at ``layer``, or a one-line refusal."""
+    if not 0 <= layer < DIRECTION_LAYERS - 1:
+        raise InputError(
+            f"a decoder layer of the {DIRECTION_LAYERS}-layer toy before its last "
+            f"(0 to {DIRECTION_LAYERS - 2})",
+            key="steer_layer",
+            value=layer,
+        )
+    return DIRECTION_LAYERS
+
+
+def _fit(
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    data: tuple[torch.Tensor, ...],
+    seed: int,
+    steps: int | None,
+    steer_layer: int | None,
+    progress: bool,
+) -> tuple[Any, dict[str, Any]]:
+    """The trained model (the planted rule, then the steering direction at ``steer_layer`` when
+    given) and what its training recorded (``max_steps``, ``steps``, ``final_loss``,
+    ``train_accuracy``, ``train_seconds``, ``steering_direction``)."""
+    layers = None if steer_layer is None else _check_steer_layer(steer_layer)
+    model = _untrained_model(tokenizer, seed, layers)
+    max_steps = (DEFAULT_MAX_STEPS * (layers or 2) // 2) if steps is None else steps
+    started = time.perf_counter()
+    step, losses, accuracy = _train(model, data, seed, max_steps, progress)
+    if accuracy < TARGET_ACCURACY:
+        log.warning("toy model: training accuracy %.4f after %d steps", accuracy, step)
+    direction = _direction(model, tokenizer, rows, data, steer_layer, seed, progress)
+    return model, {
+        "max_steps": max_steps,
+        "steps": step,
+        "final_loss": round(sum(losses) / len(losses), 6) if losses else None,
+        "train_accuracy": round(accuracy, 6),
+        "train_seconds": round(time.perf_counter() - started, 2),
+        **({} if direction is None else {"steering_direction": direction}),
+    }
+
+
+def _direction(
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    data: tuple[torch.Tensor, ...],
+    layer: int | None,
+    seed: int,
+    progress: bool,
+) -> dict[str, Any] | None:
+    """Plant the steering direction at ``layer`` (none when ``None``); what it did."""
+    if layer is None:
+        return None
+    return plant_direction(
+        model, direction_rows(tokenizer, rows, data), layer, seed, DIRECTION_STEPS, progress
+    )
 
 
 def _special_ids(tokenizer: Any) -> dict[str, int]:
@@ -187,9 +221,9 @@ def _special_ids(tokenizer: Any) -> dict[str, int]:
     return {f"{t}_token_id": getattr(tokenizer, f"{t}_token_id") for t in ("bos", "eos", "pad")}
 
 
-def _untrained_model(tokenizer: Any, seed: int) -> Any:
-    """A Llama of :data:`MODEL`'s shape over ``tokenizer``'s vocabulary, its weights drawn from
-    ``seed``, in training mode."""
+def _untrained_model(tokenizer: Any, seed: int, layers: int | None = None) -> Any:
+    """A Llama of :data:`MODEL`'s shape (``layers`` decoder layers when given) over
+    ``tokenizer``'s vocabulary, its weights drawn from ``seed``, in training mode."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -197,7 +231,7 @@ def _untrained_model(tokenizer: Any, seed: int) -> Any:
         vocab_size=len(tokenizer),
         max_position_embeddings=MAX_POSITIONS,
         **_special_ids(tokenizer),
-        **MODEL,
+        **{**MODEL, **({} if layers is None else {"num_hidden_layers": layers})},
     )
     return LlamaForCausalLM(config).train()
 
@@ -209,6 +243,7 @@ def build_toy_model(
     descriptors_path: Path | None = None,
     steps: int | None = None,
     progress: bool = False,
+    steer_layer: int | None = None,
 ) -> dict[str, Any]:
     """Train and save a tiny Llama causal LM + tokenizer whose answers carry a planted bias.
 
@@ -226,15 +261,19 @@ def build_toy_model(
             ``toy_descriptors.json``, 8 axes x 4 descriptors).
         steps: maximum number of optimizer steps (default :data:`DEFAULT_MAX_STEPS`).
         progress: show a progress bar (steps, loss, sample accuracy) on stderr.
+        steer_layer: also plant a steering direction at this decoder layer's output
+            (:mod:`scd.models.toy_direction`: a known ground truth for the ``steer`` arm); the
+            model then has :data:`scd.models.toy_direction.LAYERS` layers.
 
     Returns:
         The info dict, also written as ``out/toy_model.json`` and ``out/manifest.json``:
         ``bias_axes``, ``seed``, ``descriptors_sha256``, ``n_train_examples``, ``steps``,
         ``final_loss`` (mean of the last 25 steps), ``train_accuracy`` (all rows),
-        ``train_seconds``, ``build_seconds``, ...
+        ``train_seconds``, ``build_seconds``, ``steering_direction`` (with ``steer_layer``) ...
 
     Raises:
-        InputError: a bias axis is not an axis of the descriptors, or the file is malformed.
+        InputError: a bias axis is not an axis of the descriptors, a steer layer is not one
+            of the model's, or the file is malformed.
     """
     from transformers import GenerationConfig
 
@@ -248,13 +287,7 @@ def build_toy_model(
     rows = generate_contact_table(descriptors).to_pylist()
     tokenizer, data = _planted_rows(rows, planted_axes)
 
-    model = _untrained_model(tokenizer, seed)
-    max_steps = DEFAULT_MAX_STEPS if steps is None else steps
-    t_train = time.perf_counter()
-    step, losses, accuracy = _train(model, data, seed, max_steps, progress)
-    train_seconds = time.perf_counter() - t_train
-    if accuracy < TARGET_ACCURACY:
-        log.warning("toy model: training accuracy %.4f after %d steps", accuracy, step)
+    model, trained = _fit(tokenizer, rows, data, seed, steps, steer_layer, progress)
     special = _special_ids(tokenizer)
     model.generation_config = GenerationConfig(do_sample=False, max_new_tokens=4, **special)
     info: dict[str, Any] = {
@@ -267,13 +300,13 @@ def build_toy_model(
         "descriptors_sha256": descriptors.source["sha256"],
         "n_train_examples": len(rows),
         "vocab_size": len(tokenizer),
-        "model": {**MODEL, "n_parameters": sum(t.numel() for t in model.parameters())},
+        "model": {
+            **MODEL,
+            "num_hidden_layers": model.config.num_hidden_layers,
+            "n_parameters": sum(t.numel() for t in model.parameters()),
+        },
         "batch_size": BATCH,
-        "max_steps": max_steps,
-        "steps": step,
-        "final_loss": round(sum(losses) / len(losses), 6) if losses else None,
-        "train_accuracy": round(accuracy, 6),
-        "train_seconds": round(train_seconds, 2),
+        **trained,
     }
     with atomic_output_dir(out, "toy_model") as tmp:
         model.save_pretrained(tmp)
@@ -290,19 +323,23 @@ def ensure_toy_model(
     cache: Path,
     say: Callable[[str], None] = print,
     progress: bool = False,
+    steer_layer: int | None = None,
 ) -> Path:
-    """The toy model of these axes and seed (a recipe's ``toy_model`` section), built once into
-    ``cache/toy-model/<key>`` and reused (``scd run``, ``scd train`` and ``scd eval`` share it)."""
-    path = (
-        Path(cache)
-        / "toy-model"
-        / cache_key(kind="toy_model", bias_axes=list(bias_axes), seed=seed)
-    )
+    """The toy model of these axes, seed and steer layer (a recipe's ``toy_model`` section),
+    built once into ``cache/toy-model/<key>`` and reused (``scd run``, ``scd train`` and
+    ``scd eval`` share it)."""
+    spec = {} if steer_layer is None else {"steer_layer": steer_layer}
+    key = cache_key(kind="toy_model", bias_axes=list(bias_axes), seed=seed, **spec)
+    path = Path(cache) / "toy-model" / key
     if (path / "manifest.json").is_file():
         say(f"  toy model: cached ({path})")
         return path
-    say(f"  toy model (planted bias: {', '.join(bias_axes) or 'no axis'}) -> {path} ...")
+    planted = ", ".join(bias_axes) or "no axis"
+    direction = "" if steer_layer is None else f"; a steering direction at layer {steer_layer}"
+    say(f"  toy model (planted bias: {planted}{direction}) -> {path} ...")
     started = time.perf_counter()
-    build_toy_model(path, bias_axes=tuple(bias_axes), seed=seed, progress=progress)
+    build_toy_model(
+        path, bias_axes=tuple(bias_axes), seed=seed, progress=progress, steer_layer=steer_layer
+    )
     say(f"  toy model: built in {time.perf_counter() - started:.1f} s")
     return path

@@ -137,7 +137,9 @@ class Run:
         from scd.models.toy import ensure_toy_model
 
         toy = self.recipe.toy_model
-        path = ensure_toy_model(toy.bias_axes, toy.seed, self.cache, self.say, self.progress)
+        path = ensure_toy_model(
+            toy.bias_axes, toy.seed, self.cache, self.say, self.progress, toy.steer_layer
+        )
         self.ran += path.stat().st_mtime > self.started  # built by this invocation
         self.model = str(path)
 
