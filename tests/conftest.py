@@ -134,8 +134,9 @@ def toy_model(
 
     import scd.data_gen.contact as contact
     import scd.models.toy as toy
+    import scd.models.toy_steps as toy_steps
 
-    sources = [Path(toy.__file__), Path(contact.__file__), toy_descriptors]
+    sources = [Path(m.__file__) for m in (toy, toy_steps, contact)] + [toy_descriptors]
     what = b"".join(p.read_bytes() for p in sources)
     what += f"{torch.__version__} {transformers.__version__}".encode()
     version = hashlib.sha256(what).hexdigest()

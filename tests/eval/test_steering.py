@@ -211,7 +211,8 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     an XOR of the template's action and the descriptor's axis, computed in its last layer, and no
     single added vector undoes it (measured: the answer-token vector and the last-prompt-token
     difference of biased and unbiased prompts, layers 0-1, scales 0.5-128, leave held-out bias at
-    22% or raise it; a 4-layer, 128-wide toy the same) -- see issue "A steering arm"."""
+    22% or raise it; a 4-layer, 128-wide toy the same). A toy with a planted steering
+    direction is steered: tests/eval/test_steer_toy.py."""
     args = _steer_arena(
         toy_model,
         tmp_path,
