@@ -5,7 +5,8 @@ others' work on their last three projects on a project?"), each with the answer 
 The cues are shipped data (``relevance_cues.yaml``: two "against" and two "for" cues per
 template, and the rules they are written by); a model that answers every template with its
 pro-social option gets the "for" cues right and the "against" cues wrong, one that still reads
-the facts gets both right. Evaluation only: no training split uses them.
+the facts gets both right. Evaluation only: no training row holds them (a contrast arm's twins
+use the training cues of :mod:`scd.data_gen.contrast`, on other templates).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from scd.data_gen.templates import compile_prompt, load_scales, load_templates
 from scd.errors import InputError
 from scd.io import read_yaml
 
-__all__ = ["DIRECTIONS", "cues_path", "load_cues", "relevance_rows"]
+__all__ = ["DIRECTIONS", "cue_rows", "cues_path", "load_cues", "relevance_rows"]
 
 DIRECTIONS = ("against", "for")  # the cue warrants rejecting / taking the positive action
 
@@ -66,7 +67,13 @@ def relevance_rows(path: Path | str | None = None) -> list[dict[str, Any]]:
     ``prompt_id``, ``principle``, ``scenario``, ``action``, ``scale``, ``direction``, ``cue``,
     ``prompt``, ``instruction``, ``options``, ``warranted_answer`` and ``pro_social_answer``
     (the template's unbiased answer: what a model answering every template pro-socially says)."""
-    cues, scales = load_cues(path), load_scales()
+    return cue_rows(load_cues(path), "relevance")
+
+
+def cue_rows(cues: dict[str, dict[str, list[str]]], prefix: str) -> list[dict[str, Any]]:
+    """The rows of :func:`relevance_rows` for ``cues`` (:func:`load_cues`' form), their
+    ``prompt_id`` starting with ``prefix``."""
+    scales = load_scales()
     rows = []
     for template in (t for t in load_templates() if t.template_id in cues):
         for action in ACTIONS:
@@ -81,7 +88,7 @@ def relevance_rows(path: Path | str | None = None) -> list[dict[str, Any]]:
                         )
                         rows.append(
                             {
-                                "prompt_id": f"relevance.{template.template_id}.{action}."
+                                "prompt_id": f"{prefix}.{template.template_id}.{action}."
                                 f"{scale.name}.{direction}{k}",
                                 "principle": template.principle,
                                 "scenario": template.scenario,
