@@ -40,6 +40,9 @@ ARMS: dict[str, Any] = {  # an arm that is not a method -> "module:Class" (or th
     "prompt": "scd.train.arms.untrained:Prompt",
     "general": "scd.train.arms.sft:General",
     "steer": "scd.train.arms.steer:Steer",
+    "sft-contrast": "scd.train.arms.contrast:SFTContrast",
+    "dpo-contrast": "scd.train.arms.contrast:DPOContrast",
+    "kto-contrast": "scd.train.arms.contrast:KTOContrast",
 }
 METHODS: dict[str, Any] = {  # a training method (and the arm of its name) -> "module:Class"
     "sft": "scd.train.arms.sft:SFT",

@@ -237,7 +237,8 @@ class Run:
         from scd.train.arms.base import RowsInput
 
         sources = tuple(p for p in (self.prompts, self.eval_prompts) if p is not None)
-        work = partial(arm_class(job.arm)().write_rows, RowsInput(sft, sources, d), job.out)
+        inputs = RowsInput(sft, sources, d, self.recipe.arena)
+        work = partial(arm_class(job.arm)().write_rows, inputs, job.out)
         self.stage(job.stage, [job.out / "manifest.json"], work, section="data")
 
     def _train(self, job: TrainJob, processes: int) -> None:

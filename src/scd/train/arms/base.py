@@ -13,13 +13,14 @@ rest, the same for every method. Adding one: docs/ARCHITECTURE.md, "Add an arm".
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from scd.config.schema import DataSpec, Recipe
+    from scd.data_gen.contrast import Twin
     from scd.models.formatting import Formatter
     from scd.train.spec import TrainingSpec
 
@@ -31,12 +32,14 @@ Problem = tuple[str, str]  # (recipe key, what is wrong), as scd.config.checks r
 @dataclass(frozen=True)
 class RowsInput:
     """What an arm's own rows are made from: a setting's SFT data (``train.parquet``,
-    ``eval.parquet``, ``manifest.json``), the prompt sets its rows were drawn from, and the
-    recipe's ``data`` section."""
+    ``eval.parquet``, ``manifest.json``), the prompt sets its rows were drawn from, the
+    recipe's ``data`` section and its ``arena`` section (the arms' own keys; None where no arm
+    reads them: ``scd train``)."""
 
     sft: Path
     prompts: tuple[Path, ...]
     data: DataSpec
+    arena: Any = None
 
 
 class Arm:
@@ -98,6 +101,15 @@ class Method(Arm):
         """What the method sets in TRL's config beyond the recipe's ``train`` keys (its options,
         ``spec.arena.beta`` ...). Default: nothing."""
         return {}
+
+    def write_method_rows(
+        self, inputs: RowsInput, out: Path, arm: str, twins: Sequence[Twin]
+    ) -> dict[str, Any]:
+        """Write arm ``arm``'s rows of this method into ``out``: those it trains on (the
+        setting's SFT rows, or its own made from them), with ``twins`` (relevance twins:
+        :mod:`scd.data_gen.contrast`) joining the training part in the same shape -- what a
+        contrast arm trains on (:mod:`scd.train.arms.contrast`)."""
+        raise NotImplementedError(f"the {self.name} method takes no twins")
 
     def render(self, data: Any, formatter: Formatter) -> Any:
         """The rows (a ``datasets.DatasetDict`` of :attr:`columns`) as TRL gets them, rendered

@@ -5,10 +5,8 @@ biased answer and are left out."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from scd.train.arms.base import RowsInput
 from scd.train.arms.preference import Preference
 
 __all__ = ["DPO"]
@@ -37,12 +35,14 @@ class DPO(Preference):
     columns = ("prompt", "chosen", "rejected")
     checked = (("chosen_ids", "answer"), ("rejected_ids", "rejected_answer"))
 
-    def write_rows(self, inputs: RowsInput, out: Path) -> dict[str, Any]:
+    make = staticmethod(_pair)
+
+    def row_schema(self) -> Any:
         import pyarrow as pa
 
-        from scd.data_gen.arms import CONVERSATION, write_answer_rows
+        from scd.data_gen.arms import CONVERSATION
 
-        schema = pa.schema(
+        return pa.schema(
             [
                 ("prompt", CONVERSATION),
                 ("chosen", CONVERSATION),
@@ -52,4 +52,3 @@ class DPO(Preference):
                 ("rejected_answer", pa.string()),
             ]
         )
-        return write_answer_rows(inputs.sft, list(inputs.prompts), out, self.name, _pair, schema)

@@ -6,10 +6,9 @@ next one's completion for its KL term, so they are shuffled (``data.seed``) and 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scd.train.arms.base import Problem, RowsInput
+from scd.train.arms.base import Problem
 from scd.train.arms.preference import Preference
 
 if TYPE_CHECKING:
@@ -42,6 +41,8 @@ class KTO(Preference):
     columns = ("prompt", "completion", "label")
     checked = (("completion_ids", "answer"),)
     decided = ("beta", "train_sampling_strategy")
+    make = staticmethod(_labelled)
+    shuffled = True
 
     def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
         return {**super().config_values(spec), "train_sampling_strategy": "sequential"}
@@ -54,12 +55,12 @@ class KTO(Preference):
                 "estimates its KL term from the other rows of a batch)",
             )
 
-    def write_rows(self, inputs: RowsInput, out: Path) -> dict[str, Any]:
+    def row_schema(self) -> Any:
         import pyarrow as pa
 
-        from scd.data_gen.arms import CONVERSATION, write_answer_rows
+        from scd.data_gen.arms import CONVERSATION
 
-        schema = pa.schema(
+        return pa.schema(
             [
                 ("prompt", CONVERSATION),
                 ("completion", CONVERSATION),
@@ -67,8 +68,4 @@ class KTO(Preference):
                 ("prompt_id", pa.string()),
                 ("answer", pa.string()),
             ]
-        )
-        seed = inputs.data.seed
-        return write_answer_rows(
-            inputs.sft, list(inputs.prompts), out, self.name, _labelled, schema, seed
         )

@@ -14,14 +14,17 @@ chosen (desirable) completion starts with the unbiased option's tokens and the r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scd.config.options import Options, above_zero, option
 from scd.errors import InputError
-from scd.train.arms.base import Method
+from scd.train.arms.base import Method, RowsInput
 
 if TYPE_CHECKING:
+    from scd.data_gen.contrast import Twin
     from scd.models.formatting import Formatter
     from scd.train.spec import TrainingSpec
 
@@ -92,6 +95,25 @@ class Preference(Method):
     own_rows = True
     decided = ("beta",)
     checked: ClassVar[tuple[tuple[str, str], ...]]  # (TRL's tokenized column, the answer key)
+    # (row, the answer to prefer, the other) -> its rows (scd.data_gen.arms.write_answer_rows)
+    make: ClassVar[Callable[[dict[str, Any], str, str], list[dict[str, Any]]]]
+    shuffled: ClassVar[bool] = False  # its rows are shuffled (data.seed), as TRL reads them
+
+    def row_schema(self) -> Any:
+        """The Arrow schema of its rows."""
+        raise NotImplementedError
+
+    def write_rows(self, inputs: RowsInput, out: Path) -> dict[str, Any]:
+        return self.write_method_rows(inputs, out, self.name, ())
+
+    def write_method_rows(
+        self, inputs: RowsInput, out: Path, arm: str, twins: Sequence[Twin]
+    ) -> dict[str, Any]:
+        from scd.data_gen.arms import write_answer_rows
+
+        seed = inputs.data.seed if self.shuffled else None
+        schema, sft, prompts = self.row_schema(), inputs.sft, list(inputs.prompts)
+        return write_answer_rows(sft, prompts, out, arm, self.make, schema, seed, twins)
 
     def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
         return {"beta": spec.arena.beta}

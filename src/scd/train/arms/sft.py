@@ -4,7 +4,7 @@ control for what any tuning does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ from scd.train.arms.base import Arm, Method, Problem, RowsInput
 
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
+    from scd.data_gen.contrast import Twin
     from scd.models.formatting import Formatter
     from scd.train.spec import TrainingSpec
 
@@ -31,6 +32,13 @@ class SFT(Method):
 
     def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
         return {"completion_only_loss": True}
+
+    def write_method_rows(
+        self, inputs: RowsInput, out: Path, arm: str, twins: Sequence[Twin]
+    ) -> dict[str, Any]:
+        from scd.data_gen.arms import write_sft_rows
+
+        return write_sft_rows(inputs.sft, out, arm, twins, inputs.data.seed)
 
     def render(self, data: Any, formatter: Formatter) -> Any:
         from scd.train.sft_rows import training_rows
