@@ -1,7 +1,9 @@
 """A run directory's bookkeeping: the recipe it holds and the finished stages.
 
 ``RUN/recipe.json`` holds the resolved recipe (a different recipe into the same directory is refused
-with the keys that differ); ``RUN/state.json`` lists the finished stages, rewritten atomically
+with the keys that differ; a recipe held by an earlier scd is read with this one's defaults for
+the keys it added, and a recipe that only adds arms takes the run over, its arms joining the
+finished ones); ``RUN/state.json`` lists the finished stages, rewritten atomically
 after each one, so a killed run resumes at the first unfinished stage (and, inside an evaluation
 or a training, at its last chunk or checkpoint).
 """
@@ -28,6 +30,27 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".")]
 
 
+def _with_defaults(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A held recipe as this scd resolves it: the keys it added since, at their defaults (a
+    recipe this scd cannot read stays as it was held, and differs where it differs)."""
+    from scd.pipeline.recipe import recipe_from_dict
+
+    try:
+        return recipe_from_dict(recipe, "recipe.json").to_dict()
+    except InputError:
+        return recipe
+
+
+def _arms_added(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ``new`` only adds arms to ``old``'s (each of old's, in its order, then more);
+    then the arms leave both, so that nothing else may differ."""
+    before, after = old.get("arms"), new.get("arms")
+    if not before or not after or len(after) <= len(before) or after[: len(before)] != before:
+        return False
+    old.pop("arms"), new.pop("arms")
+    return True
+
+
 class RunState:
     """The run directory ``path``: the recipe it holds and its finished stages."""
 
@@ -48,22 +71,29 @@ class RunState:
         """
         path = self.path / "recipe.json"
         if path.is_file():
-            old = fixed_part(json.loads(path.read_text()).get("recipe", {}))
-            changed = _diff(old, fixed_part(self.recipe))
+            old = fixed_part(_with_defaults(json.loads(path.read_text()).get("recipe", {})))
+            new = fixed_part(self.recipe)
+            grown = _arms_added(old, new)
+            changed = _diff(old, new)
             if changed:
                 more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
                 raise InputError(
                     f"{self.path}: holds a run of another recipe ({', '.join(changed[:4])}{more} "
                     "differ); pass --run-id NEW_NAME or remove the directory"
                 )
+            if grown:
+                self._write_recipe(path)
             return False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InputError(f"{self.path}: cannot write there ({err.strerror or err})") from None
+        self._write_recipe(path)
+        return True
+
+    def _write_recipe(self, path: Path) -> None:
         recorded = {k: v for k, v in self.recipe.items() if k != "wandb"}  # speed keys too
         write_json(path, {"kind": "scd_run", "run_id": self.path.name, "recipe": recorded})
-        return True
 
     def release_recipe(self) -> None:
         """Take back ``recipe.json`` of a run that finished no stage (it failed: bad input, an
