@@ -159,6 +159,43 @@ def test_loader_errors(shared_data: Path, tmp_path: Path) -> None:
         load_bbq(tmp_path / "nothing-here.jsonl")
     with pytest.raises(InputError, match="not a directory, JSONL file"):
         load_bbq("nothing-here")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(InputError, match=r"empty\.jsonl: no BBQ items"):
+        load_bbq(empty)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "Religion.jsonl").write_text("")
+    (folder / "Age.jsonl").write_text(json.dumps(good) + "\n")
+    with pytest.raises(InputError, match=r"Religion\.jsonl: no BBQ items"):
+        load_bbq(folder)
+    assert len(load_bbq(folder, ["Age"])) == 1
+
+
+def test_data_without_items_is_refused_before_the_model_loads(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from scd.cli import main
+    from scd.eval.tasks import CausalTask
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded")
+
+    monkeypatch.setattr(CausalTask, "load", no_model)
+    empty, folder = tmp_path / "empty.jsonl", tmp_path / "folder"
+    empty.write_text("")
+    folder.mkdir()
+    (folder / "Age.jsonl").write_text("")
+    for data, file in ((empty, empty), (folder, folder / "Age.jsonl")):
+        out = tmp_path / f"out-{data.name}"
+        argv = ["eval", "bbq", "--model", "toy", "--data", str(data), "--out", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"{file}: no BBQ items" in err, err
+        assert not out.exists()
+        # scd run refuses it before any work too
+        with pytest.raises(InputError, match=f"{file.name}: no BBQ items"):
+            get("bbq").check_inputs(get("bbq").Options(enabled=True, data=str(data)))
 
 
 @pytest.fixture(scope="module")

@@ -139,6 +139,13 @@ class BBQ(Benchmark):
             from scd.hub import require_hub_dataset
 
             require_hub_dataset(data, key="eval.bbq.data")  # asked once, now
+        elif data:  # local files: read now (a second), not after hours of training
+            from scd.eval.benchmarks.bbq.data import load_bbq
+
+            try:
+                load_bbq(data, options.categories)
+            except InputError as err:
+                raise InputError(err.render("eval.bbq.data") if err.key else str(err)) from None
 
     def task(self, model: CausalModel, options: BBQOptions) -> BBQTask:
         from scd.eval.benchmarks.bbq.data import load_bbq, stratified_subset

@@ -146,6 +146,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise InputError(f"{path}:{n}: not JSON ({err.msg})") from None
         _check_row(row, f"{path}:{n}")
         rows.append(row)
+    if not rows:
+        raise InputError(f"{path}: no BBQ items (expected one JSON object per line, BBQ's schema)")
     return rows
 
 
@@ -187,7 +189,8 @@ def load_bbq(
         The rows, each with an added ``id`` = ``f"{category}-{example_id}"``.
 
     Raises:
-        InputError: unknown category, missing category file, missing field, duplicate id.
+        InputError: unknown category, missing category file, a file or split with no items,
+            missing field, duplicate id.
     """
     wanted = list(categories) if categories else None
     bad = [c for c in wanted or () if c not in CATEGORIES]
@@ -229,6 +232,8 @@ def load_bbq(
         for n, row in enumerate(ds):
             _check_row(row, f"{sources[0]}[{split}] row {n}")
             rows.append(dict(row))
+        if not rows:
+            raise InputError(f"no BBQ items in split {split!r}", key="data", value=sources[0])
     else:
         raise InputError(
             "not a directory, JSONL file(s) or Hub dataset id", key="data", value=source
