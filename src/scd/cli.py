@@ -28,13 +28,26 @@ from scd.errors import InputError, RunFailed
 __all__ = ["main", "build_parser"]
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, read only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args) -> None:
+        from scd import __version__
+
+        print(f"scd {__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``scd`` argument parser."""
-    from scd import __version__
-
     Parser.parsers = []
     parser = Parser(prog="scd", description="Social Contact Debiasing toolkit")
-    parser.add_argument("--version", action="version", version=f"scd {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(
         dest="command", required=True, parser_class=Parser, metavar="COMMAND"
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from scd import __version__
+import scd  # scd.__version__ is read when a run is recorded, not at import (PEP 562)
 from scd.config.engine import EngineSpec, engine_spec
 from scd.errors import InputError
 from scd.eval.engines import SharedEngine, make_engine
@@ -104,7 +104,7 @@ def run_task(
         **_ran_before(out),
         **task.config,
         **getattr(task, "recorded", {}),
-        "scd_version": __version__,
+        "scd_version": scd.__version__,
     }
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
@@ -150,7 +150,7 @@ def _run_shards(
         **task.config,
         **getattr(task, "recorded", {}),
         "shards": shards,
-        "scd_version": __version__,
+        "scd_version": scd.__version__,
     }
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
