@@ -14,14 +14,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from scd.config.schema import SEED
 from scd.config.vocabulary import PRINCIPLES, SCALES, SCENARIOS
 from scd.errors import InputError
 from scd.io import read_yaml
 
-if TYPE_CHECKING:  # pyarrow is imported where a table is split, not by every `scd` command
+if TYPE_CHECKING:  # numpy and pyarrow are imported where a table is split, not by every command
+    import numpy as np
     import pyarrow as pa
 
 __all__ = ["FILTER_KEYS", "Setting", "load_settings", "settings_path", "split_masks"]
@@ -126,6 +125,7 @@ def load_settings(path: Path | str | None = None) -> dict[int, Setting]:
 
 
 def _match(table: pa.Table, spec: dict[str, tuple[str, ...]]) -> np.ndarray:
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -144,6 +144,7 @@ def split_masks(
     Raises:
         InputError: a filter names an axis the prompts don't have, or a side selects nothing.
     """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 

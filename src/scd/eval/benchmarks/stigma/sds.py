@@ -25,8 +25,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from scd.config.vocabulary import SDS_COLUMNS
 from scd.eval.benchmarks.columns import Column
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe
@@ -75,6 +73,8 @@ def score_chunk(engine: Any, fmt: Any, rows: Sequence[dict[str, Any]]) -> list[d
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
+    import numpy as np
+
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
 

@@ -34,12 +34,13 @@ Choices, and why:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-# scipy.stats is imported by the functions that use it: importing it takes about a second,
-# which every `scd` command would pay (the CLI imports each benchmark for its options)
+# numpy and scipy.stats are imported by the functions that use them: scipy.stats takes about a
+# second, numpy a tenth, which every `scd` command would pay (the CLI imports each benchmark for
+# its options)
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "ATTITUDES",
@@ -63,11 +64,14 @@ def p_negative(mass: dict[str, float]) -> float | None:
 
 
 def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    import numpy as np
+
     return np.mean(a, axis=axis) - np.mean(b, axis=axis)
 
 
 def _bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Any, seed: int) -> tuple:
     """A 95% BCa bootstrap interval (percentile where BCa degenerates)."""
+    import numpy as np
     from scipy import stats
 
     for method in ("BCa", "percentile"):
@@ -82,6 +86,8 @@ def _bootstrap_ci(samples: tuple[np.ndarray, ...], statistic: Any, seed: int) ->
 def mean_ci(values: Sequence[float | None], seed: int = 0) -> dict[str, Any]:
     """The mean of ``values`` (None left out) with its 95% BCa bootstrap CI: ``{mean, ci_low,
     ci_high, n}``; the interval is the mean itself when the values do not vary, None below 2."""
+    import numpy as np
+
     a = np.asarray([v for v in values if v is not None], dtype=float)
     mean = float(a.mean()) if a.size else None
     out = {"mean": mean, "ci_low": None, "ci_high": None, "n": int(a.size)}
@@ -103,6 +109,7 @@ def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]
         ``{mean_x, mean_y, gap, ci_low, ci_high, p_welch, n_x, n_y}``; None where undefined
         (fewer than 2 values in a group).
     """
+    import numpy as np
     from scipy import stats
 
     a = np.asarray([v for v in x if v is not None], dtype=float)
@@ -130,6 +137,8 @@ def gap(x: Sequence[float], y: Sequence[float], seed: int = 0) -> dict[str, Any]
 
 def cronbach_alpha(scores: np.ndarray) -> float | None:
     """Cronbach's alpha of an ``observations x items`` matrix (None if undefined)."""
+    import numpy as np
+
     m = np.asarray(scores, dtype=float)
     if m.ndim != 2 or m.shape[1] < 2 or m.shape[0] < 2:
         return None
@@ -141,6 +150,7 @@ def cronbach_alpha(scores: np.ndarray) -> float | None:
 
 
 def _wilcoxon(mental: np.ndarray, physical: np.ndarray) -> dict[str, Any]:
+    import numpy as np
     from scipy import stats
 
     diff = mental - physical
@@ -173,6 +183,7 @@ def mental_vs_physical(
         ``{"overall": test, "dimensions": {dim: test + p_bonferroni + alpha + n_items}}`` where
         a test is ``{n, mean_mental, mean_physical, mean_diff, median_diff, statistic, p}``.
     """
+    import numpy as np
     from statsmodels.stats.multitest import multipletests
 
     def pairs(sub: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -199,6 +210,8 @@ def mental_vs_physical(
 
 def _alpha(frames: Sequence[dict[str, Any]]) -> float | None:
     """Alpha over the mental illnesses: items are columns, (noun phrase, illness) rows."""
+    import numpy as np
+
     items = sorted({f["item"] for f in frames})
     cells: dict[tuple[str, str], dict[int, float]] = {}
     for f in frames:
@@ -210,6 +223,7 @@ def _alpha(frames: Sequence[dict[str, Any]]) -> float | None:
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Pearson r with its two-sided p-value and 95% CI (Fisher z); None where undefined."""
+    import numpy as np
     from scipy import stats
 
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -229,6 +243,7 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Spearman's rho with its two-sided p-value and 95% CI (Fisher z, Bonett-Wright standard
     error); None where undefined."""
+    import numpy as np
     from scipy import stats
 
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
