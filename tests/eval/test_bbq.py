@@ -198,6 +198,22 @@ def test_data_without_items_is_refused_before_the_model_loads(
             get("bbq").check_inputs(get("bbq").Options(enabled=True, data=str(data)))
 
 
+def test_bias_score_interval_is_none_without_a_warning_where_resamples_count_nothing() -> None:
+    import warnings
+
+    from scd.eval.benchmarks.bbq.arena import bias_score_intervals
+
+    # two disambiguated items, one answered "unknown": a resample of it alone counts nothing
+    # (s_DIS undefined), so the interval is undefined; no ambiguous item: s_AMB undefined
+    degenerate = [rec("Age", "disambig", "neg", 0, 0), rec("Age", "disambig", "nonneg", 0, 2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's DegenerateDataWarning would raise here
+        assert bias_score_intervals(degenerate) == {"s_dis": None, "s_amb": None}
+        counted = AGE[4:7]  # disambiguated, none answered "unknown": every resample counts
+        low, high = bias_score_intervals(counted)["s_dis"]
+    assert -1 <= low < bbq_metrics(counted)["overall"]["s_dis"] < high <= 1
+
+
 @pytest.fixture(scope="module")
 def runs(toy_model: Path, shared_data: Path, tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("bbq")

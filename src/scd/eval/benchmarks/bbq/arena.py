@@ -9,6 +9,7 @@ test, paired by item id.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +56,18 @@ def bias_score_intervals(records: list[dict[str, Any]]) -> dict[str, tuple[float
         block = metrics_block([records[i] for i in index])
         return np.array([np.nan if block[k] is None else block[k] for k in keys], dtype=float)
 
-    res = stats.bootstrap(
-        (np.arange(len(records)),),
-        scores,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        vectorized=False,
-        method="percentile",
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
+    with warnings.catch_warnings():
+        # A resample without a prediction to count scores NaN, so the score's interval is NaN:
+        # scipy warns of it (DegenerateDataWarning), and it is None below, as documented.
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(
+            (np.arange(len(records)),),
+            scores,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            vectorized=False,
+            method="percentile",
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
     for k, low, high in zip(keys, *res.confidence_interval):
         out[k] = (float(low), float(high)) if np.isfinite([low, high]).all() else None
     return out
