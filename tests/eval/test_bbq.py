@@ -214,6 +214,16 @@ def test_bias_score_interval_is_none_without_a_warning_where_resamples_count_not
     assert -1 <= low < bbq_metrics(counted)["overall"]["s_dis"] < high <= 1
 
 
+def test_table15_names_a_gguf_model_by_its_file(tmp_path: Path) -> None:
+    from scd.eval.benchmarks.bbq import BBQTask
+
+    converted = tmp_path / "gguf" / "smollm2-360m.Q4_1-0123456789abcdef"  # a converted GGUF
+    summary = {**bbq_metrics(AGE), "run": {"model": str(converted), "adapter": "outputs/a"}}
+    text = BBQTask({}, [], 1, None).render(summary)["tables.md"]
+    assert "| smollm2-360m.Q4_1.gguf + adapter outputs/a | 0.375 |" in text, text
+    assert str(tmp_path) not in text
+
+
 @pytest.fixture(scope="module")
 def runs(toy_model: Path, shared_data: Path, tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("bbq")

@@ -131,6 +131,24 @@ def test_model_specs_that_look_local_fail_at_once(tmp_path: Path, monkeypatch):
     assert resolve_model("outputs") == str(tmp_path / "outputs")  # absolute: resolvable anywhere
 
 
+def test_a_gguf_model_is_named_by_its_file_not_its_cache_directory(tmp_path: Path):
+    from scd.models.resolve import model_name
+
+    assert (
+        model_name(str(tmp_path / "wheels" / "smollm2-360m.Q4_1.gguf")) == "smollm2-360m.Q4_1.gguf"
+    )
+    converted = tmp_path / "gguf" / "smollm2-360m.Q4_1-0123456789abcdef"  # scd run's model
+    assert model_name(str(converted)) == "smollm2-360m.Q4_1.gguf"  # gone: named by the layout
+    converted.mkdir(parents=True)
+    source = tmp_path / "SmolLM2 360M.gguf"  # its slug differs from the file's name
+    manifest = {"kind": "gguf_conversion", "source": str(source)}
+    (converted / "manifest.json").write_text(json.dumps(manifest))
+    assert model_name(str(converted)) == "SmolLM2 360M.gguf"
+    for given in ("org/repo-GGUF/model.Q4_K_M.gguf", "meta-llama/Llama-2-7b-chat-hf", "toy"):
+        assert model_name(given) == given  # the id the user gave
+    assert model_name(str(tmp_path / "gguf")) == str(tmp_path / "gguf")  # a model directory
+
+
 def test_missing_model_dir_in_train_names_it_and_writes_nothing(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs").mkdir()

@@ -29,10 +29,12 @@ __all__ = [
     "check_model_spec",
     "is_gguf",
     "model_fingerprint",
+    "model_name",
     "resolve_model",
 ]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name
+_CONVERTED = re.compile(r"(.+)-[0-9a-f]{16}")  # gguf/<file stem>-<sha256[:16]> (scd.models.gguf)
 
 
 def is_gguf(spec: str) -> bool:
@@ -143,3 +145,26 @@ def model_fingerprint(model: str) -> str:
         if f.suffix in (".safetensors", ".bin", ".json", ".model") and f.is_file():
             digest.update(f"{f.name}:{f.stat().st_size}\n".encode())
     return f"{path.name}-{digest.hexdigest()[:16]}"
+
+
+def model_name(model: str) -> str:
+    """How a table names ``model`` (a ``model`` argument, or the name :func:`resolve_model` gave
+    it): a GGUF file by its file name, whether given as a local file or as the directory it was
+    converted into (the file its ``manifest.json`` names, else the cache directory's name:
+    ``gguf/<file stem>-<sha256[:16]>``, :mod:`scd.models.gguf`); anything else as given (a Hub
+    id, a Hub GGUF ``owner/repo/file.gguf``, a model directory)."""
+    import json
+
+    if is_gguf(model):
+        return Path(model).name if _looks_local(model) else model
+    path = Path(model).expanduser()
+    try:
+        info = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict) and info.get("kind") == "gguf_conversion" and info.get("source"):
+        return Path(str(info["source"])).name
+    found = _CONVERTED.fullmatch(path.name)
+    if found and path.parent.name == "gguf":
+        return f"{found.group(1)}.gguf"
+    return model

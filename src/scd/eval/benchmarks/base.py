@@ -97,9 +97,13 @@ class Table:
 
 
 def evaluated(summary: dict[str, Any]) -> str:
-    """What an evaluation's summary is of: ``model`` or ``model + adapter DIR``."""
+    """What an evaluation's summary is of: ``model`` or ``model + adapter DIR``, a GGUF model by
+    its file's name rather than the cache directory it was converted into
+    (:func:`~scd.models.resolve.model_name`)."""
+    from scd.models.resolve import model_name
+
     run = summary["run"]
-    return run["model"] + (f" + adapter {run['adapter']}" if run.get("adapter") else "")
+    return model_name(run["model"]) + (f" + adapter {run['adapter']}" if run.get("adapter") else "")
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
