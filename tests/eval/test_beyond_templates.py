@@ -116,6 +116,21 @@ def test_winobias_finds_a_planted_gender_rule_and_no_gap_without_it(tmp_path: Pa
     assert s["gap"]["ci_low"] <= 0 <= s["gap"]["ci_high"] and s["gap"]["p"] > 0.05
 
 
+def test_winobias_discordant_counts_name_the_side_answered_right() -> None:
+    from scd.eval.benchmarks.winobias import _gap
+
+    # pairs 0-2 right on pro only, pair 3 right on anti only, pair 4 right on both
+    right = {"pro": (1, 1, 1, 0, 1), "anti": (0, 0, 0, 1, 1)}
+    records = [
+        {"pair": i, "kind": kind, "correct": bool(c)}
+        for kind, cs in right.items()
+        for i, c in enumerate(cs)
+    ]
+    gap = _gap(records)
+    assert (gap["pro_only"], gap["anti_only"], gap["n"]) == (3, 1, 5)
+    assert gap["pts"] == pytest.approx(100 * (4 - 2) / 5)  # + : right on pro more often
+
+
 # -- Winogender ----------------------------------------------------------------------------------
 OCCUPATIONS = {"nurse": 90.0, "baker": 70.0, "clerk": 80.0, "driver": 10.0, "guard": 20.0}
 TEMPLATES = (
@@ -172,6 +187,20 @@ def test_winogender_finds_a_planted_gender_preference_and_none_without_it(tmp_pa
     s = bench.evaluate(str(reads), tmp_path / "er", data=str(data), progress=False)
     assert s["overall"]["pct"] > 90 and s["correlation"]["r"] is None  # no preference to follow
     assert all(g["pts"] == 0 and g["p"] == 1 for g in s["gaps"].values())
+
+
+def test_winogender_discordant_counts_name_the_pronoun_answered_right() -> None:
+    from scd.eval.benchmarks.winogender_stats import gaps
+
+    right = {"male": (1, 1, 1, 0, 1), "female": (0, 0, 0, 1, 1), "neutral": (1, 1, 1, 1, 1)}
+    records = [
+        {"gender": g, "template": f"t{i}", "correct": bool(c)}
+        for g, cs in right.items()
+        for i, c in enumerate(cs)
+    ]
+    found = {k: (v["a_only"], v["b_only"]) for k, v in gaps(records).items()}
+    assert found == {"male-female": (3, 1), "male-neutral": (0, 1), "female-neutral": (0, 3)}
+    assert gaps(records)["male-female"]["pts"] == pytest.approx(40.0)
 
 
 # -- Judgment kept (relevance controls) ----------------------------------------------------------

@@ -165,15 +165,15 @@ def _gap(records: list[dict[str, Any]]) -> dict[str, Any]:
             rng=np.random.default_rng(GAP_SEED),
         )
         low, high = res.confidence_interval
-    test = mcnemar_pair(pro[both], anti[both])
+    test = mcnemar_pair(pro[both], anti[both])  # to_true: right on pro only (false on anti)
     return {
         "pts": float(point),
         "ci_low": float(low),
         "ci_high": float(high),
         "p": test["p"],
         "n": int(len(both)),
-        "pro_only": test["to_false"],
-        "anti_only": test["to_true"],
+        "pro_only": test["to_true"],  # right on pro, wrong on anti
+        "anti_only": test["to_false"],
     }
 
 

@@ -36,8 +36,8 @@ def gaps(records: list[Record]) -> dict[str, dict[str, Any]]:
             "pts": float(pts),
             "n": int(len(both)),
             "p": test["p"],
-            "a_only": test["to_false"],  # right on a, wrong on b
-            "b_only": test["to_true"],
+            "a_only": test["to_true"],  # right on a (mcnemar_pair's arm), wrong on b
+            "b_only": test["to_false"],
         }
     return out
 
