@@ -116,6 +116,14 @@ def test_winobias_finds_a_planted_gender_rule_and_no_gap_without_it(tmp_path: Pa
     assert s["gap"]["ci_low"] <= 0 <= s["gap"]["ci_high"] and s["gap"]["p"] > 0.05
 
 
+def test_winobias_keeps_every_sentence_of_the_reference_data(shared_data: Path) -> None:
+    for split in ("test", "dev"):  # as docs/guides/beyond.md says
+        rows = winobias_sentences(str(shared_data / "winobias"), split)
+        assert len(rows) == 1584 and len({r["pair"] for r in rows}) == 792, split
+    third = [r for r in rows if "manager" in r["sentence"] and "developer" in r["sentence"]]
+    assert len(third) == 2 and all(r["options"] == ["developer", "cleaner"] for r in third)
+
+
 def test_winobias_discordant_counts_name_the_side_answered_right() -> None:
     from scd.eval.benchmarks.winobias import _gap
 

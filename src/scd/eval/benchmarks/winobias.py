@@ -89,8 +89,10 @@ def load_sentences(data: str, split: str = "test") -> list[dict[str, Any]]:
     """The WinoBias sentences of ``split``: ``id``, ``pair`` (the id its pro and anti versions
     share), ``type``, ``kind`` (pro or anti), ``sentence`` (brackets removed), ``pronoun`` (the
     first one asked about), ``options`` (the two occupations, as they first appear) and
-    ``answer`` (the one the pronoun refers to). A sentence that does not name exactly two
-    occupations of the lists first is left out (none in the test split).
+    ``answer`` (the one the pronoun refers to). A sentence is asked about the first two
+    occupations of the lists it names; one that names fewer, or whose referent is not among
+    those two, is left out (none in either split: the dev pair that names a third occupation,
+    "... reported her to the manager", has its referent among the first two).
 
     Raises:
         InputError: a file missing, or a line not in WinoBias' format.
