@@ -13,17 +13,22 @@ import pytest
 from scd.config.settings import load_settings
 from scd.eval.benchmarks.bias.arm_transfer import arm_transfer_rows, arm_transfer_tables
 
-CELLS = [("equal_status", s, a) for s in ("education", "workplace") for a in ("hire", "fire")]
+CELLS = [  # 6 templates (the clusters) x 2 actions
+    (p, s, a)
+    for p in ("equal_status", "common_goals")
+    for s in ("education", "workplace", "sports")
+    for a in ("hire", "fire")
+]
 
 
 def _records(where: Path, biased: dict[str, float], skip: set[str] = frozenset()) -> str:
-    """A bias result directory: per scale, 4 template cells x 10 descriptor prompts, the first
+    """A bias result directory: per scale, 12 template cells x 10 descriptor prompts, the first
     ``biased[scale]`` share of each cell's prompts answered with the biased option."""
     rows = []
     for scale in ("certainty", "likelihood", "frequency"):
         for principle, scenario, action in CELLS:
             for i in range(10):
-                pid = f"{scale}-{scenario}-{action}-{i}"
+                pid = f"{scale}-{principle}-{scenario}-{action}-{i}"
                 if pid in skip:
                     continue
                 hit = i < round(10 * biased.get(scale, 0.0))
@@ -55,7 +60,7 @@ def layout(tmp_path: Path) -> dict:
     sft = tmp_path / "setting-3" / "sft"
     (sft / "heldout").mkdir(parents=True)
     held = ("likelihood", "frequency")
-    ids = [f"{s}-{sc}-{a}-{i}" for s in held for _, sc, a in CELLS for i in range(10)]
+    ids = [f"{s}-{p}-{sc}-{a}-{i}" for s in held for p, sc, a in CELLS for i in range(10)]
     pd.DataFrame({"prompt_id": ids}).to_parquet(sft / "heldout" / "prompts.parquet")
     everywhere = {"certainty": 0.3, "likelihood": 0.3, "frequency": 0.3}
 
@@ -72,7 +77,10 @@ def layout(tmp_path: Path) -> dict:
             arm("sft", _records(tmp_path / "s42", {}), seed=42),
             arm("sft", _records(tmp_path / "s7", {"likelihood": 0.1, "frequency": 0.1}), seed=7),
             arm(
-                "steer", _records(tmp_path / "st", everywhere, skip={"frequency-education-hire-0"})
+                "steer",
+                _records(
+                    tmp_path / "st", everywhere, skip={"frequency-equal_status-education-hire-0"}
+                ),
             ),
         ]
     }
@@ -83,13 +91,13 @@ def test_every_arm_on_each_held_out_value_on_the_same_prompts(layout: dict) -> N
     assert {r["value"] for r in rows} == {"likelihood", "frequency"}  # never the trained scale
     assert [r["arm"] for r in rows if r["value"] == "likelihood"] == ["base", "sft", "sft", "steer"]
     n = {(r["value"], r["arm"], r.get("seed")): r["bias_n"] for r in rows}
-    assert {v for (value, *_), v in n.items() if value == "likelihood"} == {40}
+    assert {v for (value, *_), v in n.items() if value == "likelihood"} == {120}
     # a prompt one arm did not answer leaves every arm's row, the base model's too
-    assert {v for (value, *_), v in n.items() if value == "frequency"} == {39}
+    assert {v for (value, *_), v in n.items() if value == "frequency"} == {119}
     by = {(r["value"], r["arm"], r.get("seed")): r for r in rows}
     base = by["likelihood", "base", None]
     assert base["bias_pct"] == pytest.approx(30.0) and base["bias_p"] is None
-    assert base["bias_templates"] == 4 and base["bias_ci_low"] <= 30 <= base["bias_ci_high"]
+    assert base["bias_templates"] == 6 and base["bias_ci_low"] <= 30 <= base["bias_ci_high"]
     assert by["likelihood", "sft", 42]["bias_pct"] == 0.0
     assert by["likelihood", "sft", 7]["bias_pct"] == pytest.approx(10.0)
     assert by["likelihood", "steer", None]["bias_p"] == 1.0  # the same answers as the base model
@@ -99,7 +107,7 @@ def test_every_arm_on_each_held_out_value_on_the_same_prompts(layout: dict) -> N
     assert sft["bias_change_ci_low"] <= -30 <= sft["bias_change_ci_high"] < 0
     tested = [r for r in rows if r["arm"] != "base"]
     assert all(r["bias_p_holm"] >= r["bias_p"] for r in tested)
-    assert by["likelihood", "sft", 42]["bias_p"] < 0.05  # 30% -> 0% in every template cell
+    assert by["likelihood", "sft", 42]["bias_p"] < 0.05  # 30% -> 0% in each of 6 templates
     # Holm over the setting's six tests: the smallest p is multiplied by six
     smallest = min(tested, key=lambda r: r["bias_p"])
     assert smallest["bias_p_holm"] == pytest.approx(min(1.0, 6 * smallest["bias_p"]))

@@ -158,6 +158,8 @@ class Benchmark:
     chat_turn: ClassVar[bool] = True  # its prompts are chat turns: the system prompt applies
     arena_columns: ClassVar[tuple[Column, ...]] = ()  # what arena() gives, as the table shows it
     arena_reading: ClassVar[str] = ""  # how to read its arena columns, under the table
+    # its arena columns resample clusters of items: arena() takes unit= (template or cell)
+    clustered: ClassVar[bool] = False
 
     def task(self, model: CausalModel, options: Any) -> EvalTask:
         """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`); its
@@ -312,7 +314,8 @@ class Benchmark:
         held-out ones). Flat ``{column: value}``; a column named ``*_p`` is a p-value against
         the base model on the same items, Holm-corrected across arms by the arena; values
         unrounded (the table rounds them once). :attr:`arena_columns` says how the table shows
-        them. Default: none."""
+        them. A :attr:`clustered` benchmark's ``arena`` also takes ``unit=`` (the cluster unit
+        of its intervals and tests: :data:`scd.eval.benchmarks.clusters.UNITS`). Default: none."""
         return {}
 
     def flips(self, result: Path, base: Path, items: Path) -> Any:

@@ -4,8 +4,10 @@
 A :class:`Column` names the row key of its value, its header, what it means (written under the
 table, so that every column a reader sees is defined), how many digits it shows, the row keys of
 its interval, and whether it is a p-value against the base model (Holm-corrected across arms by
-the arena). Values are kept unrounded in the rows (``arena.json``, ``arena.csv``) and rounded
-once, here, for the Markdown.
+the arena) or a gate (a verdict an arm must pass to count as debiased; ``<key>_why`` says why one
+failed). A definition may name ``{clusters}``: the arena puts the run's cluster unit there
+(:data:`scd.eval.benchmarks.clusters.UNITS`). Values are kept unrounded in the rows
+(``arena.json``, ``arena.csv``) and rounded once, here, for the Markdown.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Column:
     table: Literal["bias", "transfer"] = "transfer"  # held-out bias, or elsewhere and cost
     render: Callable[[Row], str] | None = None  # a cell made from several keys
     gain: bool = False  # the arena's figure plots its fall from the base model against the KL
+    test: str | None = None  # a gain column: the key of its change's p-value against the base
+    gate: bool = False  # a verdict an arm must pass to count as debiased: 1 kept, 0 lost
 
     def cell(self, row: Row) -> str:
         """The Markdown cell of ``row`` (``–`` where it has no value). A row that is the mean of

@@ -136,6 +136,7 @@ class Bias(Benchmark):
     name = "bias"
     help = "bias % on contact prompts (records, summary, tables)"
     Options = BiasOptions
+    clustered = True
     headline_table = "table10"  # before and after tuning, on each setting's held-out prompts
     arena_columns = BIAS_COLUMNS
     arena_reading = (
@@ -255,13 +256,15 @@ class Bias(Benchmark):
         source = manifest.is_file() and read_json(manifest).get("split") == "source"
         return "bias_eval_prompts" if source else self.name
 
-    def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
-        """Bias %, its McNemar test against the base model, the descriptor-free baseline, the
-        descriptor effect and the answer tendency
+    def arena(
+        self, result: Path, base: Path, items: Path, unit: str = "template"
+    ) -> dict[str, Any]:
+        """Bias %, its test against the base model, the descriptor-free baseline, the
+        descriptor effect and the answer tendency, clustered by ``unit``
         (:func:`~scd.eval.benchmarks.bias.arena.bias_arena`)."""
         from scd.eval.benchmarks.bias.arena import bias_arena
 
-        return bias_arena(result, base, items)
+        return bias_arena(result, base, items, unit)
 
     def flips(self, result: Path, base: Path, items: Path) -> Any:
         """The descriptor prompts answered differently before and after

@@ -2,17 +2,17 @@
 prompt on the same items (engine-free).
 
 Prompts written from one template are not independent of one another, so bias %, its change
-against the base model on the same prompts and the descriptor effect come with intervals (and
-the change with a p-value) from a percentile bootstrap that resamples whole template cells
-(principle, scenario, action, scale; :mod:`scd.eval.benchmarks.clusters`). The paper's "all"
-denominator: an unparsed answer counts, as not biased. The Wilson interval and the exact McNemar
-test over prompts (which treat them as independent) are kept beside them; the descriptor-free
-baselines, one or a few per cell, keep Wilson intervals. The descriptor
-effect (bias % - baseline %, in points) is the part of the bias that depends on the group named:
-an arm that only learned an answer rule shows bias and baseline falling together. Its interval is
-a percentile bootstrap over template cells (principle, scenario, action, scale: a baseline
-prompt's cell, whose descriptor prompts it is the baseline of), resampling whole cells -- the
-prompts of one template are not independent of one another.
+against the base model on the same prompts and the descriptor effect come with intervals from a
+percentile bootstrap that resamples whole clusters, and the change with the exact sign-flip test
+over them (:mod:`scd.eval.benchmarks.clusters`; the unit: templates by default, template cells
+on request, the other unit's p beside). The paper's "all" denominator: an unparsed answer
+counts, as not biased. The Wilson interval and the exact McNemar test over prompts (which treat
+them as independent) are kept beside them; the descriptor-free baselines, one or a few per cell,
+keep Wilson intervals. The descriptor effect (bias % - baseline %, in points) is the part of the
+bias that depends on the group named: an arm that only learned an answer rule shows bias and
+baseline falling together. Its interval resamples the same clusters, each with its descriptor
+prompts and their baselines (a baseline prompt's cell is the template cell whose descriptor
+prompts it is the baseline of).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from scipy import stats
 
 from scd.config.vocabulary import SCALES
 from scd.eval.benchmarks.bias.metrics import bias_rate, records_frame
-from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
-from scd.eval.benchmarks.clusters import cluster_change, cluster_rate
+from scd.eval.benchmarks.clusters import cluster_change, cluster_rate, unit_keys
 from scd.eval.benchmarks.paired import finite, mcnemar_pair
 from scd.eval.records import read_records
 
@@ -51,18 +50,21 @@ def _frame(result: Path | str, ids: set[str]) -> pd.DataFrame:
     return df if "prompt_id" in df else df.assign(prompt_id=pd.Series(dtype=object))
 
 
-def descriptor_effect(desc: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float | None, ...]:
+def descriptor_effect(
+    desc: pd.DataFrame, baseline: pd.DataFrame, unit: str = "template"
+) -> tuple[float | None, ...]:
     """(bias of ``desc`` - bias of ``baseline``) x 100 in points, with its 95% percentile
-    bootstrap interval over the template cells (:data:`~scd.eval.benchmarks.bias.task.
-    TEMPLATE_CELL`) that hold both: each resample draws cells with replacement and pools their
-    prompts (seeded). The interval is None with fewer than two such cells; everything is None
-    when a side is empty."""
+    bootstrap interval over the clusters of ``unit`` (:func:`~scd.eval.benchmarks.clusters.
+    unit_keys`) that hold both: each resample draws clusters with replacement and pools their
+    prompts (seeded). The interval is None with fewer than two such clusters; everything is
+    None when a side is empty."""
     if desc.empty or baseline.empty:
         return None, None, None
+    keys = list(unit_keys(unit))
     counts = pd.concat(
         {
-            "d": desc.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"]),
-            "b": baseline.groupby(list(TEMPLATE_CELL))["biased"].agg(["sum", "count"]),
+            "d": desc.groupby(keys)["biased"].agg(["sum", "count"]),
+            "b": baseline.groupby(keys)["biased"].agg(["sum", "count"]),
         },
         axis=1,
         join="inner",
@@ -86,9 +88,9 @@ def descriptor_effect(desc: pd.DataFrame, baseline: pd.DataFrame) -> tuple[float
     return float(point), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def _cells(frame: pd.DataFrame) -> list[tuple]:
-    """Each row's template cell, the cluster its prompt belongs to."""
-    return list(frame.itertuples(index=False, name=None))
+def _clusters(frame: pd.DataFrame, unit: str) -> list[tuple]:
+    """Each row's cluster under ``unit``."""
+    return list(frame[list(unit_keys(unit))].itertuples(index=False, name=None))
 
 
 def _slug(text: Any) -> str:
@@ -109,7 +111,9 @@ def _tendency(desc: pd.DataFrame) -> dict[str, float | None]:
     return out
 
 
-def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[str, Any]:
+def bias_arena(
+    result: Path | str, base: Path | str, items: Path | str, unit: str = "template"
+) -> dict[str, Any]:
     """The bias columns of one arm (:meth:`scd.eval.benchmarks.base.Benchmark.arena`).
 
     Args:
@@ -117,21 +121,24 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
         base: The base model's result directory of the same job.
         items: A result directory whose prompts (``prompt_id``) every arm is compared on; both
             the arm's and the base model's records are restricted to them.
+        unit: The cluster unit of the intervals and tests (``template`` or ``cell``).
 
     Returns:
         ``bias_pct`` with ``bias_ci_low`` and ``_ci_high`` (descriptor prompts; a percentile
-        bootstrap over template cells, :mod:`scd.eval.benchmarks.clusters`), ``bias_n`` and
-        ``bias_templates`` (the cells), ``bias_wilson_ci_low`` / ``_high`` (the interval that
+        bootstrap over clusters, :mod:`scd.eval.benchmarks.clusters`), ``bias_n`` and
+        ``bias_templates`` (the clusters), ``bias_wilson_ci_low`` / ``_high`` (the interval that
         treats prompts as independent), ``bias_change_pts`` with ``bias_change_ci_low`` /
         ``_high`` and ``bias_p`` (the arm minus the base model on the same prompts, points;
-        cluster bootstrap interval and two-sided p), ``bias_mcnemar_p`` (exact McNemar, paired
-        by prompt), ``bias_to_unbiased`` and ``bias_to_biased`` (the discordant pairs: biased
-        in the base model, not in the arm; the reverse), ``baseline_pct, baseline_ci_low,
-        baseline_ci_high, baseline_n`` (the descriptor-free baselines, one or a few per cell:
-        Wilson), ``descriptor_effect_pts`` with ``descriptor_effect_ci_low`` and ``_ci_high``
-        (bias - baseline, points; None without baselines; the interval over template cells),
-        and ``tendency_<scale>_<first option>_pct`` per scale. Percentages in points, unrounded;
-        95% intervals.
+        cluster bootstrap interval and two-sided exact sign-flip p), ``bias_p_other`` (the same
+        test over the other unit's clusters), ``bias_informative`` (the clusters whose count
+        changed) and ``bias_min_p`` (the smallest p they allow), ``bias_mcnemar_p`` (exact
+        McNemar, paired by prompt), ``bias_to_unbiased`` and ``bias_to_biased`` (the discordant
+        pairs: biased in the base model, not in the arm; the reverse), ``baseline_pct,
+        baseline_ci_low, baseline_ci_high, baseline_n`` (the descriptor-free baselines, one or
+        a few per cell: Wilson), ``descriptor_effect_pts`` with ``descriptor_effect_ci_low``
+        and ``_ci_high`` (bias - baseline, points; None without baselines; the interval over
+        the clusters), and ``tendency_<scale>_<first option>_pct`` per scale. Percentages in
+        points, unrounded; 95% intervals.
     """
     ids = {r["prompt_id"] for r in read_records(Path(items) / "records.jsonl")}
     arm, ref = _frame(result, ids), _frame(base, ids)
@@ -141,15 +148,16 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
     test = mcnemar_pair(
         desc.set_index("prompt_id")["biased"], ref_desc.set_index("prompt_id")["biased"]
     )
-    effect = descriptor_effect(desc, baseline)
-    cells = list(TEMPLATE_CELL)
-    clustered = cluster_rate(desc["biased"].tolist(), _cells(desc[cells]))
+    effect = descriptor_effect(desc, baseline, unit)
+    clustered = cluster_rate(desc["biased"].tolist(), _clusters(desc, unit))
+    cells = list(unit_keys("cell"))
     both = desc[["prompt_id", "biased", *cells]].merge(
         ref_desc[["prompt_id", "biased"]], on="prompt_id", suffixes=("", "_base")
     )
-    change = cluster_change(
-        both["biased"].tolist(), both["biased_base"].tolist(), _cells(both[cells])
-    )
+    after, before = both["biased"].tolist(), both["biased_base"].tolist()
+    change = cluster_change(after, before, _clusters(both, unit))
+    other = "cell" if unit == "template" else "template"
+    other_p = cluster_change(after, before, _clusters(both, other))["p"]
     return {
         "bias_pct": finite(bias["pct"]),
         "bias_ci_low": finite(clustered["ci_low"]),
@@ -162,6 +170,9 @@ def bias_arena(result: Path | str, base: Path | str, items: Path | str) -> dict[
         "bias_change_ci_low": finite(change["ci_low"]),
         "bias_change_ci_high": finite(change["ci_high"]),
         "bias_p": change["p"],
+        "bias_p_other": other_p,
+        "bias_informative": change["informative"],
+        "bias_min_p": change["min_p"],
         "bias_mcnemar_p": test["p"],
         "bias_to_unbiased": test["to_false"],
         "bias_to_biased": test["to_true"],

@@ -5,10 +5,10 @@ setting's training side, measured on each value the setting holds out (engine-fr
 A setting that holds out one dimension (settings 3-8: a scale, scenarios, principles, bias axes)
 evaluates every arm on prompts of values its training side never saw. Each row is one arm on one
 held-out value: bias % of the descriptor prompts with a 95% percentile bootstrap interval over
-template cells (:mod:`scd.eval.benchmarks.clusters`; the prompts of one template are not
-independent), and the change from the base model on the same prompts with a cluster-bootstrap
-p-value, Holm-corrected over every arm and value of the setting. Every arm and the base model are
-compared on the prompts all of them answered.
+templates (:mod:`scd.eval.benchmarks.clusters`; the prompts of one template are not
+independent), and the change from the base model on the same prompts with the exact sign-flip
+test over templates, Holm-corrected over every arm and value of the setting. Every arm and the
+base model are compared on the prompts all of them answered.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from scd.config.settings import Setting
 from scd.eval.benchmarks.base import Table, markdown_table
 from scd.eval.benchmarks.bias.columns import n_templates_cell
 from scd.eval.benchmarks.bias.metrics import label_of
-from scd.eval.benchmarks.bias.task import TEMPLATE_CELL
 from scd.eval.benchmarks.bias.transfer import TRANSFER_TABLES, bias_frame
-from scd.eval.benchmarks.clusters import RESAMPLES, cluster_change, cluster_rate
+from scd.eval.benchmarks.clusters import UNITS, cluster_change, cluster_rate, unit_keys
 from scd.eval.benchmarks.columns import Column, over_seeds
 from scd.io import read_json
 
 __all__ = ["ARM_TRANSFER_COLUMNS", "arm_transfer_rows", "arm_transfer_tables"]
+
+UNIT = "template"  # the clusters of this table's intervals and tests
 
 ARM_TRANSFER_COLUMNS = (
     Column(
@@ -37,23 +38,22 @@ ARM_TRANSFER_COLUMNS = (
         "Bias % [95% CI]",
         "the share of the held-out value's descriptor prompts answered with the biased option "
         "(an unparsed answer counts, as not biased), with a 95% percentile bootstrap interval "
-        "that resamples whole template cells",
+        f"that resamples whole {UNITS[UNIT]}",
         ci=("bias_ci_low", "bias_ci_high"),
     ),
     Column(
         "bias_change_pts",
         "Change, pts [95% CI]",
         "the arm's bias % minus the base model's on the same prompts, in points, with a 95% "
-        "percentile bootstrap interval over template cells",
+        "percentile bootstrap interval over templates",
         ci=("bias_change_ci_low", "bias_change_ci_high"),
     ),
     Column(
         "bias_p",
         "p vs base (Holm)",
-        "that change tested by the same cluster bootstrap (two-sided); in parentheses "
-        "Holm-corrected over the m tests of the setting (every arm, seed and held-out value): "
-        "each test draws max(2,000, 200 x m) resamples, so that the smallest corrected p is at "
-        "most 0.005",
+        "that change tested by the exact sign-flip test over templates (two-sided; with k "
+        "templates whose count changed it cannot go below 2/2^k); in parentheses "
+        "Holm-corrected over the tests of the setting (every arm, seed and held-out value)",
         p=True,
     ),
     Column("bias_n", "n (templates)", "", render=n_templates_cell),
@@ -74,7 +74,7 @@ def _held_out(sft: Path, setting: Setting | None) -> tuple[str, list[str]] | Non
 
 
 def _cell(frame: pd.DataFrame) -> dict[str, Any]:
-    cells = list(frame[list(TEMPLATE_CELL)].itertuples(index=False, name=None))
+    cells = list(frame[list(unit_keys(UNIT))].itertuples(index=False, name=None))
     rate = cluster_rate(frame["biased"].tolist(), cells)
     return {
         "bias_pct": rate["pct"],
@@ -101,7 +101,6 @@ def _setting_rows(
 ) -> list[dict[str, Any]]:
     """The rows of one setting's arms (``layout.json`` entries) on its held-out values."""
     dimension, values = held
-    resamples = max(RESAMPLES, 200 * len(group) * len(values))  # see the p column
     heldout = Path(group[0]["sft"]) / "heldout" / "prompts.parquet"
     ids = pd.Index(pq.read_table(heldout, columns=["prompt_id"])["prompt_id"].to_pylist())
     frames = [bias_frame(a["evals"]["bias"]) for a in group]
@@ -119,10 +118,8 @@ def _setting_rows(
         )
         for arm, frame in zip(group, frames):
             after = frame.loc[chosen]
-            cells = list(after[list(TEMPLATE_CELL)].itertuples(index=False, name=None))
-            change = cluster_change(
-                after["biased"].tolist(), before["biased"].tolist(), cells, resamples=resamples
-            )
+            cells = list(after[list(unit_keys(UNIT))].itertuples(index=False, name=None))
+            change = cluster_change(after["biased"].tolist(), before["biased"].tolist(), cells)
             seed = {"seed": arm["seed"]} if "seed" in arm else {}
             rows.append(
                 {
@@ -185,12 +182,13 @@ def arm_transfer_tables(layout: dict[str, Any], settings: dict[int, Setting]) ->
             f"on the prompts every arm answered (the base model is not tested against itself: "
             f"–). Table {number} without 'by arm', where the run has it, is SCD's adapter per "
             f"contact type with the paper's Wilson intervals; here the intervals resample "
-            f"template cells.",
+            f"{UNITS[UNIT]}.",
             "",
             *markdown_table(head, body),
             *(f"- **{c.label}**: {c.defined}." for c in ARM_TRANSFER_COLUMNS[:3]),
             "- **n (templates)**: the held-out descriptor prompts of that value every arm "
-            "answered, and the template cells they come from (what the intervals resample).",
+            f"answered, and the {UNITS[UNIT].split(' (')[0]} they come from (what the intervals "
+            "resample).",
         ]
         if seeds:
             lines.append(

@@ -20,7 +20,7 @@ def _tendency_cell(row: dict[str, Any]) -> str:
 
 
 def n_templates_cell(row: dict[str, Any]) -> str:
-    """``3,456 (180)``: the prompts an arm answered and the template cells they come from;
+    """``3,456 (30)``: the prompts an arm answered and the clusters they come from;
     counts, also for a seeded row (the mean of equal counts is one too)."""
     if row.get("bias_n") is None:
         return "–"
@@ -33,19 +33,20 @@ BIAS_COLUMNS = (
         "Bias % [95% CI]",
         "the share of the setting's held-out descriptor prompts answered with the biased option "
         "(an unparsed answer counts, as not biased), with a 95% percentile bootstrap interval "
-        "that resamples whole template cells (principle, scenario, action, scale: the prompts "
-        "of one template are not independent)",
+        "that resamples whole {clusters} (the prompts of one template are not independent; "
+        "a rate of 0 gets Wilson's interval with each cluster counted once)",
         ci=("bias_ci_low", "bias_ci_high"),
         table="bias",
         gain=True,
+        test="bias_p",
     ),
     Column(
         "bias_p",
         "p vs base (Holm)",
-        "the arm's change in bias % against the base model on the same prompts, tested by the "
-        "same cluster bootstrap (two-sided; its smallest value is 1/2001); in parentheses "
-        "Holm-corrected across the arms of the setting (the base row is not compared with "
-        "itself: –)",
+        "the arm's change in bias % against the base model on the same prompts, by the exact "
+        "sign-flip test over {clusters} (two-sided; with k clusters whose count changed it "
+        "cannot go below 2/2^k: 0.016 with 7); in parentheses Holm-corrected across the arms "
+        "of the setting (the base row is not compared with itself: –)",
         p=True,
         table="bias",
     ),
@@ -61,7 +62,7 @@ BIAS_COLUMNS = (
         "descriptor_effect_pts",
         "Descriptor effect, pts [95% CI]",
         "bias % minus baseline %, in points: the part of the bias that depends on the group "
-        "named; a percentile bootstrap interval over template cells",
+        "named; a percentile bootstrap interval over {clusters}",
         ci=("descriptor_effect_ci_low", "descriptor_effect_ci_high"),
         table="bias",
     ),
@@ -76,7 +77,7 @@ BIAS_COLUMNS = (
     Column(
         "bias_n",
         "n (templates)",
-        "the held-out descriptor prompts each arm answered, and the template cells they come "
+        "the held-out descriptor prompts each arm answered, and the {clusters} they come "
         "from (what the intervals resample)",
         table="bias",
         render=n_templates_cell,
