@@ -17,7 +17,7 @@ import functools
 import importlib
 import typing
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from scd.config.options import Options, one_of, option
 
@@ -40,9 +40,9 @@ ARMS: dict[str, Any] = {  # an arm that is not a method -> "module:Class" (or th
     "prompt": "scd.train.arms.untrained:Prompt",
     "general": "scd.train.arms.sft:General",
     "steer": "scd.train.arms.steer:Steer",
-    "sft-contrast": "scd.train.arms.contrast:SFTContrast",
-    "dpo-contrast": "scd.train.arms.contrast:DPOContrast",
-    "kto-contrast": "scd.train.arms.contrast:KTOContrast",
+    "sft-contrast": "scd.train.arms.sft:SFTContrast",
+    "dpo-contrast": "scd.train.arms.dpo:DPOContrast",
+    "kto-contrast": "scd.train.arms.kto:KTOContrast",
 }
 METHODS: dict[str, Any] = {  # a training method (and the arm of its name) -> "module:Class"
     "sft": "scd.train.arms.sft:SFT",
@@ -68,6 +68,13 @@ class ArenaOptions(Options):
         "the order of the rows; the data split stays data.seed's), each seed a row of "
         "arena.csv and the table showing the mean and range over seeds (none: train.seed alone)",
         check=_seeds,
+    )
+    cluster_unit: Literal["template", "cell"] = option(
+        "template",
+        "the clusters of the arena's intervals and sign-flip tests on template prompts (bias, "
+        "judgment): template (principle x scenario, both actions and every scale together: "
+        "one template's wording is shared by all of them) or cell (template x action x scale); "
+        "the table says where the other unit's test reaches another verdict",
     )
 
 

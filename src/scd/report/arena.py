@@ -7,7 +7,12 @@ lm-evaluation-harness scores when the recipe lists tasks). The tables show what 
 declares (:attr:`~scd.eval.benchmarks.base.Benchmark.arena_columns`: label, digits, interval,
 p-value, definition) and define every column under the table; this module names no benchmark.
 Each p-value column gets a Holm-corrected ``<key>_holm`` over the arms of its setting (the base
-row, compared with itself, is left out of the correction).
+row, compared with itself, is left out of the correction), and so does the same test over the
+other cluster unit (``<key>_other``), so that the table can say where the two units disagree.
+The run's cluster unit (``arena.cluster_unit``) goes to every clustered benchmark. A trained or
+prompted arm counts as **debiased** only when its gain column (bias) fell significantly (Holm p
+< 0.05) and it passed every gate column (the judgment gate): the report's verdicts and its
+figure say which arms did, and why the others did not.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from scd.config.arms import arm_class, arm_names
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Table, markdown_table, save_table
+from scd.eval.benchmarks.clusters import UNITS
 from scd.eval.benchmarks.columns import Column, over_seeds
 from scd.io import read_json
 
-__all__ = ["CAPABILITY_COLUMNS", "arena_rows", "arena_section", "arena_table"]
+__all__ = ["ALPHA", "CAPABILITY_COLUMNS", "arena_rows", "arena_section", "arena_table", "verdicts"]
+
+ALPHA = 0.05  # a fall in the gain column counts where its Holm-corrected p is below this
 
 CAPABILITY_COLUMNS = (
     Column(
@@ -77,9 +85,9 @@ def _holm(rows: list[dict[str, Any]], keys: list[str]) -> None:
                 r.setdefault(f"{key}_holm", None)
 
 
-def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
+def arena_rows(layout: RunLayout, unit: str = "template") -> list[dict[str, Any]]:
     """One row per setting and arm (the base model's row repeated for each setting, on that
-    setting's items), from a run's ``layout.json``."""
+    setting's items), from a run's ``layout.json``; clustered benchmarks cluster by ``unit``."""
     arms = layout["arms"]
     base = next(a for a in arms if a["arm"] == "base")
     rows = []
@@ -100,11 +108,12 @@ def arena_rows(layout: RunLayout) -> list[dict[str, Any]]:
                 against = Path(base["evals"][before])
                 result = against if arm is base else Path(arm["evals"].get(name, ""))
                 if arm is base or name in arm["evals"]:
-                    row.update(bench.arena(result, against, Path(items)))
+                    how = {"unit": unit} if bench.clustered else {}
+                    row.update(bench.arena(result, against, Path(items), **how))
             row.update(_capability(arm.get("capability")))
             rows.append(row)
     p_keys = sorted(c.key for b in REGISTRY.values() for c in b.arena_columns if c.p)
-    _holm(rows, p_keys)
+    _holm(rows, [*p_keys, *(f"{k}_other" for k in p_keys if any(f"{k}_other" in r for r in rows))])
     return rows
 
 
@@ -141,14 +150,49 @@ def _table(rows: list[dict[str, Any]], columns: list[Column]) -> list[str]:
     return markdown_table(head, body)
 
 
-def _defined(columns: list[Column]) -> list[str]:
-    return [f"- **{c.label}**: {c.defined}." for c in columns] + [""]
+def _defined(columns: list[Column], unit: str) -> list[str]:
+    defined = (c.defined.replace("{clusters}", UNITS[unit]) for c in columns)
+    return [f"- **{c.label}**: {d}." for c, d in zip(columns, defined)] + [""]
 
 
-def arena_table(layout: RunLayout) -> Table:
+def _units_disagree(rows: list[dict[str, Any]], columns: list[Column], unit: str) -> list[str]:
+    """A line per p-value column whose verdict at alpha 0.05 (Holm) differs between the run's
+    cluster unit and the other one, naming the arms and both p-values."""
+    other = next(u for u in UNITS if u != unit)
+    lines = []
+    for c in (c for c in columns if c.p):
+        split = [
+            r
+            for r in rows
+            if r["arm"] != "base"
+            and r.get(f"{c.key}_holm") is not None
+            and r.get(f"{c.key}_other_holm") is not None
+            and (r[f"{c.key}_holm"] < ALPHA) != (r[f"{c.key}_other_holm"] < ALPHA)
+        ]
+        if split:
+            named = "; ".join(
+                f"{_name(r)}: {r[f'{c.key}_holm']:.2g} by {unit}, {r[f'{c.key}_other_holm']:.2g} "
+                f"by {other}"
+                for r in split
+            )
+            lines.append(
+                f"- **{c.label}** changes its verdict (Holm p < {ALPHA}) with the cluster unit "
+                f"for {named}: one template's wording is shared by all its cells, so the "
+                f"template is the default unit; the cells are the finer one."
+            )
+    return [*lines, ""] if lines else []
+
+
+def _name(row: dict[str, Any]) -> str:
+    seed = f" ({row['seed']})" if "seed" in row else ""
+    return f"{row['arm']}{seed}" + (f", setting {row['setting']}" if row.get("setting") else "")
+
+
+def arena_table(layout: RunLayout, unit: str = "template") -> Table:
     """The arena as Markdown (two tables: held-out bias; cost and what each arm did elsewhere,
-    every column defined under its table) and tidy rows (unrounded values)."""
-    rows = arena_rows(layout)
+    every column defined under its table; the arms' verdicts) and tidy rows (unrounded
+    values), clustered by ``unit``."""
+    rows = arena_rows(layout, unit)
     benches, missing = _present(layout)
     declared = [c for b in benches for c in b.arena_columns]
     bias = [c for c in declared if c.table == "bias"]
@@ -169,12 +213,14 @@ def arena_table(layout: RunLayout) -> Table:
         "",
     ]
     if bias:
-        lines += [*_table(rows, bias), *_defined(bias)]
+        lines += [*_table(rows, bias), *_defined(bias, unit), *_units_disagree(rows, bias, unit)]
+        lines += verdicts(rows, declared)
     lines += [
         "What each arm cost, and what it did elsewhere.",
         "",
         *_table(rows, transfer),
-        *_defined(transfer),
+        *_defined(transfer, unit),
+        *_units_disagree(rows, transfer, unit),
         "– : no value (the base model is not tested against itself; an arm without that result).",
     ]
     if missing:
@@ -187,6 +233,56 @@ def arena_table(layout: RunLayout) -> Table:
             + "; their cells are – or left out until they are in.",
         ]
     return Table("\n".join(lines), rows, "arena")
+
+
+def _verdict(row: dict[str, Any], base: dict[str, Any], gain: Column, gates: list[Column]) -> str:
+    """One arm's verdict, in a line (see the module docstring)."""
+    p = row.get(f"{gain.test}_holm") if gain.test else None
+    if row.get(gain.key) is None or base.get(gain.key) is None or p is None:
+        return "no verdict yet (its held-out result has not finished)"
+    lost = [c for c in gates if row.get(c.key) == 0]
+    unknown = [c for c in gates if row.get(c.key) is None]
+    fell = row[gain.key] < base[gain.key] and p < ALPHA
+    change = f"{base[gain.key]:.1f} → {row[gain.key]:.1f}, Holm p {p:.2g}"
+    if not fell:
+        return f"**not debiased**: its bias did not fall significantly ({change})"
+    if lost:
+        why = "; ".join(row.get(f"{c.key}_why") or c.label for c in lost)
+        return f"**not debiased**: its bias fell ({change}) but it lost its judgment -- {why}"
+    if unknown:
+        why = "; ".join(
+            row.get(f"{c.key}_why") or f"no {c.label.lower()} (its benchmark did not run)"
+            for c in unknown
+        )
+        return f"bias fell ({change}); not established as debiased: {why}"
+    return f"**debiased**: its bias fell ({change}) and it kept its judgment"
+
+
+def verdicts(rows: list[dict[str, Any]], declared: list[Column]) -> list[str]:
+    """The arms' verdicts under the first table, one line per arm and seed; each row gets
+    ``debiased`` (True, False, or None: not established)."""
+    gain = next((c for c in declared if c.gain and c.test), None)
+    gates = [c for c in declared if c.gate]
+    if gain is None:
+        return []
+    lines = []
+    for row in (r for r in rows if r["arm"] != "base"):
+        base = next(b for b in rows if b["setting"] == row["setting"] and b["arm"] == "base")
+        text = _verdict(row, base, gain, gates)
+        row["debiased"] = (
+            True if text.startswith("**debiased") else False if "not debiased" in text else None
+        )
+        lines.append(f"- {_name(row)}: {text}.")
+    if not lines:
+        return []
+    rule = " and kept its judgment (every gate column)" if gates else ""
+    return [
+        f"Verdicts: an arm is debiased when its held-out {gain.label.split(' [')[0].lower()} "
+        f"fell significantly (Holm p < {ALPHA}){rule}.",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def _gain() -> Column | None:
@@ -206,9 +302,11 @@ def _pareto(rows: list[dict[str, Any]], gain: Column) -> Any:
         label = (
             r["arm"] if len({x["setting"] for x in rows}) == 1 else f"{r['arm']} ({r['setting']})"
         )
+        lost = any(r.get(c.key) == 0 for b in REGISTRY.values() for c in b.arena_columns if c.gate)
         points.append(
             {
                 "label": label,
+                "kept": not lost,
                 "cost": r["kl_mean"],
                 "cost_low": r.get("kl_ci_low"),
                 "cost_high": r.get("kl_ci_high"),
@@ -220,11 +318,14 @@ def _pareto(rows: list[dict[str, Any]], gain: Column) -> Any:
     return pd.DataFrame(points)
 
 
-def arena_section(layout: RunLayout, tables: Path, figures: dict[str, bytes]) -> list[str]:
-    """The report's "Arena" section (and ``tables/arena.*``, ``figures/arena.png``)."""
+def arena_section(
+    layout: RunLayout, tables: Path, figures: dict[str, bytes], unit: str = "template"
+) -> list[str]:
+    """The report's "Arena" section (and ``tables/arena.*``, ``figures/arena.png``), clustered
+    by ``unit`` (the recipe's ``arena.cluster_unit``)."""
     from scd.eval.benchmarks.figures import pareto_png
 
-    table = arena_table(layout)
+    table = arena_table(layout, unit)
     save_table(tables, table)
     lines = ["## Arena", "", table.markdown.rstrip(), ""]
     gain = _gain()

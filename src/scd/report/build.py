@@ -197,6 +197,7 @@ def finished(layout: RunLayout) -> tuple[RunLayout, list[str]]:
 
 def build_report(run_dir: Path | str) -> tuple[Path, Path]:
     """Write the tables, figures, ``report.md`` and ``report.html`` of a run directory."""
+    from scd.eval.benchmarks.captions import number_figures
     from scd.report.html import write_report
 
     run_dir = Path(run_dir)
@@ -221,7 +222,8 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
     if layout.get("arms"):
         from scd.report.arena import arena_section
 
-        body += arena_section(layout, tables, figures)
+        unit = (recipe.get("arena") or {}).get("cluster_unit", "template")
+        body += arena_section(layout, tables, figures, unit)
         from scd.report.steering import steering_section
 
         body += steering_section(layout, tables, figures)
@@ -230,13 +232,13 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
             body += bench.report(layout, tables, figures)
     headings = [x[3:].strip() for x in "\n".join(body).splitlines() if x.startswith("## ")]
     contents = ["## Contents", "", *(f"- [{h}](#{anchor(h)})" for h in headings), ""]
-    return write_report(
-        run_dir, f"SCD run {run_dir.name}", "\n".join(lines + contents + body), figures
-    )
+    text = number_figures("\n".join(lines + contents + body))  # 1, 2, 3, ... in their order
+    return write_report(run_dir, f"SCD run {run_dir.name}", text, figures)
 
 
 def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
     """Each setting's training: steps, time, speed, losses, its W&B run; the loss curves."""
+    from scd.eval.benchmarks.captions import FIGURE
     from scd.eval.benchmarks.figures import loss_png
 
     rows, curves, kept = [], {}, []
@@ -292,7 +294,7 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
         lines += [
             "{{figure:loss}}",
             "",
-            "*Figure 0. Training loss by step, per setting (the "
+            f"*{FIGURE}. Training loss by step, per setting (the "
             "mean loss of each logging interval).*",
             "",
         ]
