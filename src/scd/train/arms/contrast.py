@@ -24,7 +24,7 @@ from scd.train.arms.base import Arm, Problem, RowsInput
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
 
-__all__ = ["ContrastOptions", "DPOContrast", "KTOContrast", "SFTContrast"]
+__all__ = ["Contrast", "ContrastOptions"]
 
 
 @dataclass
@@ -45,7 +45,8 @@ class ContrastOptions(Options):
 
 
 class Contrast(Arm):
-    """A method's rows with twins (subclasses name the method)."""
+    """A method's rows with twins: each method's module declares its contrast arm (``name``,
+    ``help``, ``method``), registered in :mod:`scd.config.arms`."""
 
     Options = ContrastOptions
     own_rows = True
@@ -78,30 +79,3 @@ class Contrast(Arm):
         protocol = training_protocol(manifest.get("protocol", "scd"))
         made = twin_examples(rows, protocol)
         return method_class(self.method)().write_method_rows(inputs, out, self.name, made)
-
-
-class SFTContrast(Contrast):
-    name = "sft-contrast"
-    help = (
-        "LoRA SFT on the setting's contact prompts with relevance twins (a fact about the "
-        "people, the answer it warrants) beside them"
-    )
-    method = "sft"
-
-
-class DPOContrast(Contrast):
-    name = "dpo-contrast"
-    help = (
-        "LoRA DPO on the same prompts with relevance twins beside them: chosen = the answer "
-        "the fact warrants"
-    )
-    method = "dpo"
-
-
-class KTOContrast(Contrast):
-    name = "kto-contrast"
-    help = (
-        "LoRA KTO on the same prompts with relevance twins beside them: the answer the fact "
-        "warrants desirable"
-    )
-    method = "kto"

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from scd.train.arms.contrast import Contrast
 from scd.train.arms.preference import Preference
 
-__all__ = ["DPO"]
+__all__ = ["DPO", "DPOContrast"]
 
 
 def _pair(row: dict[str, Any], good: str, bad: str) -> list[dict[str, Any]]:
@@ -52,3 +53,12 @@ class DPO(Preference):
                 ("rejected_answer", pa.string()),
             ]
         )
+
+
+class DPOContrast(Contrast):
+    name = "dpo-contrast"
+    help = (
+        "LoRA DPO on the same prompts with relevance twins beside them: chosen = the answer "
+        "the fact warrants"
+    )
+    method = "dpo"

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from scd.train.arms.base import Problem
+from scd.train.arms.contrast import Contrast
 from scd.train.arms.preference import Preference
 
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
     from scd.train.spec import TrainingSpec
 
-__all__ = ["KTO"]
+__all__ = ["KTO", "KTOContrast"]
 
 
 def _labelled(row: dict[str, Any], good: str, bad: str) -> list[dict[str, Any]]:
@@ -69,3 +70,12 @@ class KTO(Preference):
                 ("answer", pa.string()),
             ]
         )
+
+
+class KTOContrast(Contrast):
+    name = "kto-contrast"
+    help = (
+        "LoRA KTO on the same prompts with relevance twins beside them: the answer the fact "
+        "warrants desirable"
+    )
+    method = "kto"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scd.train.arms.base import Arm, Method, Problem, RowsInput
+from scd.train.arms.contrast import Contrast
 
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from scd.models.formatting import Formatter
     from scd.train.spec import TrainingSpec
 
-__all__ = ["SFT", "General"]
+__all__ = ["SFT", "General", "SFTContrast"]
 
 
 class SFT(Method):
@@ -74,3 +75,12 @@ class General(Arm):
         from scd.data_gen.arms import write_general_rows
 
         return write_general_rows(inputs.sft, out, inputs.data.general, inputs.data.seed)
+
+
+class SFTContrast(Contrast):
+    name = "sft-contrast"
+    help = (
+        "LoRA SFT on the setting's contact prompts with relevance twins (a fact about the "
+        "people, the answer it warrants) beside them"
+    )
+    method = "sft"
