@@ -95,13 +95,15 @@ def test_the_report_says_what_a_reader_needs(quickstart: str, root: Path) -> Non
         "| Engine | hf, dtype float32, batch 64, device cpu |",
     ):
         assert needle in report, needle
-    # each figure has a caption right under it, in the order of their numbers
+    # each figure has a caption right under it, numbered 1, 2, 3, ... in their order
     names = (
-        ("loss", "*Figure 0."),
-        ("figure1", "*Figure 1."),
-        ("figure2", "*Figure 2."),
-        ("figure2_setting1", "*Figure 2.1."),
+        ("loss", "*Figure 1. Training loss"),
+        ("figure1", "*Figure 2. Bias % before"),
+        ("figure2", "*Figure 3. The base model's"),
+        ("figure2_setting1", "*Figure 4. Bias % by axis"),
     )
+    assert "{{number}}" not in report and "Figure 0" not in report and "Figure 2.1" not in report
+    assert "grey" not in report  # the toy's heatmaps have a value in every cell
     at = [report.index(f"![{name}](figures/{name}.png)") for name, _ in names]
     for (name, caption), i in zip(names, at):
         assert report[i:].split("\n\n", 2)[1].startswith(caption), name
@@ -189,7 +191,7 @@ def test_killed_run_resumes_to_the_same_tables(
     assert (run_dir / "figures" / "bbq.png").is_file()
     report = (run_dir / "report.md").read_text()
     assert "Table 15" in report and "## Stigma: P(negative attitude) (sds probe)" in report
-    assert "Categories: 2 of BBQ's 11" in report and "*Figure 3." in report
+    assert "Categories: 2 of BBQ's 11" in report and "*Figure 5. BBQ per category" in report
     assert "; 40 items per model" in report  # the subset BBQ's limit asked for
     for probe in ("sds", "aq27"):
         assert (run_dir / "tables" / f"stigma-{probe}.md").is_file()

@@ -125,3 +125,22 @@ def test_malformed_frames_raise(func, frame: pd.DataFrame, message: str) -> None
 def test_figure2_title_count_checked() -> None:
     with pytest.raises(ValueError, match="title"):
         figure2_png(heat_grid(), heat_grid(1), titles=["only one"])
+
+
+def test_a_heatmap_caption_says_grey_only_where_a_cell_is_grey() -> None:
+    from scd.eval.benchmarks.captions import grey_note
+
+    full = heat_grid().fillna(10.0)
+    assert grey_note(heat_grid()) == "; grey: no prompts"  # one NaN cell
+    assert grey_note(full) == grey_note(full, full / 2) == ""
+    assert grey_note(full, full.drop(index="age"))  # a row only the first grid has
+    assert grey_note(full.drop(columns="sports"), full)  # a column only the second has
+
+
+def test_report_figures_are_numbered_in_their_order() -> None:
+    from scd.eval.benchmarks.captions import FIGURE, number_figures
+
+    text = f"*{FIGURE}. Loss.*\n\n## Bias\n\n*{FIGURE}. Bars.*\n*{FIGURE}. Heatmap.*\n"
+    numbered = "*Figure 1. Loss.*\n\n## Bias\n\n*Figure 2. Bars.*\n*Figure 3. Heatmap.*\n"
+    assert number_figures(text) == numbered
+    assert number_figures("no figure") == "no figure"

@@ -31,6 +31,7 @@ __all__ = [
     "CONTACT_LABELS",
     "bbq_bars_png",
     "figure1_png",
+    "figure2_grids",
     "figure2_png",
     "loss_png",
     "pareto_png",
@@ -280,17 +281,13 @@ def figure2_png(
     Raises:
         InputError: an empty grid, a non-numeric column or a wrong number of titles.
     """
-    grids = [_tidy(grid, "figure 2")]
-    if after is not None:
-        grids.append(_tidy(after, "figure 2 (after)"))
+    grids = figure2_grids(grid, after)
     if titles is None:
         titles = ("Bias % by axis and scenario",) if after is None else ("Before", "After")
     titles = list(titles)
     if len(titles) != len(grids):
         raise InputError(f"figure 2: got {len(titles)} title(s) for {len(grids)} grid(s)")
-    rows = list(dict.fromkeys([r for g in grids for r in g.index]))
-    cols = list(dict.fromkeys([c for g in grids for c in g.columns]))
-    grids = [g.reindex(index=rows, columns=cols) for g in grids]
+    rows, cols = list(grids[0].index), list(grids[0].columns)
 
     # Sized so that two 5-scenario panels stay about 10 in wide (a page width at 150 dpi).
     width = 0.75 * len(cols) * len(grids) + 0.3 * (len(grids) - 1) + 2.6
@@ -323,6 +320,16 @@ def figure2_png(
     bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.02)
     bar.set_label("Bias %")
     return _png(fig)
+
+
+def figure2_grids(grid: pd.DataFrame, after: pd.DataFrame | None = None) -> list[pd.DataFrame]:
+    """The grids as :func:`figure2_png` draws them (NaN: grey), on all their rows and columns."""
+    grids = [_tidy(grid, "figure 2")]
+    if after is not None:
+        grids.append(_tidy(after, "figure 2 (after)"))
+    rows = list(dict.fromkeys([r for g in grids for r in g.index]))
+    cols = list(dict.fromkeys([c for g in grids for c in g.columns]))
+    return [g.reindex(index=rows, columns=cols) for g in grids]
 
 
 def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:

@@ -185,9 +185,10 @@ class BBQ(Benchmark):
         return bbq_arena(result, base, items)
 
     def report(self, layout: Any, tables: Path, figures: dict[str, bytes]) -> list[str]:
-        """Table 15 and Figure 3 (per-category bars)."""
+        """Table 15 and a figure of per-category bars."""
         import pandas as pd
 
+        from scd.eval.benchmarks.captions import FIGURE
         from scd.eval.benchmarks.figures import bbq_bars_png
 
         runs = self.runs(layout)
@@ -208,7 +209,7 @@ class BBQ(Benchmark):
             title=f"BBQ per category ({n_items:,} items, {cats} of 11 categories)",
         )
         caption = (
-            f"*Figure 3. BBQ per category and model, on a stratified subset of {n_items:,} items "
+            f"*{FIGURE}. BBQ per category and model, on a stratified subset of {n_items:,} items "
             f"of the {cats} categories present: accuracy on ambiguous and disambiguated contexts "
             "(top) and the bias scores s_AMB and s_DIS (bottom; 0 = unbiased, +1 = always the "
             "stereotyped answer, -1 = always the other one).*"

@@ -1,7 +1,8 @@
-"""The bias benchmark's part of a run report: the settings, Table 10 with Figure 1, the transfer
-Tables 11-14 (and, in an arena, by arm), the held-out heatmaps (Figures 2.N), and the base
-model's Table 1, Figure 2 and Tables 3-5; and ``scd report bias --runs``: several bias
-evaluations side by side.
+"""The bias benchmark's part of a run report: the settings, Table 10 with the paper's Figure 1,
+the transfer Tables 11-14 (and, in an arena, by arm), each setting's held-out heatmaps (the
+paper's Figure 2, before and after), and the base model's Table 1, heatmap and Tables 3-5; and
+``scd report bias --runs``: several bias evaluations side by side. Captions number their figures
+with :data:`~scd.eval.benchmarks.captions.FIGURE` (numbered in the report's order).
 
 Everything is recomputed from the per-prompt records, so the report of a resumed run equals that
 of an uninterrupted one.
@@ -100,8 +101,9 @@ def _settings_table(
 
 
 def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> tuple:
-    """Table 10 with Figure 1 (the headline), and the per-setting heatmaps with the transfer
-    tables (after the base model's sections); Markdown lines of each."""
+    """Table 10 with the paper's Figure 1 (the headline), and the per-setting heatmaps with the
+    transfer tables (after the base model's sections); Markdown lines of each."""
+    from scd.eval.benchmarks.captions import FIGURE, grey_note
     from scd.eval.benchmarks.figures import figure1_png, figure2_png
 
     settings = load_settings()  # defaults; each setting's SFT manifest says what the run used
@@ -143,22 +145,24 @@ def _tuned_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) 
         "",
         "{{figure:figure1}}",
         "",
-        "*Figure 1. Bias % before (light) and after (dark) SCD tuning, per setting and "
+        f"*{FIGURE}. Bias % before (light) and after (dark) SCD tuning, per setting and "
         "contact type, on each setting's held-out prompts: the same prompts before and "
         "after; error bars: 95% Wilson intervals (n per setting in Table 10; what each "
-        "setting trains and evaluates on in the table above).*",
+        "setting trains and evaluates on in the table above). The SCD paper's Figure 1.*",
         "",
     ]
     tail = ["## Each setting's held-out prompts by axis and scenario", ""]
     for n, (before, after) in sorted(pairs.items()):
         name = f"figure2_setting{n}"
         titles = (f"Setting {n}: before", f"Setting {n}: after")
-        figures[name] = figure2_png(_grid_frame(before), _grid_frame(after), titles=titles)
+        grids = (_grid_frame(before), _grid_frame(after))
+        figures[name] = figure2_png(*grids, titles=titles)
         tail += [
             f"{{{{figure:{name}}}}}",
             "",
-            f"*Figure 2.{n}. Bias % by axis and scenario on setting {n}'s held-out prompts "
-            f"({len(before):,}), before and after tuning; grey: no prompts.*",
+            f"*{FIGURE}. Bias % by axis and scenario on setting {n}'s held-out prompts "
+            f"({len(before):,}), before and after tuning (the SCD paper's Figure 2)"
+            f"{grey_note(*grids)}.*",
             "",
         ]
     for dim, (number, title) in TRANSFER_TABLES.items():
@@ -179,12 +183,12 @@ def _grid_table(tables: Path, name: str, title: str, grid: dict, keys: tuple[str
 
 
 def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -> list[str]:
+    from scd.eval.benchmarks.captions import FIGURE, grey_note
     from scd.eval.benchmarks.figures import figure2_png
 
     summary = read_json(Path(layout["base"]["bias"]) / "summary.json")
-    figures["figure2"] = figure2_png(
-        _grid_frame(base["bias"]), titles=("Base model: bias % by axis and scenario",)
-    )
+    grid = _grid_frame(base["bias"])
+    figures["figure2"] = figure2_png(grid, titles=("Base model: bias % by axis and scenario",))
     table1 = _ordered(summary["table1"], SCALES, CONTACTS)
     title = "## Table 1: the base model, bias % by scale and contact"
     lines = [
@@ -192,9 +196,9 @@ def _base_sections(layout: RunLayout, base: dict, tables: Path, figures: dict) -
         "",
         "{{figure:figure2}}",
         "",
-        f"*Figure 2. The base model's bias % by bias axis and scenario over all "
+        f"*{FIGURE}. The base model's bias % by bias axis and scenario over all "
         f"{len(base['bias']):,} descriptor prompts it answered (Tables 3-5 split it by "
-        "scale); grey: no prompts.*",
+        f"scale; the SCD paper's Figure 2){grey_note(grid)}.*",
         "",
     ]
     for number, scale in enumerate(SCALES, start=3):
