@@ -536,6 +536,31 @@ def test_select_best_keeps_the_measured_step_with_the_lowest_bias_within_the_kl_
 
 
 @pytest.mark.slow
+def test_select_best_with_the_judgment_gate_measures_judgment_at_every_measured_step(
+    toy_model: Path, tmp_path
+) -> None:
+    """train.select_judgment: each measured step also answers the training templates' relevance
+    controls (the toy model reads no cue, so no step is gated and the lowest bias is kept)."""
+    extra = [
+        "train.max_steps=8",
+        "train.save_steps=100",
+        "train.eval_every_steps=4",
+        "train.eval_prompts=20",
+        "train.select=best",
+        "train.select_judgment=true",
+        "wandb.enabled=false",
+    ]
+    info = train(_recipe(toy_model, tmp_path / "gated", *extra))
+    history = info["bias_history"]
+    assert [h["step"] for h in history] == [4, 8]
+    assert all(0 <= h["eval_judgment_pct"] <= 100 for h in history)
+    assert not any("eval_judgment_gate" in h for h in history)  # its base reads no cue
+    best = min(history, key=lambda h: (h["eval_bias_pct"], h["eval_kl"], h["step"]))
+    assert info["selected"]["step"] == best["step"]
+    assert info["selected"]["why"].endswith("with the judgment gate kept")
+
+
+@pytest.mark.slow
 def test_dpo_and_kto_measure_bias_as_they_train_and_can_keep_the_best_step(
     toy_model: Path, tmp_path
 ) -> None:

@@ -61,6 +61,11 @@ def _value_problems(recipe: Recipe) -> Iterator[Problem]:
         )
     if t.max_kl is not None and t.select != "best":
         yield "train.max_kl", "train.max_kl: bounds train.select best (it is last)"
+    if t.select_judgment and t.select != "best":
+        yield (
+            "train.select_judgment",
+            "train.select_judgment: gates the steps train.select best chooses among (it is last)",
+        )
     if t.push_to_hub and not t.hub_model_id:
         yield (
             "train.hub_model_id",

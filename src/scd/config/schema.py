@@ -179,6 +179,13 @@ class TrainSpec:
         "(nats/token) a kept step may have (none: no bound)",
         check=non_negative,
     )
+    select_judgment: bool = option(
+        False,
+        "scd's: with select best, keep only a measured step that passes the arena's judgment "
+        "gate on the relevance controls of the training templates (evaluation cues, the "
+        "setting's training side; never the judgment's held-out templates) against the same "
+        "model with its adapter off",
+    )
     push_to_hub: bool = option(
         False,
         "upload the adapter with its model card to hub_model_id (scd train: once trained; "

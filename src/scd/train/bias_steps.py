@@ -22,11 +22,15 @@ against ``train/global_step``:
 - with ``train.select: best``, ``eval_kl`` (and ``eval_kl_ci_low``, ``_ci_high``): the drift from
   the base model on scd's neutral prompts, as the arena measures it
   (:func:`scd.eval.capability.kl_in_memory`: the same model, its adapter off);
+- with ``train.select_judgment``, ``eval_judgment_pct`` and ``eval_judgment_gate``: the
+  relevance controls of the training templates and whether the step passes the arena's judgment
+  gate against the adapter-off model (:mod:`scd.train.judgment_steps`);
 - ``eval_bias_seconds``: what the measurement took (its share of training time).
 
 ``train.select: best`` saves a checkpoint at each measured step and keeps the adapter of the step
 with the lowest validation bias (ties: the lower KL, then the earlier step) whose KL stays within
-``train.max_kl``; transformers keeps that checkpoint through ``save_total_limit``
+``train.max_kl`` (and, with ``train.select_judgment``, that passes the judgment gate);
+transformers keeps that checkpoint through ``save_total_limit``
 (``TrainerState.best_model_checkpoint``), also across a resume. :func:`selection` says which
 step was kept and why (``train_manifest.json``, the report).
 """
@@ -56,6 +60,8 @@ KEYS = (
     "eval_kl",
     "eval_kl_ci_low",
     "eval_kl_ci_high",
+    "eval_judgment_pct",
+    "eval_judgment_gate",
     "eval_bias_seconds",
 )
 
@@ -126,6 +132,9 @@ def bias_line(step: int, max_steps: int, logs: dict[str, Any]) -> str:
     parts.append(f"first option {logs['eval_first_option_pct']:.1f}%")
     if "eval_kl" in logs:
         parts.append(f"KL {logs['eval_kl']:.4f}")
+    if "eval_judgment_pct" in logs:
+        gate = {1: ", gate kept", 0: ", gate lost"}.get(logs.get("eval_judgment_gate"), "")
+        parts.append(f"judgment {logs['eval_judgment_pct']:.1f}%{gate}")
     return "  ".join(parts)
 
 
@@ -137,11 +146,12 @@ def _rank(entry: dict[str, Any]) -> tuple[float, float, int]:
     return entry["eval_bias_pct"], entry.get("eval_kl", 0.0), entry["step"]
 
 
-def _best(state: Any, max_kl: float | None) -> dict[str, Any] | None:
+def _best(state: Any, max_kl: float | None, judgment: bool = False) -> dict[str, Any] | None:
     within = [
         e
         for e in _measured(state).values()
-        if max_kl is None or e.get("eval_kl", math.inf) <= max_kl
+        if (max_kl is None or e.get("eval_kl", math.inf) <= max_kl)
+        and not (judgment and e.get("eval_judgment_gate") == 0)
     ]
     return min(within, key=_rank, default=None)
 
@@ -150,21 +160,23 @@ def selection(t: TrainSpec, state: Any) -> dict[str, Any]:
     """Which step's adapter a finished training keeps, and why (``train.select``)."""
     if t.select == "last":
         return {"rule": "last", "step": state.global_step, "why": "the last step (train.select)"}
-    measured, best = _measured(state), _best(state, t.max_kl)
+    measured, best = _measured(state), _best(state, t.max_kl, t.select_judgment)
     bound = f" with KL <= {t.max_kl}" if t.max_kl is not None else ""
+    if t.select_judgment:
+        bound += (" and" if bound else " with") + " the judgment gate kept"
     if best is None:
         return {
             "rule": "best",
             "step": state.global_step,
             "max_kl": t.max_kl,
-            "why": f"no measured step of {len(measured)} had KL <= {t.max_kl}: the last step kept",
+            "why": f"no measured step of {len(measured)} had{bound}: the last step kept",
         }
     why = f"the lowest validation bias of {len(measured)} measured steps{bound}"
     return {
         "rule": "best",
         "step": best["step"],
         "max_kl": t.max_kl,
-        **{k: best[k] for k in ("eval_bias_pct", "eval_kl") if k in best},
+        **{k: best[k] for k in ("eval_bias_pct", "eval_kl", "eval_judgment_gate") if k in best},
         "why": why,
     }
 
@@ -198,6 +210,11 @@ def bias_callback(spec: TrainingSpec, sft_dir: Path, tokenizer: Any) -> Any:
     task = BiasTask({}, rows, len(rows), None, protocol=protocol, rule=rule)  # type: ignore[arg-type]
     task.fmt = Formatter(tokenizer, check.system_prompt)
     batch = check.batch_size
+    judged = None
+    if t.select_judgment:
+        from scd.train.judgment_steps import JudgmentCheck
+
+        judged = JudgmentCheck(sft_dir, tokenizer, protocol, check.system_prompt)
 
     class BiasEveryNSteps(TrainerCallback):
         trainer: Any = None
@@ -221,6 +238,8 @@ def bias_callback(spec: TrainingSpec, sft_dir: Path, tokenizer: Any) -> Any:
                     measures.update(
                         {f"eval_{k}": round(v, 6) for k, v in kl.items() if v is not None}
                     )
+                if judged is not None:
+                    measures.update(judged.measure(model, task.engine))
             finally:
                 model.train(training)
             measures["eval_bias_seconds"] = round(time.perf_counter() - started, 3)
@@ -230,7 +249,7 @@ def bias_callback(spec: TrainingSpec, sft_dir: Path, tokenizer: Any) -> Any:
             Trainer.log(self.trainer, measures)
             control.should_log = should_log
             if best:  # transformers keeps the best one's checkpoint (save_total_limit, resume)
-                chosen = _best(state, t.max_kl)
+                chosen = _best(state, t.max_kl, t.select_judgment)
                 if chosen is not None:
                     step = chosen["step"]
                     state.best_model_checkpoint = str(Path(args.output_dir) / f"checkpoint-{step}")
