@@ -135,6 +135,40 @@ def test_the_report_and_the_end_of_the_run_show_the_arena(arena: tuple[Path, str
     assert len(set(steps)) == 1, steps
 
 
+def test_a_contrast_arm_joins_a_finished_run_with_its_twins_and_the_judgment_columns(
+    outputs: Path,
+) -> None:
+    """arms: [base, sft] with the relevance controls, then the same recipe with sft-contrast
+    added: only the new arm runs, its rows hold the twins, and the arena shows every arm's
+    judgment columns, the gate and a verdict (the toy model reads no cue: no gate to pass)."""
+    common = ["--set", "eval.sds.enabled=false", "--set", "eval.judgment.enabled=true"]
+    common += ["--set", "eval.judgment.scales=[certainty]"]
+    first = _command(outputs, "contrast", [*common, "--set", "arms=[base,sft]"])
+    done = subprocess.run(first, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = pd.read_csv(outputs / "contrast" / "tables" / "arena.csv").set_index("arm")
+    more = _command(outputs, "contrast", [*common, "--set", "arms=[base,sft,sft-contrast]"])
+    done = subprocess.run(more, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "setting-1/train ..." not in done.stdout  # sft's training is not run again
+    assert "setting-1/arm-sft-contrast/train ..." in done.stdout
+    run = outputs / "contrast"
+    table = pd.read_csv(run / "tables" / "arena.csv").set_index("arm")
+    assert list(table.index) == ["base", "sft", "sft-contrast"]
+    assert table.loc["sft", "bias_pct"] == before.loc["sft", "bias_pct"]
+    assert table["judgment_pct"].notna().all() and table["judgment_gate"].isna().all()
+    manifest = json.loads(
+        (run / "setting-1" / "arm-sft-contrast" / "data" / "manifest.json").read_text()
+    )
+    sft = pd.read_parquet(run / "setting-1" / "sft" / "train.parquet")
+    assert manifest["twins"]["rows"] == round(0.25 / 0.75 * len(sft))
+    assert manifest["counts"]["train"] == len(sft) + manifest["twins"]["rows"]
+    report = (run / "report.md").read_text()
+    assert "| Judgment gate |" in report and "Verdicts: an arm is debiased" in report
+    assert "- sft-contrast, setting 1: bias fell" in report
+    assert "the base model reads the cue on no action" in report
+
+
 def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
     arena: tuple[Path, str], outputs: Path, bbq_overrides: list[str]
 ) -> None:

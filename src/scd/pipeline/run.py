@@ -353,6 +353,8 @@ class Run:
 
         self.write_layout(plan)
         report = self.dir / "report.html"
+        if self.ran:  # results came in since the report was made (an arm added): made again
+            self.state.stages.pop("report", None)
         self.stage("report", [report], lambda: build_report(self.dir))
         if self.recipe.wandb.enabled:
             from scd.report.wandb_log import log_run
