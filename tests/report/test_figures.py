@@ -144,3 +144,24 @@ def test_report_figures_are_numbered_in_their_order() -> None:
     numbered = "*Figure 1. Loss.*\n\n## Bias\n\n*Figure 2. Bars.*\n*Figure 3. Heatmap.*\n"
     assert number_figures(text) == numbered
     assert number_figures("no figure") == "no figure"
+
+
+def test_the_arena_figure_draws_an_arm_that_lost_its_judgment_apart() -> None:
+    from scd.report.pareto import pareto_png
+
+    frame = pd.DataFrame(
+        {
+            "label": ["base", "sft", "sft-contrast"],
+            "cost": [0.0, 0.7, 0.5],
+            "cost_low": [0.0, 0.6, 0.4],
+            "cost_high": [0.0, 0.8, 0.6],
+            "gain": [0.0, 11.5, 9.0],
+            "gain_low": [0.0, 9.0, 6.0],
+            "gain_high": [0.0, 14.0, 12.0],
+            "kept": [True, False, True],
+        }
+    )
+    lost = pareto_png(frame)
+    assert lost[:4] == b"\x89PNG"
+    assert lost != pareto_png(frame.assign(kept=True))
+    assert pareto_png(frame.assign(kept=True)) == pareto_png(frame.drop(columns="kept"))

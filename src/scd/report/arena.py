@@ -323,7 +323,8 @@ def arena_section(
 ) -> list[str]:
     """The report's "Arena" section (and ``tables/arena.*``, ``figures/arena.png``), clustered
     by ``unit`` (the recipe's ``arena.cluster_unit``)."""
-    from scd.eval.benchmarks.figures import pareto_png
+    from scd.eval.benchmarks.captions import FIGURE
+    from scd.report.pareto import pareto_png
 
     table = arena_table(layout, unit)
     save_table(tables, table)
@@ -336,10 +337,11 @@ def arena_section(
         lines += [
             "{{figure:arena}}",
             "",
-            f"*Figure A. Each arm's fall in {what} from the base model (base minus arm; bars: "
+            f"*{FIGURE}. Each arm's fall in {what} from the base model (base minus arm; bars: "
             "the arm's 95% interval, the base taken as fixed) against its KL divergence from "
             "the base model on neutral prompts (bars: bootstrap interval); the dashed line joins "
-            "the arms that no other beats on both.*",
+            "the arms that no other beats on both; a hollow point is an arm that lost its "
+            "judgment (the judgment gate), not debiased whatever its fall, and off that line.*",
             "",
         ]
     readings = [b.arena_reading for b in REGISTRY.values() if b.arena_reading]

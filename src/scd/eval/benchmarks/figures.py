@@ -12,7 +12,6 @@ another order is wanted. Labels are shown with underscores replaced by spaces.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -20,12 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from scd.config import vocabulary
 from scd.errors import InputError
+from scd.eval.benchmarks.plotting import checked_frame, display_label, png_bytes
 
 __all__ = [
     "CONTACT_LABELS",
@@ -34,50 +33,14 @@ __all__ = [
     "figure2_grids",
     "figure2_png",
     "loss_png",
-    "pareto_png",
 ]
 
-DPI = 150
 CONTACT_LABELS = {**vocabulary.CONTACT_LABELS, "all": "All"}
 BEFORE_COLOR = "#9ecae1"  # lighter: before tuning (as in the paper's Figure 1)
 AFTER_COLOR = "#2171b5"  # darker: after tuning
 HEATMAP_CMAP = "YlOrRd"
 MISSING_COLOR = "#d9d9d9"
 NA_LABEL = {"ha": "center", "va": "bottom", "fontsize": 7, "rotation": 90, "color": "#707070"}
-
-
-def _png(fig: Figure) -> bytes:
-    """Render ``fig`` to deterministic PNG bytes (no Software/date metadata)."""
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _label(value: object) -> str:
-    return str(value).replace("_", " ")
-
-
-def _tidy(
-    frame: pd.DataFrame, what: str, keys: Sequence[str] = (), numbers: Sequence[str] | None = None
-) -> pd.DataFrame:
-    """A copy of ``frame`` with ``numbers`` (default: every column) as floats and ``keys`` as
-    strings, after checking that it is a non-empty DataFrame with those columns."""
-    if not isinstance(frame, pd.DataFrame):
-        raise InputError(f"{what}: expected a pandas DataFrame, got {type(frame).__name__}")
-    numbers = list(frame.columns) if numbers is None else numbers
-    missing = [c for c in (*keys, *numbers) if c not in frame.columns]
-    if missing:
-        raise InputError(f"{what}: missing column(s) {', '.join(map(repr, missing))}")
-    if frame.empty:
-        raise InputError(f"{what}: the frame is empty")
-    out = frame.astype(dict.fromkeys(keys, str))
-    for col in numbers:
-        try:
-            out[col] = pd.to_numeric(out[col]).astype(float)
-        except (TypeError, ValueError):
-            raise InputError(f"{what}: column {col!r} holds non-numeric values") from None
-    return out
 
 
 def _check_unique(frame: pd.DataFrame, keys: Sequence[str], what: str) -> None:
@@ -143,7 +106,7 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
             (setting, contact) row or a non-numeric value.
     """
     what = "figure 1"
-    frame = _tidy(frame, what, ("setting", "contact"), ("before", "after"))
+    frame = checked_frame(frame, what, ("setting", "contact"), ("before", "after"))
     unknown = sorted(set(frame["contact"]) - set(CONTACT_LABELS))
     if unknown:
         raise InputError(
@@ -171,7 +134,7 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         sub = frame[frame["contact"] == contact].set_index("setting").reindex(settings)
         _before_after_bars(ax, sub, top)
         ax.set_title(CONTACT_LABELS[contact], fontsize=11)
-        ticks = [_label(s) for s in settings]
+        ticks = [display_label(s) for s in settings]
         ax.set_xticks(
             x, ticks, rotation=45 * rotate, ha="right" if rotate else "center", fontsize=9
         )
@@ -187,7 +150,7 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         fig.suptitle(title, fontsize=12)
     handles = [Patch(color=BEFORE_COLOR, label="Before"), Patch(color=AFTER_COLOR, label="After")]
     fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = None) -> bytes:
@@ -197,7 +160,9 @@ def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = Non
     for name, points in curves.items():
         if points:
             steps, losses = zip(*points)
-            ax.plot(steps, losses, marker="o", markersize=3, linewidth=1.4, label=_label(name))
+            ax.plot(
+                steps, losses, marker="o", markersize=3, linewidth=1.4, label=display_label(name)
+            )
     ax.set_xlabel("step", fontsize=10)
     ax.set_ylabel("training loss", fontsize=10)
     ax.grid(color="#e0e0e0", linewidth=0.8)
@@ -205,57 +170,7 @@ def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = Non
     ax.legend(frameon=False, fontsize=9)
     if title:
         ax.set_title(title, fontsize=11)
-    return _png(fig)
-
-
-def pareto_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
-    """Bias reduction against capability cost, one point per arm with its intervals as error
-    bars, the arms no other beats on both (less cost, more reduction) joined by a line.
-
-    ``frame``: ``label``, ``cost``, ``cost_low``, ``cost_high``, ``gain``, ``gain_low``,
-    ``gain_high`` (rows with no cost or gain are left out)."""
-    numbers = ["cost", "cost_low", "cost_high", "gain", "gain_low", "gain_high"]
-    df = _tidy(frame, "pareto figure", ["label"], numbers).dropna(subset=["cost", "gain"])
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
-    ax = fig.subplots()
-    colors = colormaps["tab10"]
-    for i, r in enumerate(df.itertuples()):
-        xerr = [[max(r.cost - r.cost_low, 0)], [max(r.cost_high - r.cost, 0)]]
-        yerr = [[max(r.gain - r.gain_low, 0)], [max(r.gain_high - r.gain, 0)]]
-        ax.errorbar(
-            [r.cost],
-            [r.gain],
-            xerr=xerr,
-            yerr=yerr,
-            fmt="o",
-            color=colors(i % 10),
-            capsize=3,
-            markersize=6,
-            label=_label(r.label),
-        )
-    ordered = df.sort_values(["cost", "gain"], ascending=[True, False])
-    front, best = [], -math.inf
-    for r in ordered.itertuples():
-        if r.gain > best:
-            front.append((r.cost, r.gain))
-            best = r.gain
-    if len(front) > 1:
-        xs, ys = zip(*front)
-        ax.plot(xs, ys, color="#707070", linewidth=1, linestyle="--", zorder=0)
-    ax.axhline(0, color="#b0b0b0", linewidth=0.8)
-    ax.set_xscale("symlog", linthresh=1e-3)  # 0 (the base model) and nats apart on one axis
-    ax.set_xlim(-5e-4, max(df["cost_high"].fillna(df["cost"]).max(), 1e-2) * 2)
-    ax.set_xlabel(
-        "capability cost: mean KL from the base model on neutral prompts (nats, "
-        "symmetric log scale)"
-    )
-    ax.set_ylabel("bias reduction on held-out prompts (points)")
-    ax.grid(color="#e0e0e0", linewidth=0.8)
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=8, loc="best")
-    if title:
-        ax.set_title(title, fontsize=11)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure2_png(
@@ -304,10 +219,10 @@ def figure2_png(
                 luminance = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
                 color = "white" if luminance < 0.5 else "black"
                 ax.text(c, r, f"{v:.1f}", ha="center", va="center", fontsize=9, color=color)
-        names = [_label(r).capitalize() for r in rows] if i == 0 else []
+        names = [display_label(r).capitalize() for r in rows] if i == 0 else []
         ax.set_xticks(
             range(len(cols)),
-            [_label(c).capitalize() for c in cols],
+            [display_label(c).capitalize() for c in cols],
             rotation=30,
             ha="right",
             fontsize=9,
@@ -319,14 +234,14 @@ def figure2_png(
             spine.set_visible(False)
     bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.02)
     bar.set_label("Bias %")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure2_grids(grid: pd.DataFrame, after: pd.DataFrame | None = None) -> list[pd.DataFrame]:
     """The grids as :func:`figure2_png` draws them (NaN: grey), on all their rows and columns."""
-    grids = [_tidy(grid, "figure 2")]
+    grids = [checked_frame(grid, "figure 2")]
     if after is not None:
-        grids.append(_tidy(after, "figure 2 (after)"))
+        grids.append(checked_frame(after, "figure 2 (after)"))
     rows = list(dict.fromkeys([r for g in grids for r in g.index]))
     cols = list(dict.fromkeys([c for g in grids for c in g.columns]))
     return [g.reindex(index=rows, columns=cols) for g in grids]
@@ -353,7 +268,7 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
     """
     what = "BBQ bars"
     metrics = ("accuracy_ambig", "accuracy_disambig", "bias_ambig", "bias_disambig")
-    frame = _tidy(frame, what, ("category", "model"), metrics)
+    frame = checked_frame(frame, what, ("category", "model"), metrics)
     _check_unique(frame, ("category", "model"), what)
 
     categories = frame["category"].unique().tolist()
@@ -387,12 +302,12 @@ def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         ax.set_axisbelow(True)
         ax.spines[["top", "right"]].set_visible(False)
     for ax in axes[:, 0]:
-        ax.set_yticks(y, [_label(c) for c in categories], fontsize=9)
+        ax.set_yticks(y, [display_label(c) for c in categories], fontsize=9)
     axes[0, 0].invert_yaxis()  # the first category on top (the y axis is shared)
-    handles = [Patch(color=c, label=_label(m)) for m, c in zip(models, palette)]
+    handles = [Patch(color=c, label=display_label(m)) for m, c in zip(models, palette)]
     fig.legend(
         handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False
     )
     if title:
         fig.suptitle(title, fontsize=12)
-    return _png(fig)
+    return png_bytes(fig)

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from scd.errors import InputError
-from scd.eval.benchmarks.figures import _label, _png, _tidy
+from scd.eval.benchmarks.plotting import checked_frame, display_label, png_bytes
 
 __all__ = ["boxes_png", "diffs_png", "mean_differences", "records_frame"]
 
@@ -56,7 +56,7 @@ def records_frame(runs: Mapping[str, Path | str]) -> pd.DataFrame:
 
 
 def _check(frame: pd.DataFrame, what: str) -> pd.DataFrame:
-    frame = _tidy(frame, what, ("run", "dimension", "illness_type"), ("score",))
+    frame = checked_frame(frame, what, ("run", "dimension", "illness_type"), ("score",))
     unknown = sorted(set(frame["illness_type"]) - set(TYPES))
     if unknown:
         raise InputError(f"{what}: unknown illness_type value(s) {unknown}; expected {list(TYPES)}")
@@ -71,7 +71,7 @@ def _groups(frame: pd.DataFrame) -> list[str]:
 
 
 def _name(group: str) -> str:
-    return "All" if group == ALL else _label(group).capitalize()
+    return "All" if group == ALL else display_label(group).capitalize()
 
 
 def mean_differences(frame: pd.DataFrame) -> pd.DataFrame:
@@ -156,7 +156,7 @@ def boxes_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
         ax.set_xticks(x, [_name(g) for g in groups], fontsize=8.5, rotation=30, ha="right")
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_ylabel(measure, fontsize=9)
-        ax.set_title(_label(run), fontsize=10)
+        ax.set_title(display_label(run), fontsize=10)
         ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
         ax.set_axisbelow(True)
         ax.spines[["top", "right"]].set_visible(False)
@@ -164,7 +164,7 @@ def boxes_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
     fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def diffs_png(frame: pd.DataFrame, measure: str = "score", title: str | None = None) -> bytes:
@@ -205,7 +205,7 @@ def diffs_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
         max(0.0, finite.max(initial=0.0)) + 0.3 * span,
     )
     ax.axhline(0, color="#404040", linewidth=0.8)
-    ax.set_xticks(x, [_label(r) for r in runs], fontsize=9)
+    ax.set_xticks(x, [display_label(r) for r in runs], fontsize=9)
     ax.set_xlim(-0.6, len(runs) - 0.4)
     ax.set_ylabel(f"mental − physical\n(mean {measure})", fontsize=9)
     ax.grid(axis="y", color="#e0e0e0", linewidth=0.8)
@@ -221,4 +221,4 @@ def diffs_png(frame: pd.DataFrame, measure: str = "score", title: str | None = N
     )
     if title:
         ax.set_title(title, fontsize=11)
-    return _png(fig)
+    return png_bytes(fig)

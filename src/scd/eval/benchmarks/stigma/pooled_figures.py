@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from scd.errors import InputError
-from scd.eval.benchmarks.figures import _label, _png, _tidy
+from scd.eval.benchmarks.plotting import checked_frame, display_label, png_bytes
 
 __all__ = ["classes_png", "conditions_png", "correlation_png", "groups_png"]
 
@@ -47,7 +47,7 @@ def conditions_png(frame: pd.DataFrame, measure: str) -> bytes:
     ``frame``: ``condition``, ``stigmatized``, ``mean``, ``ci_low``, ``ci_high`` (NaN: none);
     ``measure`` labels the value axis."""
     what = "pooled conditions figure"
-    frame = _tidy(frame, what, ("condition",), ("mean", "ci_low", "ci_high", "stigmatized"))
+    frame = checked_frame(frame, what, ("condition",), ("mean", "ci_low", "ci_high", "stigmatized"))
     flags = _flags(frame, what)
     order = np.argsort(-frame["mean"].to_numpy(), kind="stable")
     frame, flags = frame.iloc[order], flags.iloc[order]
@@ -65,7 +65,7 @@ def conditions_png(frame: pd.DataFrame, measure: str) -> bytes:
         error_kw={"elinewidth": 0.6, "ecolor": "#404040", "capsize": 1.5},
     )
     ax.axvline(0.5, color="#404040", linewidth=0.8, linestyle="--")
-    ax.set_yticks(y, [_label(c) for c in frame["condition"]], fontsize=6)
+    ax.set_yticks(y, [display_label(c) for c in frame["condition"]], fontsize=6)
     ax.set_ylim(-0.7, n - 0.3)
     ax.set_xlim(0, 1)
     ax.set_xlabel(measure, fontsize=9)
@@ -74,7 +74,7 @@ def conditions_png(frame: pd.DataFrame, measure: str) -> bytes:
     ax.spines[["top", "right"]].set_visible(False)
     handles = [Patch(color=COLORS[f], label=NAMES[f]) for f in (True, False)]
     fig.legend(handles=handles, loc="outside upper center", ncols=2, frameon=False)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def groups_png(frame: pd.DataFrame, measure: str) -> bytes:
@@ -82,7 +82,7 @@ def groups_png(frame: pd.DataFrame, measure: str) -> bytes:
 
     ``frame``: ``run``, ``stigmatized``, ``mean`` (one row per run and condition)."""
     what = "per-run groups figure"
-    frame = _tidy(
+    frame = checked_frame(
         frame.dropna(subset=["mean"]) if "mean" in frame else frame,
         what,
         ("run",),
@@ -111,7 +111,7 @@ def groups_png(frame: pd.DataFrame, measure: str) -> bytes:
             patch.set_alpha(0.75)
     ax.set_xticks(
         np.arange(len(runs)),
-        [_label(r) for r in runs],
+        [display_label(r) for r in runs],
         fontsize=9,
         rotation=30 if len(runs) > 3 else 0,
     )
@@ -122,7 +122,7 @@ def groups_png(frame: pd.DataFrame, measure: str) -> bytes:
     ax.spines[["top", "right"]].set_visible(False)
     handles = [Patch(color=COLORS[f], alpha=0.75, label=NAMES[f]) for f in (True, False)]
     fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def classes_png(frame: pd.DataFrame) -> bytes:
@@ -134,9 +134,9 @@ def classes_png(frame: pd.DataFrame) -> bytes:
     classes = [c for c in CLASS_COLORS if c in frame.columns]
     if "negative" not in classes:
         raise InputError(f"{what}: missing column 'negative'")
-    frame = _tidy(frame, what, ("run",), (*classes, "stigmatized"))
+    frame = checked_frame(frame, what, ("run",), (*classes, "stigmatized"))
     flags = _flags(frame, what)
-    labels = [f"{_label(r)}\n{NAMES[f]}" for r, f in zip(frame["run"], flags)]
+    labels = [f"{display_label(r)}\n{NAMES[f]}" for r, f in zip(frame["run"], flags)]
     fig = Figure(figsize=(max(4.0, 0.9 * len(frame) + 1.5), 3.8), layout="constrained")
     ax = fig.subplots()
     x = np.arange(len(frame))
@@ -149,14 +149,14 @@ def classes_png(frame: pd.DataFrame) -> bytes:
     ax.set_ylabel("share of predictions", fontsize=9)
     ax.spines[["top", "right"]].set_visible(False)
     fig.legend(loc="outside lower center", ncols=len(classes), frameon=False)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def correlation_png(frame: pd.DataFrame, x_label: str, y_label: str) -> bytes:
     """One point per condition (``condition``, ``stigmatized``, ``x``, ``y``), coloured by group,
     with the least-squares line."""
     what = "correlation figure"
-    frame = _tidy(frame, what, ("condition",), ("x", "y", "stigmatized"))
+    frame = checked_frame(frame, what, ("condition",), ("x", "y", "stigmatized"))
     flags = _flags(frame, what)
     fig = Figure(figsize=(5.0, 4.2), layout="constrained")
     ax = fig.subplots()
@@ -174,4 +174,4 @@ def correlation_png(frame: pd.DataFrame, x_label: str, y_label: str) -> bytes:
     ax.grid(color="#e0e0e0", linewidth=0.8)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, fontsize=8)
-    return _png(fig)
+    return png_bytes(fig)
