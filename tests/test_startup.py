@@ -27,6 +27,8 @@ HEAVY = (
     "matplotlib",
     "sklearn",
     "vllm",
+    "tqdm",  # reads package metadata at import (vllm.py's progress bar, made on first use)
+    "asyncio",  # ~10 ms (the served engines' client imports it where it runs requests)
 )
 
 # Run in a fresh interpreter: records, for each heavy module, the scd frames that imported it

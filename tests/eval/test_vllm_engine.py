@@ -231,3 +231,18 @@ def test_evaluate_bias_on_vllm_equals_hf(
         assert x["option_logprobs"] == pytest.approx(y["option_logprobs"], abs=1e-4)
     assert hf["overall"]["pct"] == vl["overall"]["pct"]
     assert all(r.params.prompt_logprobs is None for r in fake.instances[-1].requests)
+
+
+def test_vllms_progress_bar_draws_nothing_and_moves_scds_line(monkeypatch, capsys):
+    from scd.eval.engines import vllm
+
+    moved = []
+    monkeypatch.setattr(vllm, "tick", lambda done, total: moved.append((done, total)))
+    bar_class = vllm._ticker()  # the tqdm class handed to LLM.generate(use_tqdm=...)
+    assert bar_class is vllm._ticker()  # made once
+    bar = bar_class(total=3, desc="Processed prompts")
+    bar.update(1)
+    bar.update(2)
+    bar.close()
+    assert moved == [(1, 3), (3, 3)]
+    assert capsys.readouterr() == ("", "")  # vLLM's own bar is drawn nowhere

@@ -10,8 +10,6 @@ request's headers.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -70,11 +68,16 @@ def _server_message(response: Any) -> str:
 
 def _run(coro: Any) -> Any:
     """Run ``coro`` to the end from synchronous code, also where an event loop is running in
-    this thread already (a notebook): then in a thread of its own."""
+    this thread already (a notebook): then in a thread of its own. (asyncio is imported here and
+    in the coroutines, not at the top: every parser build imports this module, #79.)"""
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
+    import concurrent.futures
+
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
 
@@ -148,6 +151,8 @@ class ServerClient:
         retry: tuple[bool, bool],
         missing: Any,
     ) -> list:
+        import asyncio
+
         import httpx
 
         gate = asyncio.Semaphore(self.concurrency)
@@ -183,6 +188,8 @@ class ServerClient:
         retry: tuple[bool, bool],
         missing: Any,
     ) -> Any:
+        import asyncio
+
         tries = 1 + (self.retries if retry[0] else 0)
         for attempt in range(tries):
             try:

@@ -34,6 +34,7 @@ change.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -41,8 +42,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from scd.config.engine import EngineSpec, engine_spec, resolve_dtype
 from scd.config.options import above_zero, option, positive, share
@@ -154,17 +153,23 @@ def _logprob(entry: Any) -> float:
     return float(getattr(entry, "logprob", entry))
 
 
-class _Ticker(tqdm):
+@functools.cache
+def _ticker() -> type:
     """vLLM's progress bar (``use_tqdm`` takes a tqdm class), drawn nowhere: every request vLLM
-    finishes moves scd's progress line instead (:func:`scd.progress.tick`)."""
+    finishes moves scd's progress line instead (:func:`scd.progress.tick`). Made on first use:
+    importing tqdm reads package metadata, which ``scd --help`` should not pay for (#79)."""
+    from tqdm import tqdm
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **{**kwargs, "file": io.StringIO()})
+    class Ticker(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "file": io.StringIO()})
 
-    def update(self, n: float | None = 1) -> bool | None:
-        shown = super().update(n)
-        tick(int(self.n), int(self.total or 0))
-        return shown
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            tick(int(self.n), int(self.total or 0))
+            return shown
+
+    return Ticker
 
 
 @dataclass
@@ -314,7 +319,7 @@ class VLLMEngine:
             [{"prompt_token_ids": list(p)} for p in prompts],
             params,
             lora_request=self.lora,
-            use_tqdm=_Ticker,
+            use_tqdm=_ticker(),
         )
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
