@@ -350,10 +350,12 @@ def _train(args: argparse.Namespace) -> None:
         use_wandb=not args.no_wandb,
         verbose=args.verbose,
     )
-    if info:
+    if info:  # a rate only where tokens were counted (a DPO/KTO batch has no input_ids)
+        rate = info.get("tokens_per_second")
+        speed = f", {rate} tokens/s" if rate else ""
         print(
-            f"trained {info['global_step']} steps, loss {info['train_loss']:.4f}, "
-            f"{info['tokens_per_second']} tokens/s -> {recipe.output_dir}"
+            f"trained {info['global_step']} steps, loss {info['train_loss']:.4f}{speed} "
+            f"-> {recipe.output_dir}"
         )
     if info and recipe.train.push_to_hub:  # the main process, once the adapter is written
         from scd.report.model_card import push_adapter
