@@ -1,15 +1,17 @@
-"""What the command line checks and says (#76): `scd train` prints a token rate only where
-tokens were counted."""
+"""What the command line checks and says (#76): a --out that cannot be written is refused before
+any model loads, and `scd train` prints a token rate only where tokens were counted."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 from pathlib import Path
 
 import pytest
 
 from scd.cli import main
+from scd.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,6 +24,122 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as exc:
             code = exc.code
     return code, out.getvalue(), err.getvalue()
+
+
+# -- --out -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("prompts") / "p"
+    assert main(["generate", "contact", "--descriptors", "toy", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture
+def loads(monkeypatch) -> list[str]:
+    """Each model an evaluation starts to load (the load itself is refused: none is needed)."""
+    loaded = []
+
+    def load(self, progress):
+        loaded.append(self.model)
+        raise InputError("the model would load here")
+
+    monkeypatch.setattr("scd.eval.tasks.CausalModel.load", load)
+    return loaded
+
+
+def _eval(prompts: Path, out: Path) -> list[str]:
+    return ["eval", "bias", "--model", "m", "--prompts", str(prompts), "--out", str(out)]
+
+
+def test_an_out_under_a_file_is_refused_before_the_model_loads(prompts, loads, tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    code, _, err = _run(_eval(prompts, file / "out"))
+    assert code == 2 and not loads
+    assert (
+        err
+        == f"scd: error: --out {file}/out: cannot write there ({file} is a file, not a directory)\n"
+    )
+    code, _, err = _run(_eval(prompts, file / "a" / "b"))  # the nearest existing path is named
+    assert code == 2 and not loads and f"({file} is a file" in err
+    code, _, err = _run(_eval(prompts, file))
+    assert (code, err) == (2, f"scd: error: --out {file}: exists and is not a directory\n")
+    assert not loads and file.read_text() == "x" and sorted(tmp_path.iterdir()) == [file]
+    with pytest.raises(InputError, match="is a file, not a directory"):  # scd run's way in
+        from scd.eval.benchmarks import get
+
+        get("bias").evaluate("m", file / "out", prompts=prompts, progress=False)
+    assert not loads
+
+
+def test_a_read_only_out_is_refused_before_the_model_loads(prompts, loads, tmp_path, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        if os.access(locked, os.W_OK):  # root writes into it anyway: say it may not
+            real = os.access
+
+            def access(path, mode):
+                return Path(path) != locked and real(path, mode)
+
+            monkeypatch.setattr("scd.eval.tasks.os.access", access)
+        for out in (locked / "out", locked / "a" / "b", locked):
+            code, _, err = _run(_eval(prompts, out))
+            assert code == 2 and not loads
+            assert (
+                err == f"scd: error: --out {out}: cannot write there ({locked} is not writable)\n"
+            )
+        assert not any(locked.iterdir())
+    finally:
+        locked.chmod(0o755)
+
+
+def test_a_missing_out_and_its_parents_are_still_accepted(prompts, loads, tmp_path):
+    out = tmp_path / "new" / "a" / "out"
+    code, _, err = _run(_eval(prompts, out))
+    assert loads == ["m"] and "the model would load here" in err  # the check let it through
+    assert not (tmp_path / "new").exists()  # and made nothing: made when results are written
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["merge", "--adapter", "a"],  # loads the base model before writing
+        ["toy-model"],  # trains before writing
+        ["export", "lm-eval"],
+        ["generate", "stigma"],
+        ["quickstart"],
+        ["report", "bias", "--runs", "a=b"],
+        ["eval", "stigma", "--probe", "sds", "--model", "m", "--prompts", "p"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_every_command_with_out_refuses_one_under_a_file_first(command, tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    for out in (file / "out", file / "t.md"):
+        code, stdout, err = _run([*command, "--out", str(out)])
+        assert (code, stdout) == (2, "")
+        assert (
+            err
+            == f"scd: error: --out {out}: cannot write there ({file} is a file, not a directory)\n"
+        )
+
+
+def test_a_report_table_goes_to_a_new_directory_or_over_its_file(monkeypatch, tmp_path):
+    from scd.eval.benchmarks.base import Table
+
+    class Stub:
+        def table(self, runs):
+            return Table("| run |\n|---|\n| a |\n", [{"run": "a"}], "stub")
+
+    monkeypatch.setattr("scd.eval.benchmarks.get", lambda name: Stub())
+    out = tmp_path / "new" / "dir" / "t.md"  # a missing parent is made, as for every --out
+    for _ in range(2):  # an earlier table file is replaced
+        code, stdout, err = _run(["report", "bias", "--runs", f"a={tmp_path}", "--out", str(out)])
+        assert (code, err) == (0, ""), err
+        assert out.read_text().endswith("| a |\n") and out.with_suffix(".json").is_file()
 
 
 # -- scd train's last line -----------------------------------------------------------------------

@@ -79,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = getattr(args, "what", None)
     name = args.command if what is None or args.command == "eval" else f"{args.command}_{what}"
     try:
+        if getattr(args, "out", None):  # a --out that cannot be written: before any model loads
+            from scd.eval.tasks import check_writable
+
+            file = args.command == "report" and args.out.endswith(".md")  # the table's file
+            check_writable(args.out, directory=not file)
         getattr(commands, "_" + name.replace("-", "_"))(args)
     except (InputError, RunFailed) as err:  # RunFailed: tasks of a Ray run failed, exit code 1
         if isinstance(err, InputError) and os.environ.get("SCD_DEBUG"):

@@ -253,6 +253,7 @@ def _report(args: argparse.Namespace) -> None:
         print(table.markdown)
     elif args.out.endswith(".md"):
         out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)  # as every other --out
         out.write_text(table.markdown)
         out.with_suffix(".json").write_text(json_text(table.rows))
         print(f"{args.target} table -> {out}")

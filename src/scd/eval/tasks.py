@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,15 @@ from scd.eval.records import RecordLog, check_run_config, merge_timing, read_rec
 from scd.io import atomic_file, json_text
 from scd.models.formatting import Formatter, load_tokenizer
 
-__all__ = ["CausalModel", "CausalTask", "EvalTask", "Launch", "run_task", "write_results"]
+__all__ = [
+    "CausalModel",
+    "CausalTask",
+    "EvalTask",
+    "Launch",
+    "check_writable",
+    "run_task",
+    "write_results",
+]
 
 
 class EvalTask(Protocol):
@@ -75,9 +84,7 @@ def run_task(
     ``scd run --launcher ray``: as Ray tasks), then merges their records in work order into
     ``out/records.jsonl``: the same records as one unsharded run.
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a directory", key="out", value=out)
+    out = check_writable(out)
     check_run_config(out, task.config, task.defaults, write=False)
     if shards > 1:
         return _run_shards(task, out, shards, launch or _in_turn, progress)
@@ -108,6 +115,32 @@ def run_task(
     }
     write_results(out, {"summary.json": json_text(summary), **task.render(summary)})
     return summary
+
+
+def check_writable(out: Path | str, *, directory: bool = True) -> Path:
+    """Refuse an output path that cannot be written, before any model loads (#76): the nearest
+    existing path at or above ``out`` must be a directory this process may write into. Missing
+    directories below it are made when the results are written, as before.
+
+    ``directory``: ``out`` names a directory (a file there is refused); False: a file, which
+    may be replaced.
+
+    Raises:
+        InputError: one line naming ``--out`` and what is in the way.
+    """
+    out = Path(out)
+    near = next((p for p in (out, *out.parents) if p.exists()), Path.cwd())
+    if near == out and not out.is_dir():
+        if directory:
+            raise InputError("exists and is not a directory", key="out", value=out)
+        near = out.parent
+    if not near.is_dir():
+        raise InputError(
+            f"cannot write there ({near} is a file, not a directory)", key="out", value=out
+        )
+    if not os.access(near, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write there ({near} is not writable)", key="out", value=out)
+    return out
 
 
 def _ran_before(out: Path) -> dict[str, Any]:
