@@ -1,5 +1,6 @@
 """What the command line checks and says (#76): a --out that cannot be written is refused before
-any model loads, and `scd train` prints a token rate only where tokens were counted."""
+any model loads, an unknown command, benchmark or recipe file is named with the nearest one, and
+`scd train` prints a token rate only where tokens were counted."""
 
 from __future__ import annotations
 
@@ -140,6 +141,42 @@ def test_a_report_table_goes_to_a_new_directory_or_over_its_file(monkeypatch, tm
         code, stdout, err = _run(["report", "bias", "--runs", f"a={tmp_path}", "--out", str(out)])
         assert (code, err) == (0, ""), err
         assert out.read_text().endswith("| a |\n") and out.with_suffix(".json").is_file()
+
+
+# -- did you mean --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["evl"], "scd: error: argument COMMAND: invalid choice: 'evl' -- did you mean 'eval'? "),
+        (["eval", "crowspairs"], "invalid choice: 'crowspairs' -- did you mean 'crows_pairs'? "),
+        (["eval", "BBQ"], "invalid choice: 'BBQ' -- did you mean 'bbq'? (choose from 'bias', "),
+        (["eval", "bias", "--backend", "vlm"], "'vlm' -- did you mean 'vllm'? (choose from 'hf',"),
+        (["eval", "zzz"], "invalid choice: 'zzz' (choose from 'bias', "),  # nothing close
+    ],
+)
+def test_an_unknown_command_or_benchmark_names_the_nearest(argv, expected):
+    code, _, err = _run(argv)
+    assert code == 2 and expected in err and err.count("\n") == 1, err
+    assert ("did you mean" in err) == ("did you mean" in expected)
+
+
+def test_a_recipe_not_found_names_the_nearest_file_beside_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    for command in ("run", "train"):
+        code, _, err = _run([command, "recipes/quickstrat.yaml"])
+        assert (code, err) == (
+            2,
+            "scd: error: recipes/quickstrat.yaml: recipe not found "
+            "(did you mean recipes/quickstart.yaml?)\n",
+        )
+    (tmp_path / "notes.txt").write_text("")  # not a recipe: never suggested
+    (tmp_path / "setting1.yaml").write_text("")
+    for name, expected in (("setting1.yml", "setting1.yaml"), ("notes.yaml", None)):
+        code, _, err = _run(["run", str(tmp_path / name)])
+        hint = f" (did you mean {tmp_path / expected}?)" if expected else ""
+        assert (code, err) == (2, f"scd: error: {tmp_path / name}: recipe not found{hint}\n")
+    code, _, err = _run(["run", str(tmp_path / "gone" / "r.yaml")])  # no such directory
+    assert err == f"scd: error: {tmp_path / 'gone' / 'r.yaml'}: recipe not found\n"
 
 
 # -- scd train's last line -----------------------------------------------------------------------

@@ -90,6 +90,20 @@ class Parser(argparse.ArgumentParser):
             parts.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
         return ", ".join(parts)
 
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        """A word outside the choices (a command, a benchmark, an engine) is refused naming the
+        nearest choice, if one is close (``crowspairs`` -> ``crows_pairs``, ``BBQ`` -> ``bbq``)."""
+        if isinstance(value, str) and action.choices is not None and value not in action.choices:
+            import difflib
+
+            names = {str(c).lower(): str(c) for c in action.choices}
+            near = difflib.get_close_matches(value.lower(), list(names), n=1)
+            hint = f" -- did you mean {names[near[0]]!r}?" if near else ""
+            listed = ", ".join(map(repr, action.choices))
+            message = f"invalid choice: {value!r}{hint} (choose from {listed})"
+            raise argparse.ArgumentError(action, message)
+        super()._check_value(action, value)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         known = {o for p in self.parsers for o in p._option_string_actions}
         flags = [a.split("=", 1)[0] for a in self.argv if a.startswith("--")]

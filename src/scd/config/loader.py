@@ -341,7 +341,9 @@ def parse_recipe_file(
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"{path}: recipe not found") from None
+        near = _near_recipe(path)
+        hint = f" (did you mean {near}?)" if near else ""
+        raise InputError(f"{path}: recipe not found{hint}") from None
     except IsADirectoryError:
         raise InputError(f"{path}: a directory, not a recipe file") from None
     except UnicodeDecodeError as err:
@@ -356,6 +358,17 @@ def parse_recipe_file(
         raise InputError(f"{path}: not valid YAML{line}") from None
     data = data if isinstance(data, dict) else {}
     return parse_recipe_dict(data, str(path), sections=sections, overrides=overrides, say=say)
+
+
+def _near_recipe(path: Path) -> Path | None:
+    """The YAML file beside a recipe path that is not there whose name is nearest to its name
+    (``recipes/quickstrat.yaml`` -> ``recipes/quickstart.yaml``); None if none is close."""
+    try:
+        names = [p.name for p in path.parent.iterdir() if p.suffix in (".yaml", ".yml")]
+    except OSError:  # no such directory, or not one
+        return None
+    near = difflib.get_close_matches(path.name, names, n=1)
+    return path.parent / near[0] if near else None
 
 
 def fixed_part(recipe: dict[str, Any]) -> dict[str, Any]:
