@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from scd.cli import main
-from scd.data_gen import descriptors as descriptors_module
 from scd.data_gen.descriptors import resolve_descriptors
 from scd.errors import InputError
 
@@ -209,28 +208,20 @@ def test_holistic_bias_is_downloaded_once_and_validated(
 ) -> None:
     source = hb_data_dir / "holistic_bias"
     monkeypatch.setenv("SCD_DATA_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(
-        descriptors_module, "HOLISTIC_BIAS_URL", source.as_uri() + "/{version}/{file}"
-    )
+    monkeypatch.setenv("SCD_DATA_MIRROR", hb_data_dir.as_uri())  # <mirror>/holistic_bias/...
     ds = resolve_descriptors("holistic_bias", version="v1.1", noun_phrases=True)
     cached = tmp_path / "cache/holistic_bias/v1.1/descriptors.json"
     assert cached.read_bytes() == (source / "v1.1/descriptors.json").read_bytes()
     assert ds.source["version"] == "v1.1" and len(ds.descriptors) > 579
-    broken = tmp_path / "broken"
+    broken = tmp_path / "broken" / "holistic_bias"
     (broken / "v1.0").mkdir(parents=True)
     (broken / "v1.0/descriptors.json").write_text("<html>not json</html>")
-    monkeypatch.setattr(
-        descriptors_module, "HOLISTIC_BIAS_URL", broken.as_uri() + "/{version}/{file}"
-    )
-    with pytest.raises(InputError, match="did not return valid JSON"):
+    monkeypatch.setenv("SCD_DATA_MIRROR", broken.parent.as_uri())
+    with pytest.raises(InputError, match="not the pinned file"):
         resolve_descriptors("holistic_bias", version="v1.0")
     assert not (tmp_path / "cache/holistic_bias/v1.0/descriptors.json").exists()
-    monkeypatch.setattr(
-        descriptors_module,
-        "HOLISTIC_BIAS_URL",
-        (tmp_path / "nowhere").as_uri() + "/{version}/{file}",
-    )
-    with pytest.raises(InputError, match="SCD_DATA_DIR"):
+    monkeypatch.setenv("SCD_DATA_MIRROR", (tmp_path / "nowhere").as_uri())
+    with pytest.raises(InputError, match="put v1.0/descriptors.json in .*SCD_DATA_MIRROR"):
         resolve_descriptors("holistic_bias", version="v1.0")
 
 

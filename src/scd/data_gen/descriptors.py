@@ -7,8 +7,6 @@ wheelchairs", "students who have depression").
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,12 +14,11 @@ from typing import Any
 from scd.data_gen import data_path
 from scd.data_gen.stigma_conditions import load_stigma_conditions
 from scd.errors import InputError
-from scd.io import atomic_file, data_dir, read_json, sha256_file
+from scd.io import data_dir, read_json, sha256_file
 
 __all__ = [
     "Descriptor",
     "DescriptorSet",
-    "HOLISTIC_BIAS_URL",
     "HOLISTIC_BIAS_VERSIONS",
     "data_dir",
     "load_holistic_bias",
@@ -30,10 +27,6 @@ __all__ = [
 ]
 
 HOLISTIC_BIAS_VERSIONS = ("v1.0", "v1.1")
-HOLISTIC_BIAS_URL = (
-    "https://raw.githubusercontent.com/facebookresearch/ResponsibleNLP/main/"
-    "holistic_bias/dataset/{version}/{file}"
-)
 DISPREFERRED = frozenset({"dispreferred", "polarizing"})
 
 
@@ -196,27 +189,11 @@ def load_stigma_descriptors() -> DescriptorSet:
 
 
 def _fetch(version: str, file: str) -> Path:
-    """Return the local path of a HolisticBias file, downloading and validating it if missing."""
-    path = data_dir() / "holistic_bias" / version / file
-    if path.exists():
-        return path
-    url = HOLISTIC_BIAS_URL.format(version=version, file=file)
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 (fixed https URL)
-            payload = resp.read()
-    except OSError as err:  # urllib's URLError is one
-        reason = getattr(err, "reason", err)
-        raise InputError(
-            f"holistic_bias {version}: {path} is missing and {url} could not be fetched "
-            f"({reason}); set SCD_DATA_DIR to a directory holding holistic_bias/{version}/{file}"
-        ) from None
-    try:
-        json.loads(payload)
-    except json.JSONDecodeError:
-        raise InputError(f"holistic_bias {version}: {url} did not return valid JSON") from None
-    with atomic_file(path) as tmp:
-        tmp.write_bytes(payload)
-    return path
+    """The local path of a HolisticBias file, fetched and verified if missing
+    (:func:`scd.reference_data.ensure`: ``$SCD_DATA_DIR/holistic_bias/<version>/<file>``)."""
+    from scd.reference_data import ensure
+
+    return ensure("holistic_bias", [f"{version}/{file}"]) / version / file
 
 
 def resolve_descriptors(

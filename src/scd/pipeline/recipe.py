@@ -146,5 +146,5 @@ def validate_inputs(recipe: Recipe) -> None:
         raise in_recipe_terms(err, None) from None
     for name, bench in REGISTRY.items():
         options = getattr(recipe.eval, name, None)
-        if options is not None and options.enabled:
-            bench.check_inputs(options)
+        if options is not None and options.enabled:  # a dataset's files fetched now, not later
+            bench.check_inputs(bench.with_data(options, say=print))

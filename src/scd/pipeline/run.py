@@ -167,6 +167,7 @@ class Run:
         for name, bench in REGISTRY.items():
             options = getattr(self.recipe.eval, name, None)
             if options is not None and options.enabled:
+                options = bench.with_data(options, say=self.say)  # $SCD_DATA_DIR/<dataset>
                 self.benchmarks.append((bench, bench.prepare(self, options)))
 
     # -- the plan ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ base first; the bias benchmark overrides both (held-out prompts per setting, Tab
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,10 @@ def read_summaries(
     return {n: read_summary(d, what, probe=probe, value=f"{n}={d}") for n, d in runs.items()}
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class Benchmark:
     """Subclasses set the class attributes and implement :meth:`task`, :meth:`headline` and
     :meth:`table` (and may refine :meth:`describe` and the ``scd run`` hooks)."""
@@ -160,6 +165,9 @@ class Benchmark:
     arena_reading: ClassVar[str] = ""  # how to read its arena columns, under the table
     # its arena columns resample clusters of items: arena() takes unit= (template or cell)
     clustered: ClassVar[bool] = False
+    # a reference dataset of scd.reference_data that its ``data`` option defaults to: fetched and
+    # verified into $SCD_DATA_DIR/<name> when missing (None: the benchmark reads no such data)
+    dataset: ClassVar[str | None] = None
 
     def task(self, model: CausalModel, options: Any) -> EvalTask:
         """The resumable task of ``options`` for ``model`` (:func:`scd.eval.tasks.run_task`); its
@@ -218,6 +226,24 @@ class Benchmark:
             **type(options)().identity(every=True),
         }
 
+    def dataset_files(self, options: Any) -> list[str] | None:
+        """The files of :attr:`dataset` that ``options`` read (None: every file)."""
+        return None
+
+    def with_data(self, options: Any, say: Any = None) -> Any:
+        """``options`` with ``data`` given: as they are, or (no ``data``, a benchmark of a
+        :attr:`dataset`) a copy whose ``data`` is the dataset's directory, its files fetched and
+        verified where missing (:func:`scd.reference_data.ensure`; ``say`` hears of each fetch).
+
+        Raises:
+            InputError: a file that cannot be fetched or is not the pinned one (one line)."""
+        if self.dataset is None or getattr(options, "data", None) is not None:
+            return options
+        from scd.reference_data import ensure
+
+        where = ensure(self.dataset, self.dataset_files(options), say=say)
+        return dataclasses.replace(options, data=str(where))
+
     def evaluate(
         self,
         model: str,
@@ -246,7 +272,7 @@ class Benchmark:
         for name in options:
             if name not in known:
                 raise InputError(f"not an option of {self.name} ({', '.join(known)})", key=name)
-        opts = self.Options(**options).check()
+        opts = self.with_data(self.Options(**options).check(), say=_say if progress else None)
         for f in known.values():
             if f.metadata.get("required") and getattr(opts, f.name) is None:
                 raise InputError(f"needed by {self.name}", key=f.name)
@@ -254,6 +280,10 @@ class Benchmark:
         spec = (engine or engine_spec()).check()
         task = self.task(CausalModel(model, adapter, self.runs_on(spec), shared), opts)
         task.defaults = self.identity_defaults(opts, spec)
+        if self.dataset is not None:  # which declared dataset its files are, by their bytes
+            from scd.reference_data import provenance
+
+            task.config["dataset"] = task.defaults["dataset"] = provenance(self.inputs(opts))
         return run_task(task, out, progress=progress, shards=shards, launch=launch)
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:

@@ -36,8 +36,8 @@ class CrowsPairsOptions(BenchmarkOptions):
 
     data: str | None = option(
         None,
-        f"{FILE} of github.com/nyu-mll/crows-pairs, or its directory",
-        required=True,
+        f"{FILE} of github.com/nyu-mll/crows-pairs, or its directory (default: "
+        "$SCD_DATA_DIR/crows_pairs, fetched at its pinned commit and verified when missing)",
         pin=Pin.NEVER,  # the file is hashed (inputs)
     )
     bias_types: list[str] | None = option(None, "bias types (default: all nine)")
@@ -104,6 +104,7 @@ def _summary_line(block: dict[str, Any]) -> str:
 
 class CrowsPairs(Benchmark):
     name = "crows_pairs"
+    dataset = "crows_pairs"
     help = "CrowS-Pairs: % of pairs whose more stereotypical sentence is more likely (lm-eval's)"
     Options = CrowsPairsOptions
     chat_turn = False  # plain text: no system prompt

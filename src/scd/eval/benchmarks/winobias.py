@@ -43,8 +43,8 @@ class WinoBiasOptions(BenchmarkOptions):
 
     data: str | None = option(
         None,
-        "the wino/data directory of github.com/uclanlp/corefBias",
-        required=True,
+        "the wino/data directory of github.com/uclanlp/corefBias (default: $SCD_DATA_DIR/winobias, "
+        "fetched at its pinned commit and verified when missing)",
         pin=Pin.NEVER,  # its files are hashed (inputs)
     )
     split: Literal["test", "dev"] = option("test", "the split of the sentences")
@@ -187,6 +187,7 @@ def _gap_cell(g: dict[str, Any] | None) -> str:
 
 class WinoBias(Benchmark):
     name = "winobias"
+    dataset = "winobias"
     help = "WinoBias: accuracy on pro- and anti-stereotypical sentences and the gap (paired)"
     Options = WinoBiasOptions
     arena_columns = (

@@ -45,8 +45,9 @@ class WinogenderOptions(BenchmarkOptions):
 
     data: str | None = option(
         None,
-        "the data/ directory of github.com/rudinger/winogender-schemas (" + ", ".join(FILES) + ")",
-        required=True,
+        "the data/ directory of github.com/rudinger/winogender-schemas (" + ", ".join(FILES) + "; "
+        "default: $SCD_DATA_DIR/winogender, fetched at its pinned commit and verified when "
+        "missing)",
         pin=Pin.NEVER,  # its files are hashed (inputs)
     )
 
@@ -125,6 +126,7 @@ def _gap_cell(s: dict[str, Any], a: str, b: str) -> str:
 
 class Winogender(Benchmark):
     name = "winogender"
+    dataset = "winogender"
     help = "Winogender: accuracy per pronoun, the gaps, and the occupation correlation (lm-eval's)"
     Options = WinogenderOptions
     chat_turn = False  # plain text, as lm-eval puts it: no system prompt

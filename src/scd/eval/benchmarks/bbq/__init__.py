@@ -44,7 +44,10 @@ class BBQOptions(BenchmarkOptions):
     """BBQ: ``scd eval bbq`` flags, a recipe's ``eval.bbq`` keys."""
 
     data: list[str] | str | None = option(
-        None, "BBQ directory of <Category>.jsonl, JSONL files, or a Hub dataset id", required=True
+        None,
+        "BBQ directory of <Category>.jsonl, JSONL files, or a Hub dataset id (default: "
+        "$SCD_DATA_DIR/bbq/data, the categories asked for fetched at BBQ's pinned commit and "
+        "verified when missing)",
     )
     categories: list[str] | None = option(None, "categories (default: all present)")
     limit: int | None = option(None, "a stratified, seeded subset of ~N items", check=positive)
@@ -120,6 +123,7 @@ def _local_or_hub(text: str) -> bool:
 
 class BBQ(Benchmark):
     name = "bbq"
+    dataset = "bbq"
     help = "BBQ accuracy and bias scores (Parrish et al.)"
     Options = BBQOptions
     base_label = "Without FT"  # the paper's Table 15
@@ -128,6 +132,11 @@ class BBQ(Benchmark):
         'BBQ\'s disambiguated accuracy falling, or its "unknown" rate rising on disambiguated '
         "items, is over-correction."
     )
+
+    def dataset_files(self, options: BBQOptions) -> list[str] | None:
+        """The categories asked for (every category of BBQ without ``categories``)."""
+        cats = options.categories
+        return None if not cats else [f"data/{c}.jsonl" for c in cats]
 
     def check_inputs(self, options: BBQOptions) -> None:
         data = options.data
