@@ -66,6 +66,21 @@ def _print_chain(err: BaseException) -> None:
     traceback.print_exception(err, file=sys.stderr)
 
 
+def _use_threads_flag(flag: str | None) -> None:
+    """``--threads`` into ``SCD_THREADS`` (what torchrun's and Ray's processes read too), checked
+    before any work (:mod:`scd.config.threads` applies it where torch starts); and OpenMP's idle
+    threads sleeping rather than spinning (``OMP_WAIT_POLICY=PASSIVE``, read once, when torch
+    loads: now is before), which beside other work on the cores was several times faster
+    (BENCHMARKS.md, "Threads that fit the machine"). A value already set wins; none with
+    ``SCD_THREADS=torch``."""
+    from scd.config.threads import ENV, check_env
+
+    if flag is not None:
+        os.environ[ENV] = flag
+    if check_env() != "torch":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``scd`` command; returns the exit code."""
     # bitsandbytes warns at import, on CPUs with AVX512-BF16, that an optional CPU 4-bit kernel
@@ -79,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = getattr(args, "what", None)
     name = args.command if what is None or args.command == "eval" else f"{args.command}_{what}"
     try:
+        if hasattr(args, "threads"):  # a command that computes with torch
+            _use_threads_flag(args.threads)
         if getattr(args, "out", None):  # a --out that cannot be written: before any model loads
             from scd.eval.tasks import check_writable
 

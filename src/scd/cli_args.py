@@ -23,6 +23,25 @@ MODEL_HELP = "model directory, Hub id, or .gguf file (converted once and cached)
 _positive = argument_type(int, positive)
 
 
+def _thread_count(text: str) -> str:
+    """``--threads``: a positive number, auto or torch (checked as ``SCD_THREADS`` is)."""
+    if text.strip().lower() in ("auto", "torch") or (text.isdigit() and int(text) > 0):
+        return text.strip().lower()
+    raise argparse.ArgumentTypeError(f"expected a positive number, auto or torch, got {text!r}")
+
+
+def _add_threads(parser: argparse.ArgumentParser) -> None:
+    """``--threads`` of a command that computes with torch (scd.config.threads)."""
+    parser.add_argument(
+        "--threads",
+        type=_thread_count,
+        metavar="N",
+        help="torch's CPU threads: N, auto (default: 1 for a small model such as the toy, else "
+        "one per CPU this process may use, a cgroup CPU quota counted) or torch (torch's own "
+        "default); sets SCD_THREADS",
+    )
+
+
 def _command_group(sub: argparse._SubParsersAction, name: str, help: str) -> Any:
     """``scd NAME <what>``: a command whose subcommands are added to the returned object."""
     group = sub.add_parser(name, help=help)
@@ -121,6 +140,7 @@ def _add_eval_args(parser: argparse.ArgumentParser, benchmarks: list[Any]) -> No
         added.update(names)
     add_engine_options(parser, [kind for bench in benchmarks for kind in bench.model_kinds])
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
+    _add_threads(parser)
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -189,6 +209,7 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     scm.add_argument("--batch-size", type=_positive, default=64, help="sentences per batch")
     scm.add_argument("--no-progress", action="store_true", help="no progress bars")
     scm.add_argument("--out", required=True, help="output directory")
+    _add_threads(scm)
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
@@ -253,6 +274,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--verbose", action="store_true", help="the libraries' own output (dataset bars, logs)"
     )
+    _add_threads(train)
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -281,6 +303,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "--address",
         help="ray: the cluster (default: a local one; 'auto': the cluster this node belongs to)",
     )
+    _add_threads(run)
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -354,6 +377,8 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
         "killed run resumes.",
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
+    for parser in (toy, quick):
+        _add_threads(parser)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

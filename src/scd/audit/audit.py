@@ -20,6 +20,7 @@ from scd import __version__
 from scd.audit import corpus as corpora
 from scd.audit import summary as report
 from scd.audit.scm import N_COMPONENTS, SCMModel, SeedSentence, cross_validate, load_seeds
+from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError, first_line
 from scd.io import atomic_output_dir, cache_key, check_output_dir
 
@@ -220,6 +221,7 @@ def audit_scm(
             value=source,
         )
     model = load_encoder(encoder, device, encoder_layers)  # errors name what the user gave
+    use_threads(n_parameters(model))  # torch's threads for its size (scd.config.threads)
     local = resolve_model(encoder, key="--encoder", say=lambda _: None)  # converted: cached
     cache = Path(cache) if cache is not None else None
     key = encoder_key(local, encoder_layers)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from scd.config.threads import chosen
 from scd.errors import InputError
 from scd.io import atomic_file, write_json
 
@@ -49,6 +50,9 @@ def check_run_config(
     pinned only when not its default, or one added later: a ``run.json`` of scd 0.1.0 may lack
     ``dtype``, which was ``auto`` then).
 
+    The file also records what the result does not depend on and a resumed run need not match:
+    ``threads``, torch's threads in the process that wrote it (:mod:`scd.config.threads`).
+
     Raises:
         InputError: ``out`` holds a run with another configuration.
     """
@@ -68,6 +72,7 @@ def check_run_config(
         new = json.loads(json.dumps({**(defaults or {}), **config}))
         if isinstance(old, dict):
             old = json.loads(json.dumps({**(defaults or {}), **old}))
+            old.pop("threads", None)  # recorded, not pinned
         if old != new:
             diff = sorted(k for k in set(new) | set(old or {}) if (old or {}).get(k) != new.get(k))
             raise InputError(
@@ -78,7 +83,8 @@ def check_run_config(
             )
         return
     if write:
-        write_json(path, {**(defaults or {}), **config})
+        threads = {"threads": chosen()} if chosen() is not None else {}
+        write_json(path, {**(defaults or {}), **config, **threads})
 
 
 def read_records(path: Path | str) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from scd import __version__
+from scd.config.threads import n_parameters, use_threads
 from scd.data_gen import data_path
 from scd.data_gen.contact import generate_contact_table, user_text
 from scd.data_gen.descriptors import load_holistic_bias
@@ -183,6 +184,7 @@ def _fit(
     ``train_accuracy``, ``train_seconds``, ``steering_direction``)."""
     layers = None if steer_layer is None else _check_steer_layer(steer_layer)
     model = _untrained_model(tokenizer, seed, layers)
+    threads = use_threads(n_parameters(model)).threads  # one: it is tiny (scd.config.threads)
     max_steps = (DEFAULT_MAX_STEPS * (layers or 2) // 2) if steps is None else steps
     started = time.perf_counter()
     step, losses, accuracy = _train(model, data, seed, max_steps, progress)
@@ -195,6 +197,7 @@ def _fit(
         "final_loss": round(sum(losses) / len(losses), 6) if losses else None,
         "train_accuracy": round(accuracy, 6),
         "train_seconds": round(time.perf_counter() - started, 2),
+        "threads": threads,
         **({} if direction is None else {"steering_direction": direction}),
     }
 

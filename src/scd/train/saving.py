@@ -14,6 +14,7 @@ import yaml
 
 from scd import __version__
 from scd.config.schema import Recipe
+from scd.config.threads import chosen
 from scd.io import write_json
 from scd.tracking import redact
 from scd.train.arms.base import Method
@@ -139,7 +140,8 @@ def write_training(
     """What a finished training writes beside its adapter: the resolved recipe as it ran
     (secrets redacted; a CPU run's optimizer, precision and checkpointing as TRL got them), its
     data's manifest and its own."""
-    info["ran"] = ran_settings(args)
+    threads = chosen()  # torch's threads (scd.config.threads): recorded, not a recipe key
+    info["ran"] = {**ran_settings(args), **({"threads": threads} if threads else {})}
     resolved = redact(as_ran(recipe, args).to_dict())
     (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     write_json(out / "data_manifest.json", data_manifest)

@@ -10,6 +10,7 @@ from typing import Any
 
 from scd.config.arms import padding_free_problem
 from scd.config.schema import LoraSpec, TrainSpec
+from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError, first_line
 from scd.train.spec import TrainingSpec
 from scd.train.training_log import log_lines
@@ -132,7 +133,7 @@ def trl_config(
 
 def load_model(spec: TrainingSpec, model_path: str, cuda: bool) -> Any:
     """The model to train (``model_path``: the spec's model resolved): float32 on a CPU, bf16
-    on CUDA, NF4 with ``quantization: 4bit``."""
+    on CUDA, NF4 with ``quantization: 4bit``; torch's threads set for its size."""
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -158,6 +159,7 @@ def load_model(spec: TrainingSpec, model_path: str, cuda: bool) -> Any:
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=spec.train.gradient_checkpointing and cuda
         )
+    use_threads(n_parameters(model))  # torch's threads for its size (scd.config.threads)
     return model
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
 from scd.config.options import Pin, device_name, option, positive
+from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError
 from scd.eval.steering import steering_digest
 
@@ -59,7 +60,8 @@ def telling_line(err: BaseException) -> str:
 
 
 def load_model(model: str, device: str, dtype: str) -> Any:
-    """Load a causal LM through ``from_pretrained`` (no remote code), in eval mode."""
+    """Load a causal LM through ``from_pretrained`` (no remote code), in eval mode, torch's
+    threads set for its size (:func:`scd.config.threads.use_threads`)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -76,4 +78,5 @@ def load_model(model: str, device: str, dtype: str) -> Any:
             key="model",
             value=model,
         ) from None
+    use_threads(n_parameters(lm))
     return lm.to(device).eval()

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.options import Pin, option, positive
+from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError, first_line
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, RunData, Table, evaluated
 from scd.eval.benchmarks.stigma.xlnet import is_xlnet
@@ -249,6 +250,7 @@ class StigmaTask(CausalTask):
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, self.model.adapter)
+        use_threads(n_parameters(model))  # torch's threads for its size (scd.config.threads)
         return model.to(device).eval(), tokenizer, device, spec.batch_size or EVAL_BATCH_SIZE
 
     def load(self, progress: bool) -> None:
