@@ -7,7 +7,8 @@ on the answer being the unbiased or the biased one, so the answer-token vector i
 (see tests/eval/test_steering.py). This toy is also taught a direction at layer 1 that its
 answer token reads after the unbiased vs the biased answer and that its answers follow
 (scd.models.toy_direction): whether the arm finds it -- computes the vector at the answer
-token, balanced over the unbiased answers, and keeps a layer and scale on validation prompts
+token, balanced over the unbiased answers, adds it from the assistant's turn on, and keeps the
+planted layer by the mean validation margin, on validation prompts none of which is held out
 -- is what the test asserts."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import torch
 import yaml
 from cli_run import run_scd  # tests/cli_run.py
+from search_checks import assert_no_heldout_prompt  # tests/eval/search_checks.py
 
 RECIPE = {
     "model": "toy",
@@ -39,9 +41,10 @@ RECIPE = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_steer_arm_takes_the_toys_bias_well_below_the_base(threads, tmp_path) -> None:
+def test_the_steer_arm_takes_the_toys_bias_well_below_the_base(threads, tmp_path, monkeypatch):
     recipe = tmp_path / "steer.yaml"
     recipe.write_text(yaml.safe_dump(RECIPE))
+    monkeypatch.setenv("SCD_THREADS", str(threads))  # where scd chooses torch's threads itself
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # the toy is built (and scored) by this run
     try:
@@ -60,6 +63,9 @@ def test_the_steer_arm_takes_the_toys_bias_well_below_the_base(threads, tmp_path
     assert planted["layer"] == 1 and planted["pushed_accuracy"] >= 0.995
     info = json.loads((tmp_path / "r/setting-1/arm-steer/vector/steer.json").read_text())
     assert info["scale"] > 0  # towards the unbiased answer, as the vector is signed
+    assert info["layer"] == planted["layer"] and info["positions"] == "answer"
+    assert "highest mean validation margin" in info["why"]
+    assert_no_heldout_prompt(info["validation_prompts"], tmp_path / "r/setting-1/sft")
 
 
 def test_a_steer_layer_the_toy_does_not_have_is_one_line(tmp_path) -> None:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from cli_run import run_scd  # tests/cli_run.py
+from search_checks import assert_no_heldout_prompt  # tests/eval/search_checks.py
 
 from scd.eval.benchmarks import get
 from scd.eval.steering import load_steering, save_steering
@@ -202,8 +203,9 @@ def test_a_steering_vector_that_does_not_fit_is_one_line(toy_model, toy_prompts,
 def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(toy_model, tmp_path):
     """The steer arm of the arena quickstart on the planted-bias toy model, on setting 3 (the
     vector from certainty prompts, measured on likelihood and frequency prompts; a grid of layer
-    0, layer 1 and both together): the layer and scale kept are the grid point of lowest
-    validation bias within the KL bound, the steer row has
+    0, layer 1 and both together): the layer and scale kept are the grid point of the highest
+    mean validation margin within the KL bound, on validation prompts none of which is a
+    held-out prompt, the steer row has
     every column the base row has, the transfer table by arm holds it on each held-out scale, and
     a search killed after two grid points resumes to the same choice and the same arena row.
 
@@ -230,8 +232,12 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     info = json.loads((run / "setting-3/arm-steer/vector/steer.json").read_text())
     within = [p for p in info["curve"] if p["kl"] <= info["max_kl"]]
     assert [p["layer"] for p in info["curve"]] == [0] + [0] * 4 + [1] * 4 + [[0, 1]] * 4
-    assert "lowest validation bias" in info["why"]
-    assert info["validation"]["bias_pct"] == min(p["bias_pct"] for p in within)
+    assert "highest mean validation margin" in info["why"] and info["positions"] == "answer"
+    assert info["validation"]["margin"] == max(p["margin"] for p in within)
+    assert all(
+        len(p["margins"]) == p["n"] == len(info["validation_prompts"]) for p in info["curve"]
+    )
+    assert_no_heldout_prompt(info["validation_prompts"], run / "setting-3/sft")
     # each grid point's KL is the steered model's from the unsteered base, as kl_from_base
     # measures a steering directory of that layer and scale (not from the model steered twice)
     from scd.eval.capability import kl_from_base
@@ -239,7 +245,12 @@ def test_the_steer_arm_keeps_its_best_validation_point_and_resumes_its_choice(to
     vectors = load_steering(run / "setting-3/arm-steer/vector").vectors
     point = next(p for p in info["curve"] if p["layer"] == [0, 1] and p["scale"] == 2)
     steer = save_steering(
-        tmp_path / "point", vectors, point["layer"], point["scale"], info["model_fingerprint"]
+        tmp_path / "point",
+        vectors,
+        point["layer"],
+        point["scale"],
+        info["model_fingerprint"],
+        info["positions"],
     )
     model = next((tmp_path / "cache" / "toy-model").iterdir())  # the run's copy of the toy
     alone = kl_from_base(str(model), tmp_path / "point-kl", steer=str(steer), batch_size=8)
@@ -334,25 +345,34 @@ def test_a_recipe_that_steers_on_another_engine_is_refused_before_any_work(tmp_p
         assert not out.exists()
 
 
-def test_the_search_keeps_the_lowest_bias_then_kl_then_the_smallest_scale_of_either_sign():
+def test_the_search_keeps_the_highest_margin_then_kl_then_the_smallest_scale_of_either_sign():
     from scd.eval.steering_search import _choose
 
-    def point(layer: int | list[int], scale: float, bias: float, kl: float) -> dict:
-        return {"layer": layer, "scale": scale, "bias_pct": bias, "kl": kl, "n": 30}
+    def point(layer: int | list[int], scale: float, margin: float, kl: float) -> dict:
+        return {
+            "layer": layer,
+            "scale": scale,
+            "margin": margin,
+            "bias_pct": 20.0,
+            "kl": kl,
+            "n": 30,
+        }
 
-    base = point(0, 0.0, 20.0, 0.0)
-    # a negative scale that lowers bias is kept; one past the KL bound is not
-    grid = [base, point(3, 2.0, 30.0, 0.1), point(3, -2.0, 10.0, 0.2), point(5, -8.0, 0.0, 0.9)]
+    base = point(0, 0.0, 1.0, 0.0)
+    # a negative scale that raises the margin is kept; one past the KL bound is not
+    grid = [base, point(3, 2.0, 0.5, 0.1), point(3, -2.0, 2.0, 0.2), point(5, -8.0, 3.0, 0.9)]
     best, why = _choose(grid, max_kl=0.5)
-    assert (best["layer"], best["scale"]) == (3, -2.0) and "10.00% of 30 prompts" in why
+    assert (best["layer"], best["scale"]) == (3, -2.0) and "2.0000 nats over 30 prompts" in why
     assert _choose(grid, max_kl=None)[0]["scale"] == -8.0
-    # ties in bias and KL: the smaller scale in size, then the positive one, then the lower layer
-    tied = [base, point(3, -1.0, 10.0, 0.1), point(3, 1.0, 10.0, 0.1), point(1, 1.0, 10.0, 0.1)]
+    # a point that moves the margin the wrong way is not kept over the base model
+    assert _choose([base, point(3, 1.0, 0.9, 0.01)], max_kl=0.5)[0]["scale"] == 0.0
+    # ties in margin and KL: the smaller scale in size, then the positive one, then the lower layer
+    tied = [base, point(3, -1.0, 2.0, 0.1), point(3, 1.0, 2.0, 0.1), point(1, 1.0, 2.0, 0.1)]
     assert (_choose(tied, 0.5)[0]["layer"], _choose(tied, 0.5)[0]["scale"]) == (1, 1.0)
-    tied.append(point(4, -0.5, 10.0, 0.1))
+    tied.append(point(4, -0.5, 2.0, 0.1))
     assert _choose(tied, 0.5)[0]["scale"] == -0.5
     # then fewer layers steered together, then the lower ones
-    together = [base, point([0, 1], 1.0, 10.0, 0.1), point(1, 1.0, 10.0, 0.1)]
+    together = [base, point([0, 1], 1.0, 2.0, 0.1), point(1, 1.0, 2.0, 0.1)]
     assert _choose(together, 0.5)[0]["layer"] == 1
-    together = [base, point([1, 3], 1.0, 10.0, 0.1), point([0, 4], 1.0, 10.0, 0.1)]
+    together = [base, point([1, 3], 1.0, 2.0, 0.1), point([0, 4], 1.0, 2.0, 0.1)]
     assert _choose(together, 0.5)[0]["layer"] == [0, 4]

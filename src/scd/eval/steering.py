@@ -3,15 +3,17 @@ Contrastive Activation Addition"; Turner et al. 2023): per layer, the mean diffe
 residual stream between the unbiased and the biased answer to the same contact prompts, read at
 the answer's last token, the prompts of each unbiased answer ("Yes", "No", ...) weighing the
 same (:func:`balanced_differences`); at inference ``scale`` times one layer's vector is added
-to that layer's output at every position of the prompt and the answer (a negative scale
-subtracts it) -- or, with several layers together, each layer's own vector to its output.
+to that layer's output from the assistant's turn on (``positions: answer``, the steer arm's
+since #77: :mod:`scd.eval.positions`) or at every position of the prompt and the answer
+(``positions: all``; a directory without the key, written before, means it) -- a negative scale
+subtracts it -- or, with several layers together, each layer's own vector to its output.
 
 A steering directory (``scd eval ... --steer DIR``, the ``steer`` arm's ``vector/``)::
 
     vectors.safetensors   {"vectors": [layers, hidden]}: each decoder layer's mean difference
-    steer.json            the layer (or list of layers) and scale applied, the model's
-                          fingerprint, the rows the vectors came from (count and sha256),
-                          and why that layer and scale
+    steer.json            the layer (or list of layers), scale and positions applied, the
+                          model's fingerprint, the rows the vectors came from (count and
+                          sha256), why that layer and scale, the diagnostics of the vectors
     manifest.json         {"kind": "steering_vector"}: what a search run again may replace
 
 The intervention is a forward hook on the decoder layer (:func:`steered`); nnsight does the same
@@ -39,6 +41,7 @@ __all__ = [
     "add_steering",
     "balanced_differences",
     "check_fits",
+    "decoder",
     "decoder_layers",
     "layer_label",
     "layer_value",
@@ -77,6 +80,7 @@ class Steering:
     scale: float
     fingerprint: str
     info: dict[str, Any]
+    positions: str = "all"  # answer: from the assistant's turn on (scd.eval.positions)
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -95,8 +99,31 @@ class Steering:
         """What identifies a result steered by it: the vectors' and the settings' sha256."""
         data = hashlib.sha256((self.path / VECTORS).read_bytes())
         settings = [layer_value(self.layers), self.scale, self.fingerprint]
+        if self.positions != "all":  # every position: the identity of a directory before #77
+            settings.append(self.positions)
         data.update(json.dumps(settings).encode())
         return data.hexdigest()
+
+    def check_fits(self, model: Any, fingerprint: str, key: str = "steer") -> None:
+        """:func:`check_fits`."""
+        check_fits(self, model, fingerprint, key)
+
+    def attach(self, model: Any, tokenizer: Any = None) -> _Hooks:
+        """Add it to ``model`` until the returned hooks are removed (their ``remove()``);
+        ``tokenizer``: the model's, which tells the assistant's turn (``positions: answer``)."""
+        from scd.eval.positions import Turn
+
+        turn = Turn(tokenizer) if self.positions == "answer" else None
+        return _Hooks(model, self.added(next(model.parameters())), turn)
+
+    @contextlib.contextmanager
+    def applied(self, model: Any, tokenizer: Any = None) -> Iterator[None]:
+        """:meth:`attach` while the block runs."""
+        hooks = self.attach(model, tokenizer)
+        try:
+            yield
+        finally:
+            hooks.remove()
 
 
 def save_steering(
@@ -105,10 +132,11 @@ def save_steering(
     layer: int | Sequence[int],
     scale: float,
     fingerprint: str,
+    positions: str = "all",
     **info: Any,
 ) -> Path:
     """Write a steering directory (atomically) and return it: ``vectors`` added at ``layer``
-    (one, or several together) times ``scale``."""
+    (one, or several together) times ``scale``, at ``positions`` (answer or all)."""
     from safetensors.torch import save_file
 
     with atomic_output_dir(out, KIND) as tmp:  # replaces a steering directory, nothing else
@@ -119,6 +147,7 @@ def save_steering(
                 "kind": KIND,
                 "layer": layer_value(layer),
                 "scale": scale,
+                "positions": positions,
                 "model_fingerprint": fingerprint,
                 "layers": int(vectors.shape[0]),
                 "hidden": int(vectors.shape[1]),
@@ -150,7 +179,9 @@ def load_steering(path: Path | str, key: str = "steer") -> Steering:
     vectors = load_file(str(path / VECTORS))["vectors"]
     layer = info["layer"]
     layer = int(layer) if isinstance(layer, int) else tuple(int(la) for la in layer)
-    return Steering(path, vectors, layer, float(info["scale"]), info["model_fingerprint"], info)
+    positions = info.get("positions", "all")  # written before #77: added at every position
+    scale, fingerprint = float(info["scale"]), info["model_fingerprint"]
+    return Steering(path, vectors, layer, scale, fingerprint, info, positions)
 
 
 def steering_digest(path: str | None) -> str | None:
@@ -159,11 +190,15 @@ def steering_digest(path: str | None) -> str | None:
     return None if path is None else load_steering(path).digest()
 
 
+def decoder(model: Any) -> Any:
+    """The decoder of a causal LM (a PEFT model's too): the module that runs its layers."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.get_decoder() if hasattr(inner, "get_decoder") else inner.model
+
+
 def decoder_layers(model: Any) -> Sequence[Any]:
     """The decoder layers of a causal LM (a PEFT model's too), in order."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else inner.model
-    return decoder.layers
+    return decoder(model).layers
 
 
 def check_fits(steering: Steering, model: Any, fingerprint: str, key: str = "steer") -> None:
@@ -191,58 +226,66 @@ def check_fits(steering: Steering, model: Any, fingerprint: str, key: str = "ste
 
 
 class _Hooks:
-    """Forward hooks on one or more decoder layers, removed together."""
+    """Forward hooks on one or more decoder layers (and, to add from the assistant's turn on,
+    the pre-hook on the decoder that tells it: ``turn``), removed together."""
 
-    def __init__(self, model: Any, added: Mapping[int, Any]) -> None:
+    def __init__(self, model: Any, added: Mapping[int, Any], turn: Any = None) -> None:
         layers = decoder_layers(model)
-        self.handles = [layers[la].register_forward_hook(_adder(v)) for la, v in added.items()]
+        self.handles = [] if turn is None else [turn.hook(decoder(model))]
+        self.handles += [
+            layers[la].register_forward_hook(_adder(v, turn)) for la, v in added.items()
+        ]
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
 
 
-def add_steering(model: Any, steering: Any, fingerprint: str) -> tuple[Any, Steering]:
+def add_steering(
+    model: Any, steering: Any, fingerprint: str, tokenizer: Any = None
+) -> tuple[Any, Steering]:
     """Add a steering vector (a directory, or one read back) to ``model`` until the returned
-    hooks are removed (their ``remove()``); refused when it does not fit (:func:`check_fits`)."""
+    hooks are removed (their ``remove()``); refused when it does not fit (:func:`check_fits`).
+    ``tokenizer``: the model's (a vector added from the assistant's turn needs it)."""
     if not isinstance(steering, Steering):
         steering = load_steering(steering)
     check_fits(steering, model, fingerprint)
-    return _Hooks(model, steering.added(next(model.parameters()))), steering
+    return steering.attach(model, tokenizer), steering
 
 
-def _adder(vector: Any) -> Any:
+def _adder(vector: Any, turn: Any = None) -> Any:
     def add(module: Any, args: Any, output: Any) -> Any:
-        if isinstance(output, tuple):
-            return (output[0] + vector.to(output[0].dtype), *output[1:])
-        return output + vector.to(output.dtype)
+        hidden = output[0] if isinstance(output, tuple) else output
+        v = vector.to(hidden.dtype)
+        if turn is not None:  # the positions of the assistant's turn in this pass
+            v = turn.mask[..., None].to(hidden.dtype) * v
+        return (hidden + v, *output[1:]) if isinstance(output, tuple) else hidden + v
 
     return add
 
 
 @contextlib.contextmanager
-def steered(model: Any, added: Mapping[int, Any]) -> Iterator[None]:
+def steered(model: Any, added: Mapping[int, Any], turn: Any = None) -> Iterator[None]:
     """Each vector of ``added`` (by decoder layer: :meth:`Steering.added`) added to its layer's
-    output at every position while the block runs (forward hooks; a zero vector changes
-    nothing)."""
-    hooks = _Hooks(model, added)
+    output while the block runs (forward hooks; a zero vector changes nothing): at every
+    position, or from the assistant's turn on with ``turn`` (a
+    :class:`scd.eval.positions.Turn`)."""
+    hooks = _Hooks(model, added, turn)
     try:
         yield
     finally:
         hooks.remove()
 
 
-def residual_differences(
+def answer_states(
     model: Any, pairs: Sequence[tuple[list[int], list[int]]], batch_size: int = 16
-) -> Any:
-    """Per decoder layer, the mean over ``pairs`` of (residual stream at the last token of the
-    first sequence) - (the same of the second): the unbiased answer's sequence first, the
-    biased one's second, each the evaluator's prompt ids and the option's ids. Returns
-    ``[layers, hidden]`` (float32)."""
+) -> Iterator[Any]:
+    """For each batch of ``pairs``, the residual stream after every decoder layer at the last
+    token of each sequence: ``[2 * pairs, layers, hidden]`` (float32), each pair's first
+    sequence (the unbiased answer's) then its second (the biased one's)."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
 
-    total = None
     device = next(model.parameters()).device
     with torch.inference_mode():
         for start in range(0, len(pairs), batch_size):
@@ -255,9 +298,20 @@ def residual_differences(
             out = model(input_ids=ids, attention_mask=mask.to(device), output_hidden_states=True)
             last = torch.tensor([len(s) - 1 for s in seqs], device=device)
             rows = torch.arange(len(seqs), device=device)
-            states = torch.stack([h[rows, last] for h in out.hidden_states[1:]], 1).float()
-            diff = (states[0::2] - states[1::2]).sum(0)  # [layers, hidden]
-            total = diff if total is None else total + diff
+            yield torch.stack([h[rows, last] for h in out.hidden_states[1:]], 1).float()
+
+
+def residual_differences(
+    model: Any, pairs: Sequence[tuple[list[int], list[int]]], batch_size: int = 16
+) -> Any:
+    """Per decoder layer, the mean over ``pairs`` of (residual stream at the last token of the
+    first sequence) - (the same of the second): the unbiased answer's sequence first, the
+    biased one's second, each the evaluator's prompt ids and the option's ids. Returns
+    ``[layers, hidden]`` (float32)."""
+    total = None
+    for states in answer_states(model, pairs, batch_size):
+        diff = (states[0::2] - states[1::2]).sum(0)  # [layers, hidden]
+        total = diff if total is None else total + diff
     return total / len(pairs)
 
 

@@ -1,26 +1,36 @@
-"""The steer arm's vector, and the layer and scale it is applied at, chosen on validation prompts
-as ``train.select: best`` chooses a training step: the lowest bias on the setting's validation
-prompts (the training side's prompts that no training row uses) among the points of a grid of
-layers and scales whose KL divergence from the base model on scd's neutral prompts stays within
-a bound.
+"""The steer arm's vector, and the layer and scale it is applied at, chosen on validation prompts:
+the highest mean margin of the unbiased over the biased answer on the setting's validation
+prompts (the training side's prompts that no training row uses: :mod:`scd.eval.search_points`)
+among the points of a grid of layers and scales whose KL divergence from the base model on
+scd's neutral prompts stays within a bound. The margin is continuous: a point that fixes some
+prompts and breaks as many is not a tie with the base model, and one that moves every prompt a
+little towards the unbiased answer shows it.
 
-Resumable: each grid point's measures are appended to ``OUT/search/curve.jsonl`` as it finishes,
-and a search run again measures only the points not there -- so a killed search resumes to the
-same choice. Scale 0 (the base model itself) is always a point: a vector that helps nowhere is
-not applied.
+Resumable: each grid point's measures (its per-prompt margins too) are appended to
+``OUT.search/curve.jsonl`` as it finishes, and a search run again measures only the points not
+there (of the same validation prompts and positions) -- so a killed search resumes to the same
+choice. Scale 0 (the base model itself) is always a point: a vector that helps nowhere is not
+applied. ``steer.json`` also holds the vectors' diagnostics (:mod:`scd.eval.steering_diagnostics`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
+from scd.eval.search_points import (
+    append_point,
+    measure_point,
+    read_curve,
+    train_rows,
+    validation_key,
+    validation_rows,
+)
 from scd.eval.steering import Steering, decoder_layers, layer_value, save_steering
-from scd.io import atomic_file
+from scd.io import atomic_file, read_json, write_json
 
 __all__ = ["default_layers", "search_steering"]
 
@@ -31,32 +41,6 @@ def default_layers(n: int) -> list[int]:
     if n <= 4:
         return list(range(n))
     return sorted({round(n / 4 + i * (n / 2) / 3) for i in range(4)})
-
-
-def _prompt_rows(prompts: list[Path]) -> dict[str, dict[str, Any]]:
-    from scd.data_gen.contact import read_prompts
-
-    rows = {}
-    for path in prompts:
-        cols = ["prompt_id", "options", "unbiased_answer", "biased_answer"]
-        for r in read_prompts(path).select(cols).to_pylist():
-            rows[r["prompt_id"]] = r
-    return rows
-
-
-def _side(sft: Path, part: str, prompts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The contact rows of ``sft``'s ``part`` (train or eval) with their options and answers."""
-    import pyarrow.parquet as pq
-
-    out = []
-    for r in pq.read_table(sft / f"{part}.parquet").to_pylist():
-        if r["source"] != "scd":
-            continue
-        if r["prompt_id"] not in prompts:
-            raise InputError(f"{sft}/{part}.parquet: prompt {r['prompt_id']} is in no prompt set")
-        user = next(m["content"] for m in r["prompt"] if m["role"] == "user")
-        out.append({**prompts[r["prompt_id"]], "user": user, "prompt": r["prompt"]})
-    return out
 
 
 Layers = int | tuple[int, ...]  # one layer, or several steered together
@@ -78,36 +62,15 @@ def _layer_order(value: Any) -> tuple[int, tuple[int, ...]]:
     return len(layers), layers
 
 
-def _done(curve: Path) -> dict[tuple[Layers, float], dict[str, Any]]:
-    if not curve.is_file():
-        return {}
-    points = {}
-    for line in curve.read_text().splitlines():
-        try:
-            p = json.loads(line)
-        except ValueError:  # a line cut by a kill: measured again
-            continue
-        points[(_layers(p["layer"]), p["scale"])] = p
-    return points
-
-
-def _append(curve: Path, point: dict[str, Any]) -> None:
-    curve.parent.mkdir(parents=True, exist_ok=True)
-    with open(curve, "a", encoding="utf-8") as f:
-        f.write(json.dumps(point) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[str, Any], str]:
-    """The point kept, and why: the lowest validation bias within the KL bound, then the
-    lowest KL, then the smallest scale in size (then the positive one, then fewer layers, then
-    the lower ones)."""
+    """The point kept, and why: the highest mean validation margin within the KL bound, then
+    the lowest KL, then the smallest scale in size (then the positive one, then fewer layers,
+    then the lower ones)."""
     within = [p for p in points if max_kl is None or p["kl"] <= max_kl]
     best = min(
         within,
         key=lambda p: (
-            p["bias_pct"],
+            -p["margin"],
             p["kl"],
             abs(p["scale"]),
             -p["scale"],
@@ -116,8 +79,9 @@ def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[st
     )
     bound = "no KL bound" if max_kl is None else f"KL within {max_kl}"
     return best, (
-        f"the lowest validation bias ({best['bias_pct']:.2f}% of {best['n']} prompts) with "
-        f"{bound} (its KL {best['kl']:.4f}) among {len(points)} layer x scale points"
+        f"the highest mean validation margin ({best['margin']:.4f} nats over {best['n']} "
+        f"prompts; bias {best['bias_pct']:.2f}%) with {bound} (its KL {best['kl']:.4f}) among "
+        f"{len(points)} layer x scale points"
     )
 
 
@@ -134,8 +98,8 @@ def _pairs_by_answer(
     return groups
 
 
-def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> Any:
-    """The per-layer vectors of the train rows' prompts (unbiased minus biased answer, each
+def _vectors(engine: Any, groups: list[Any], kept: Path) -> Any:
+    """The per-layer vectors of the train rows' pairs (unbiased minus biased answer, each
     unbiased answer's prompts weighing the same), computed once and kept in ``kept`` for a
     resumed search."""
     import torch
@@ -144,7 +108,6 @@ def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> 
 
     if kept.is_file():
         return torch.load(kept)
-    groups = list(_pairs_by_answer(fmt, train).values())
     vectors = balanced_differences(engine.model, groups, engine.batch_size)
     kept.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(kept) as tmp:
@@ -152,37 +115,46 @@ def _vectors(engine: Any, fmt: Any, train: list[dict[str, Any]], kept: Path) -> 
     return vectors
 
 
-def _measure(
-    engine: Any,
-    fmt: Any,
-    valid: list[dict[str, Any]],
-    neutral: Any,
-    steering: Steering | None,
-    base_cache: dict[int, Any],
-) -> dict[str, Any]:
-    """One grid point: the validation prompts' bias and the KL from the base model on the
-    neutral prompts, with ``steering`` added (None: the base model); the base model's side of
-    the KL in ``base_cache``, computed at the first point measured and read at the others."""
-    from scd.eval.capability.kl import kl_in_memory
-    from scd.eval.engines import ChoiceRequest
-    from scd.models.protocols import choose
+def _diagnostics(engine: Any, groups: list[Any], vectors: Any, layers: list[int], kept: Path):
+    """The vectors' consistency and separation at ``layers``, kept in ``kept`` once computed."""
+    from scd.eval.steering_diagnostics import vector_diagnostics
 
-    options = [fmt.option_ids(tuple(r["options"])) for r in valid]
-    requests = [ChoiceRequest(tuple(fmt.encode([r["user"]])[0]), o) for r, o in zip(valid, options)]
-    engine.use_steering(steering)
-    scores = engine.score(requests)
-    engine.use_steering(None)  # the KL's base pass unsteered; its arm pass adds ``steering``
-    picks = [choose(r["options"], s, o, "sum") for r, s, o in zip(valid, scores, options)]
-    biased = sum(p == r["biased_answer"] for p, r in zip(picks, valid))
-    kl = kl_in_memory(engine.model, fmt.tokenizer, neutral, steer=steering, base_cache=base_cache)
-    return {
-        "bias_pct": 100.0 * biased / len(valid),
-        "biased": biased,
-        "n": len(valid),
-        "kl": kl["kl"],
-        "kl_ci_low": kl["kl_ci_low"],
-        "kl_ci_high": kl["kl_ci_high"],
-    }
+    if kept.is_file() and set(read_json(kept)) >= {str(la) for la in layers}:
+        return read_json(kept)
+    pairs = [p for g in groups for p in g]
+    found = vector_diagnostics(engine.model, pairs, vectors, layers, engine.batch_size)
+    write_json(kept, found)
+    return found
+
+
+def _anti_steerable(measured: list[dict[str, Any]], diagnostics: dict[str, Any]) -> None:
+    """Each steered point's ``against_pct``, and each single layer's ``anti_steerable_pct``
+    at its smallest positive scale, from the points' margins
+    (:mod:`scd.eval.steering_diagnostics`)."""
+    from scd.eval.steering_diagnostics import anti_steerable
+
+    base = next(p for p in measured if p["scale"] == 0)["margins"]
+    for p in measured:
+        if p["scale"] != 0:
+            p["against_pct"] = anti_steerable(base, p["margins"], p["scale"])
+    for layer, found in diagnostics.items():
+        pushes = [p for p in measured if p["layer"] == int(layer) and p["scale"] > 0]
+        first = min(pushes, key=lambda p: p["scale"], default=None)
+        found["anti_steerable_pct"] = None if first is None else first["against_pct"]
+        found["anti_steerable_scale"] = None if first is None else first["scale"]
+
+
+def _grid(layers: list[Any] | None, n: int) -> tuple[list[Layers], list[int]]:
+    """The grid's items (default: :func:`default_layers`) and the single layers they name.
+
+    Raises:
+        InputError: a layer the model (of ``n`` layers) does not have.
+    """
+    grid = list(dict.fromkeys(_layers(item) for item in (layers or default_layers(n))))
+    named = sorted({la for item in grid for la in ((item,) if isinstance(item, int) else item)})
+    if bad := [layer for layer in named if not 0 <= layer < n]:
+        raise InputError(f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers")
+    return grid, named
 
 
 def search_steering(
@@ -196,49 +168,53 @@ def search_steering(
     scales: list[float],
     max_kl: float | None,
     engine_options: Any,
+    positions: str = "answer",
+    validation: tuple[int, int] = (60, 42),
     neutral_prompts: str | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Compute the vectors from ``sft``'s train rows, measure every (layer, scale) of the grid
-    on its eval rows' prompts and scd's neutral prompts, and write the steering directory
-    ``out`` with the point kept; return its ``steer.json``. An item of ``layers`` is one layer
-    or a list of layers steered together (each by its own vector)."""
+    """Compute the vectors from ``sft``'s train rows, measure every (layer, scale) of the grid,
+    added at ``positions`` (answer: from the assistant's turn on; all), on about
+    ``validation[0]`` of its validation prompts (drawn with seed ``validation[1]``) and scd's
+    neutral prompts, and write the steering directory ``out`` with the point kept; return its
+    ``steer.json``. An item of ``layers`` is one layer or a list of layers steered together
+    (each by its own vector)."""
     from scd.eval.capability.neutral import load_neutral_prompts
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
 
     work = out.parent / f"{out.name}.search"
-    rows = _prompt_rows(prompts)
-    train, valid = _side(sft, "train", rows), _side(sft, "eval", rows)
+    train = train_rows(sft, prompts)
+    valid = validation_rows(sft, *validation)
     tokenizer = load_tokenizer(model)
-    fmt = Formatter.of_rows(tokenizer, train)
+    fmt = Formatter.of_rows(tokenizer, [{"prompt": r["messages"]} for r in train])
     engine = HFEngine(model, engine_options, tokenizer=tokenizer)
     try:
-        n = len(decoder_layers(engine.model))  # before minutes of activations, not after
-        grid = layers if layers is not None else default_layers(n)
-        grid_layers = list(dict.fromkeys(_layers(item) for item in grid))
-        named = [la for item in grid_layers for la in ((item,) if isinstance(item, int) else item)]
-        if bad := [layer for layer in named if not 0 <= layer < n]:
-            raise InputError(
-                f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="steer_layers"
-            )
-        vectors = _vectors(engine, fmt, train, work / "vectors.pt")
+        # the grid checked before minutes of activations, not after
+        grid_layers, singles = _grid(layers, len(decoder_layers(engine.model)))
+        groups = list(_pairs_by_answer(fmt, train).values())
+        vectors = _vectors(engine, groups, work / "vectors.pt")
+        diagnostics = _diagnostics(engine, groups, vectors, singles, work / "diagnostics.json")
         _, neutral = load_neutral_prompts(neutral_prompts)
-        curve = work / "curve.jsonl"
-        done, base_cache = _done(curve), {}
+        curve, key = work / "curve.jsonl", validation_key(valid, positions=positions)
+        done = read_curve(curve, key, lambda p: (_layers(p["layer"]), p["scale"]))
         points = [(0, 0.0)] + [(la, float(s)) for la in grid_layers for s in scales if s != 0]
+        base_cache: dict[int, Any] = {}
         for layer, scale in points:
             if (layer, scale) not in done:
-                steering = Steering(out, vectors, layer, scale, fingerprint, {})
-                point = _measure(
-                    engine, fmt, valid, neutral, steering if scale else None, base_cache
+                steering = Steering(out, vectors, layer, scale, fingerprint, {}, positions)
+                arm = steering if scale else None
+                point = measure_point(
+                    engine, fmt, valid, neutral, engine.use_steering, arm, base_cache
                 )
-                done[(layer, scale)] = {"layer": layer_value(layer), "scale": scale, **point}
-                _append(curve, done[(layer, scale)])
+                where = {"key": key, "layer": layer_value(layer), "scale": scale}
+                done[(layer, scale)] = {**where, **point}
+                append_point(curve, done[(layer, scale)])
     finally:
         engine.use_steering(None)
         engine.close()
     measured = [done[p] for p in points]
+    _anti_steerable(measured, diagnostics)
     best, why = _choose(measured, max_kl)
     save_steering(
         out,
@@ -246,15 +222,14 @@ def search_steering(
         best["layer"],
         best["scale"],
         fingerprint,
+        positions,
         why=why,
         max_kl=max_kl,
         validation=best,
-        rows={
-            "train": len(train),
-            "validation": len(valid),
-            "sft": str(sft),
-            "train_by_unbiased_answer": dict(Counter(r["unbiased_answer"] for r in train)),
-        },
+        diagnostics=diagnostics,
+        validation_prompts=[r["prompt_id"] for r in valid],
+        rows={"train": len(train), "validation": len(valid), "sft": str(sft)}
+        | {"train_by_unbiased_answer": dict(Counter(r["unbiased_answer"] for r in train))},
         curve=measured,
     )
     return json.loads((out / "steer.json").read_text())

@@ -113,26 +113,26 @@ def _score(
     pad_id: int,
     batch_size: int,
     update: Callable[[int], None],
-    steer: Any = None,
+    arm: Any = None,
+    tokenizer: Any = None,
     base_cache: dict[int, Any] | None = None,
 ) -> list[dict[str, float]]:
     """Per prompt: mean KL(arm || base) over reply positions and both mean log-likelihoods;
-    ``steer``: a :class:`~scd.eval.steering.Steering` the arm adds (the base does not);
-    ``base_cache``: the base's reply log-probabilities by prompt index, filled where missing and
-    read where there (a caller measuring many arms of one unchanging base computes it once)."""
+    ``arm``: what the arm applies and the base does not (a steering vector, an eraser: its
+    ``applied(model, tokenizer)``); ``base_cache``: the base's reply log-probabilities by prompt
+    index, filled where missing and read where there (a caller measuring many arms of one
+    unchanging base computes it once)."""
     import contextlib
 
     import torch
     import torch.nn.functional as F
     from peft import PeftModel
 
-    from scd.eval.steering import steered
-
     # the base: the same model with its adapter layers off
     base_ctx = model.disable_adapter if isinstance(model, PeftModel) else contextlib.nullcontext
     arm_ctx = contextlib.nullcontext
-    if steer is not None:
-        arm_ctx = functools.partial(steered, model, steer.added(next(model.parameters())))
+    if arm is not None:
+        arm_ctx = functools.partial(arm.applied, model, tokenizer)
     order = sorted(range(len(spans)), key=lambda i: -len(arm_seqs[i]))
     results: list[Any] = [None] * len(spans)
     with torch.inference_mode():
@@ -196,12 +196,13 @@ def kl_in_memory(
     tokenizer: Any,
     items: list[dict[str, str]],
     batch_size: int = 8,
-    steer: Any = None,
+    arm: Any = None,
     base_cache: dict[int, Any] | None = None,
 ) -> dict[str, float | None]:
     """The drift of a model already in memory -- one being trained (its adapter switched off
-    for the base), or steered (``steer``, a :class:`~scd.eval.steering.Steering`, added for the
-    arm only) -- from its base on the neutral ``items``, as :func:`kl_from_base` measures it:
+    for the base), or steered or erased (``arm``: a :class:`~scd.eval.steering.Steering` or
+    :class:`~scd.eval.erasure.Erasure`, applied for the arm only) -- from its base on the
+    neutral ``items``, as :func:`kl_from_base` measures it:
     the mean KL per prompt over prompts (nats/token) and its 95% bootstrap interval.
 
     ``base_cache``: a dict the caller keeps between calls on the same ``items``, batch size and
@@ -218,7 +219,8 @@ def kl_in_memory(
         pad_id=pad or 0,
         batch_size=batch_size,
         update=lambda _: None,
-        steer=steer,
+        arm=arm,
+        tokenizer=tokenizer,
         base_cache=base_cache,
     )
     kls = [s["kl"] for s in scores]
@@ -267,7 +269,7 @@ def _records(
     config: dict[str, Any],
     *,
     adapter: str | None,
-    steering: Any,
+    arm: Any,
     prompts: Path | str,
     device: str,
     batch_size: int,
@@ -283,11 +285,10 @@ def _records(
     tokenizer = load_tokenizer(model_dir, adapter)
     base_seqs, arm_seqs, spans = _sequences(tokenizer, config["system_prompt"], items)
     lm = _load(model_dir, adapter, device, config["dtype"])
-    if steering is not None:
-        from scd.eval.steering import check_fits
+    if arm is not None:
         from scd.models import model_fingerprint
 
-        check_fits(steering, lm, model_fingerprint(model_dir))
+        arm.check_fits(lm, model_fingerprint(model_dir))
     _check_context(lm, prompts, items, [*zip(arm_seqs, base_seqs)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     bar = Progress("capability KL", len(items), unit="prompt", enabled=progress)
@@ -299,7 +300,8 @@ def _records(
         pad_id=pad or 0,
         batch_size=batch_size,
         update=bar.update,
-        steer=steering,
+        arm=arm,
+        tokenizer=tokenizer,
     )
     bar.close()
     return [
@@ -308,13 +310,12 @@ def _records(
     ]
 
 
-def _steering(steer: str | None) -> Any:
-    """The steering directory read back (:mod:`scd.eval.steering`), or None."""
-    if steer is None:
-        return None
+def _arm(steer: str | None, erase: str | None) -> Any:
+    """The steering directory or eraser directory read back, or None."""
+    from scd.eval.erasure import load_erasure
     from scd.eval.steering import load_steering
 
-    return load_steering(steer)
+    return load_steering(steer) if steer else load_erasure(erase) if erase else None
 
 
 def kl_from_base(
@@ -324,6 +325,7 @@ def kl_from_base(
     adapter: str | None = None,
     system_prompt: str | None = None,
     steer: str | None = None,
+    erase: str | None = None,
     prompts: Path | str | None = None,
     batch_size: int = 8,
     device: str | None = None,
@@ -338,7 +340,8 @@ def kl_from_base(
             logp_arm, logp_base) and ``summary.json``, each written atomically.
         adapter: a PEFT adapter directory (loaded unmerged), or None.
         system_prompt: the arm's system prompt, or None.
-        steer: a steering directory (:mod:`scd.eval.steering`) the arm adds, or None.
+        steer, erase: a steering directory (:mod:`scd.eval.steering`) the arm adds, or an
+            eraser directory (:mod:`scd.eval.erasure`) it applies, or None.
         prompts: the neutral prompt set (default: the packaged :data:`NEUTRAL_PROMPTS`).
         batch_size: prompts per forward pass (results do not depend on it).
         device: ``cpu``, ``cuda``, ``cuda:1`` (default: cuda if available).
@@ -353,8 +356,8 @@ def kl_from_base(
 
     Raises:
         InputError: the prompt set is missing or malformed (nothing is written), ``out`` holds
-            another configuration, the adapter or model cannot be loaded, or a sequence is
-            longer than the model's context.
+            another configuration, the adapter, model, vector or eraser cannot be loaded, or a
+            sequence is longer than the model's context.
     """
     import torch
 
@@ -368,30 +371,22 @@ def kl_from_base(
     prompts = data_path(NEUTRAL_PROMPTS) if prompts is None else prompts
     source, items = load_neutral_prompts(prompts)
     require_adapter(adapter)
-    steering = _steering(steer)
+    arm = _arm(steer, erase)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = {
         "kind": KIND_KL,
         "model": model,
         "adapter": adapter,
         "system_prompt": system_prompt,
-        "steer": None if steering is None else steering.digest(),
+        "steer": None if steer is None else arm.digest(),
+        **({} if erase is None else {"erase": arm.digest()}),
         "prompts_sha256": sha256_file(prompts),
         "dtype": resolve_dtype(dtype, device),
     }
     if (out / "summary.json").is_file():  # finished before: the same configuration, or refuse
         return same_config(read_json(out / "summary.json"), config, out)
 
-    records = _records(
-        model,
-        items,
-        config,
-        adapter=adapter,
-        steering=steering,
-        prompts=prompts,
-        device=device,
-        batch_size=batch_size,
-        progress=progress,
-    )
+    where = {"prompts": prompts, "device": device, "batch_size": batch_size}
+    records = _records(model, items, config, adapter=adapter, arm=arm, progress=progress, **where)
     ran = {"prompts": str(prompts), "source": source, "device": device, "batch_size": batch_size}
     return _write(out, records, {**config, **ran}, start)

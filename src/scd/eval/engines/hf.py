@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, engine_spec
 from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.engines.hf_hooks import Interventions
 from scd.eval.engines.hf_setup import HFOptions, load_model, telling_line
 from scd.progress import tick
 
@@ -87,6 +88,7 @@ class HFEngine:
         self.padding_side = padding_side
         self.prefix_cache = spec.prefix_cache is not False  # None: not given, on
         self.use_steering(getattr(spec, "steer", None))
+        self.use_erasure(getattr(spec, "erase", None))
 
     @classmethod
     def in_memory(cls, model: Any, tokenizer: Any, batch_size: int | None = None) -> HFEngine:
@@ -105,8 +107,8 @@ class HFEngine:
         self.ran = {"device": self.device, "dtype": dtype}  # what "auto" became
         self.adapters: dict[str, str] = {}  # adapter path -> PEFT adapter name
         self.active: str | None = None
-        self.steering: Any = None  # the steering vector added (scd.eval.steering.Steering)
-        self._hook: Any = None
+        self.steering = self.erasure = None  # what its hooks apply (hf_hooks.Interventions)
+        self._hooks = Interventions()
         self._loaded = 0
         self.batch_size = batch_size or EVAL_BATCH_SIZE
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -154,15 +156,12 @@ class HFEngine:
         Raises:
             InputError: a vector of another model, or of a layer it does not have.
         """
-        from scd.eval.steering import add_steering
-        from scd.models import model_fingerprint
+        self.steering = self._hooks.use(self, "steer", steering)
 
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook, self.steering = None, None
-        if steering is not None:
-            fingerprint = model_fingerprint(self.model_name)
-            self._hook, self.steering = add_steering(self.model, steering, fingerprint)
+    def use_erasure(self, erasure: Any) -> None:
+        """Erase a concept in the next calls (an eraser directory, or one read back:
+        :mod:`scd.eval.erasure`), or none; refused as :meth:`use_steering` refuses."""
+        self.erasure = self._hooks.use(self, "erase", erasure)
 
     def _active_model(self) -> contextlib.AbstractContextManager:
         """The base model when no adapter is in use: PEFT's layers switched off."""

@@ -1,14 +1,14 @@
 """The ``steer`` arm: no training -- a steering vector computed from the setting's training
 prompts (the mean difference of the residual stream between their unbiased and biased answers)
-and added at the layer and scale that keep validation bias lowest within a KL bound
-(:mod:`scd.eval.steering_search`)."""
+and added, from the assistant's turn on (or at every position), at the layer and scale of the
+highest mean validation margin within a KL bound (:mod:`scd.eval.steering_search`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from scd.config.options import Options, non_negative, option
 from scd.train.arms.base import Arm, Problem
@@ -16,7 +16,7 @@ from scd.train.arms.base import Arm, Problem
 if TYPE_CHECKING:
     from scd.config.schema import Recipe
 
-__all__ = ["Steer", "SteerOptions"]
+__all__ = ["Steer", "SteerOptions", "check_layers"]
 
 # Both signs: which way a vector lowers bias is measured, not assumed (on Qwen2.5-Coder-1.5B-
 # Instruct, the plain-mean vector of an earlier scd raised bias when added: VALIDATION.md)
@@ -29,7 +29,8 @@ def _scales(value: Any) -> str | None:
     return None
 
 
-def _layers(value: Any) -> str | None:
+def check_layers(value: Any) -> str | None:
+    """The check of a grid of layers: each a layer or a non-empty list of layers."""
     if not value or any(isinstance(item, list) and not item for item in value):
         return "expected a list of layers, each a layer or a non-empty list of layers"
     return None
@@ -42,7 +43,7 @@ class SteerOptions(Options):
         "steer arm: the decoder layers to try, each a layer or a list of layers steered "
         "together, each by its own vector (default: four single layers spread over the middle "
         "half)",
-        check=_layers,
+        check=check_layers,
     )
     steer_scales: list[float] = option(
         None,
@@ -57,13 +58,20 @@ class SteerOptions(Options):
         "layer and scale may have (none: no bound)",
         check=non_negative,
     )
+    steer_positions: Literal["answer", "all"] = option(
+        "answer",
+        "steer arm: where the vector is added -- answer: from the assistant's turn on (the chat "
+        "template's text after the user's message, then the reply), as contrastive activation "
+        "addition adds it after the instruction; all: at every position, the question's too",
+    )
 
 
 class Steer(Arm):
     name = "steer"
     help = (
         "the untuned model steered by a vector of its own activations on the same prompts "
-        "(unbiased minus biased answer), at the layer and scale chosen on validation prompts"
+        "(unbiased minus biased answer), at the layer and scale of the highest mean validation "
+        "margin"
     )
     Options = SteerOptions
     steers = True
