@@ -241,7 +241,7 @@ def test_kl_in_memory_reads_the_base_side_from_its_cache(toy_model, tmp_path):
 
     def measured(**cache):
         passes.clear()
-        return kl_in_memory(model, tokenizer, items, steer=steer, **cache), len(passes)
+        return kl_in_memory(model, tokenizer, items, arm=steer, **cache), len(passes)
 
     (plain, n), cache = measured(), {}
     first, n_first = measured(base_cache=cache)
