@@ -40,6 +40,7 @@ ARMS: dict[str, Any] = {  # an arm that is not a method -> "module:Class" (or th
     "prompt": "scd.train.arms.untrained:Prompt",
     "general": "scd.train.arms.sft:General",
     "steer": "scd.train.arms.steer:Steer",
+    "erase": "scd.train.arms.erase:Erase",
     "sft-contrast": "scd.train.arms.sft:SFTContrast",
     "dpo-contrast": "scd.train.arms.dpo:DPOContrast",
     "kto-contrast": "scd.train.arms.kto:KTOContrast",

@@ -118,6 +118,7 @@ class ArmLayout(TypedDict):
     capability: str | None  # its capability cost (KL, lm-eval)
     seed: NotRequired[int]  # the arena's seeds: the seed a trained arm's row was trained with
     steer: NotRequired[str]  # a steer arm's steering search (its steer.json)
+    erase: NotRequired[str]  # an erase arm's eraser search (its erase.json)
 
 
 class _RunLayout(TypedDict):

@@ -225,6 +225,9 @@ def _score_all(task: EvalTask, log: RecordLog, progress: bool) -> None:
         shown.close()
 
 
+SWITCHED = ("steer", "erase")  # the hf engine's hooks: switched per evaluation, not loaded
+
+
 @dataclass
 class CausalModel:
     """A causal LM to load for an evaluation: where it is, how to run it, and an optional
@@ -249,7 +252,7 @@ class CausalModel:
             print(f"loading {model}{extra} ({self.spec.backend}) ...", file=sys.stderr, flush=True)
         tokenizer = load_tokenizer(model, self.adapter)
         fmt = Formatter(tokenizer, self.spec.system_prompt)
-        steer = getattr(self.spec, "steer", None)  # switched per evaluation, as adapters are
+        hooks = {k: getattr(self.spec, k, None) for k in SWITCHED}  # per evaluation, as adapters
         if self.shared is not None:
             running = (_loaded_as(self.shared.spec), self.shared.model)
             if running != (_loaded_as(self.spec), model):
@@ -257,7 +260,7 @@ class CausalModel:
                     f"a shared engine of {self.shared.model} ({self.shared.spec}) "
                     f"cannot evaluate {model} ({self.spec})"
                 )
-            return self.shared.get(tokenizer, self.adapter, steer), fmt
+            return self.shared.get(tokenizer, self.adapter, **hooks), fmt
         adapters = [self.adapter] if self.adapter else []
         running = make_engine(self.spec, model, tokenizer=tokenizer, adapters=adapters)
         running.use_adapter(self.adapter)
@@ -266,7 +269,7 @@ class CausalModel:
 
 def _loaded_as(spec: EngineSpec) -> dict[str, Any]:
     """What a loaded engine is: its options less what it switches per evaluation."""
-    return {k: v for k, v in spec.engine_options().items() if k != "steer"}
+    return {k: v for k, v in spec.engine_options().items() if k not in SWITCHED}
 
 
 def write_results(out: Path, files: dict[str, str]) -> None:

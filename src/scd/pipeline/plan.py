@@ -98,9 +98,15 @@ class SteerJob:
     stage: str
     setting: int
     arm: str
-    sft: Path  # the setting's SFT data: its train rows make the vector, its eval rows choose
+    sft: Path  # the setting's SFT data: its train rows make the vector, its validation choose
     out: Path
     phase: Phase = "own_model"
+
+
+@dataclass(frozen=True)
+class EraseJob(SteerJob):
+    """An arm's concept eraser, and the layers it erases at, chosen on the setting's validation
+    prompts (:func:`scd.eval.erasure_search.search_erasure`)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,7 @@ class EvalJob:
     cached: bool = False
     phase: Phase = "engine"
     steer: Path | None = None  # a steering directory added by the hf engine
+    erase: Path | None = None  # an eraser directory applied by the hf engine
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,7 @@ class CapabilityJob:
     system_prompt: str | None = None
     phase: Phase = "own_model"
     steer: Path | None = None
+    erase: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +169,7 @@ class PushJob:
     phase: Phase = "engine"  # after its task's evaluations
 
 
-Job = DataJob | TrainJob | SteerJob | EvalJob | CapabilityJob | TrackJob | PushJob
+Job = DataJob | TrainJob | SteerJob | EraseJob | EvalJob | CapabilityJob | TrackJob | PushJob
 
 
 @dataclass(frozen=True)
@@ -194,11 +202,11 @@ class ArmResults:
     capability: Path | None = None
     seed: int | None = None  # the arena's seeds: the seed it was trained with
     steer: Path | None = None  # the steering directory it adds
+    erase: Path | None = None  # the eraser directory it applies
 
     def to_dict(self) -> dict[str, Any]:
         seed = {} if self.seed is None else {"seed": self.seed}  # layouts without seeds as before
-        if self.steer is not None:
-            seed["steer"] = str(self.steer)
+        seed |= {k: str(v) for k, v in (("steer", self.steer), ("erase", self.erase)) if v}
         return {
             "setting": self.setting,
             "arm": self.arm,
@@ -290,11 +298,15 @@ def _arm_task(
     if unit.steers:
         steer = run.dir / where / "vector"
         jobs.append(SteerJob(f"{where}/vector", n, arm, sft, steer))
-    evals = _evals(run, (n, sft), f"{where}/eval", adapter, system, steer)
+    erase = run.dir / where / "eraser" if unit.erases else None
+    if erase is not None:
+        jobs.append(EraseJob(f"{where}/eraser", n, arm, sft, erase))
+    evals = _evals(run, (n, sft), f"{where}/eval", adapter, system, steer, erase)
     jobs += evals
     capability = run.dir / where / "capability" if r.arms else None
     if capability is not None:
-        jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system, steer=steer))
+        hooks = {"steer": steer, "erase": erase}
+        jobs.append(CapabilityJob(f"{where}/capability", capability, adapter, system, **hooks))
     before = tuple(
         (j.name, base.evals[k]) for j in evals if (k := _base_job(j.name, sft)) in base.evals
     )
@@ -308,7 +320,7 @@ def _arm_task(
     name = f"setting {n}" + ("" if where == f"setting-{n}" else f" {arm}")
     name += "" if seed is None else f" seed {seed}"
     evaluated = {j.name: j.out for j in evals}
-    result = ArmResults(n, arm, sft, adapter, system, evaluated, capability, seed, steer)
+    result = ArmResults(n, arm, sft, adapter, system, evaluated, capability, seed, steer, erase)
     return Task(name, tuple(jobs), home=run.dir / where), result
 
 
@@ -337,6 +349,7 @@ def _evals(
     adapter: Path | None,
     system: str | None,
     steer: Path | None = None,
+    erase: Path | None = None,
 ) -> list[EvalJob]:
     """Every enabled benchmark's jobs for the base model (``setting`` None: results cached by
     their :meth:`~scd.eval.benchmarks.base.Benchmark.identity`) or for an arm of setting
@@ -366,6 +379,7 @@ def _evals(
                     system,
                     cached=setting is None,
                     steer=steer,
+                    erase=erase,
                 )
             )
     return jobs

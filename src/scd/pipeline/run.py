@@ -42,10 +42,11 @@ from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Benchmark
 from scd.eval.engines import SharedEngine
 from scd.models import model_fingerprint
-from scd.pipeline.measures import capability, steer
+from scd.pipeline.measures import capability, erase, steer
 from scd.pipeline.plan import (
     CapabilityJob,
     DataJob,
+    EraseJob,
     EvalJob,
     Job,
     Plan,
@@ -194,8 +195,8 @@ class Run:
             self._data(job)
         elif isinstance(job, TrainJob):
             self._train(job, processes)
-        elif isinstance(job, SteerJob):
-            steer(self, job)
+        elif isinstance(job, SteerJob):  # the steer arm's search, or the erase arm's
+            (erase if isinstance(job, EraseJob) else steer)(self, job)
         elif isinstance(job, EvalJob):
             self._evaluate(job, engine, launch)
         elif isinstance(job, CapabilityJob):
@@ -273,6 +274,8 @@ class Run:
             spec = dataclasses.replace(spec, system_prompt=job.system_prompt)
         if job.steer is not None:  # the steer arm: the hf engine adds its vector
             spec = dataclasses.replace(spec, steer=str(job.steer))
+        if job.erase is not None:  # the erase arm: the hf engine applies its eraser
+            spec = dataclasses.replace(spec, erase=str(job.erase))
         work = partial(
             bench.evaluate,
             self.model,

@@ -159,8 +159,9 @@ def _has_results(name: str, layout: RunLayout) -> bool:
 
 def finished(layout: RunLayout) -> tuple[RunLayout, list[str]]:
     """``layout`` with only the results that have finished (a result directory holding its
-    ``summary.json``; a steering search its ``steer.json``), and the directories left out (each
-    once). An arm with no finished result leaves the arena; the base model's row stays; the
+    ``summary.json``; a steering search its ``steer.json``, an eraser's search its
+    ``erase.json``), and the directories left out (each once). An arm with no finished result
+    leaves the arena; the base model's row stays; the
     layout's ``unfinished`` names the jobs whose results were left out (as the layout's ``base``
     and ``evals`` name them: a benchmark, or ``bias_eval_prompts``)."""
     pending: list[str] = []
@@ -185,9 +186,15 @@ def finished(layout: RunLayout) -> tuple[RunLayout, list[str]]:
         for a in layout["arms"]:
             arm = {**a, "evals": evals(a["evals"])}
             arm["capability"] = a["capability"] if done(a["capability"]) else None
-            if "steer" in a and not done(a["steer"], "steer.json"):
-                del arm["steer"]
-            if a["arm"] == "base" or arm["evals"] or arm["capability"] or "steer" in arm:
+            for key, file in (("steer", "steer.json"), ("erase", "erase.json")):
+                if key in a and not done(a[key], file):
+                    del arm[key]
+            if (
+                a["arm"] == "base"
+                or arm["evals"]
+                or arm["capability"]
+                or {"steer", "erase"} & set(arm)
+            ):
                 arms.append(arm)
         out["arms"] = arms  # type: ignore[typeddict-item]
     if unfinished:
@@ -224,9 +231,11 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
 
         unit = (recipe.get("arena") or {}).get("cluster_unit", "template")
         body += arena_section(layout, tables, figures, unit)
+        from scd.report.erasure import erasure_section
         from scd.report.steering import steering_section
 
         body += steering_section(layout, tables, figures)
+        body += erasure_section(layout, tables)
     for name, bench in REGISTRY.items():
         if _has_results(name, layout):
             body += bench.report(layout, tables, figures)

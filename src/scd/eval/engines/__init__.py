@@ -156,9 +156,12 @@ class SharedEngine:
         self.engine: Engine | None = None
         self.loads = 0  # how many times a model was loaded (benchmarks read it)
 
-    def get(self, tokenizer: Any, adapter: str | None, steer: Any = None) -> Engine:
-        """The engine, built on the first call, switched to ``adapter`` (None: the base) and to
-        the steering vector ``steer`` (None: none; the hf engine's, :mod:`scd.eval.steering`)."""
+    def get(
+        self, tokenizer: Any, adapter: str | None, steer: Any = None, erase: Any = None
+    ) -> Engine:
+        """The engine, built on the first call, switched to ``adapter`` (None: the base), to
+        the steering vector ``steer`` and the eraser ``erase`` (None: none; the hf engine's,
+        :mod:`scd.eval.steering`, :mod:`scd.eval.erasure`)."""
         if self.engine is None:
             self.engine = make_engine(
                 self.spec, self.model, tokenizer=tokenizer, adapters=self.adapters
@@ -167,6 +170,8 @@ class SharedEngine:
         self.engine.use_adapter(adapter)
         if steer is not None or getattr(self.engine, "steering", None) is not None:
             self.engine.use_steering(steer)
+        if erase is not None or getattr(self.engine, "erasure", None) is not None:
+            self.engine.use_erasure(erase)
         return self.engine
 
     def close(self) -> None:

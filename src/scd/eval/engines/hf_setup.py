@@ -11,6 +11,7 @@ from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, resolve_dtype
 from scd.config.options import Pin, device_name, option, positive
 from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError
+from scd.eval.erasure import erasure_digest
 from scd.eval.steering import steering_digest
 
 __all__ = ["HFOptions", "telling_line", "load_model"]
@@ -40,8 +41,18 @@ class HFOptions(EngineSpec):
     steer: str | None = option(
         None,
         "a steering directory (scd's steer arm: vector/, scd.eval.steering): its vector added "
-        "to its layer's output at every position, at its scale; hf only",
+        "to its layer's output at its scale, from the assistant's turn on or at every position "
+        "as its steer.json says; hf only",
         digest=steering_digest,  # scd.eval.steering
+        pin=Pin.CHANGED,
+        kinds=("causal",),
+    )
+    erase: str | None = option(
+        None,
+        "an eraser directory (scd's erase arm: eraser/, scd.eval.erasure): the group a prompt "
+        "names erased (LEACE) from the residual stream entering its layers, at every position; "
+        "hf only",
+        digest=erasure_digest,  # scd.eval.erasure
         pin=Pin.CHANGED,
         kinds=("causal",),
     )

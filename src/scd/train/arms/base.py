@@ -52,6 +52,7 @@ class Arm:
     own_rows: ClassVar[bool] = False  # it trains on rows it makes (write_rows), not the SFT rows
     directory: ClassVar[str | None] = None  # its directory under setting-N (default arm-<name>)
     steers: ClassVar[bool] = False  # it adds a steering vector it makes (scd.eval.steering)
+    erases: ClassVar[bool] = False  # it applies a concept eraser it fits (scd.eval.erasure)
 
     def problems(self, recipe: Recipe) -> Iterator[Problem]:
         """What in ``recipe`` this arm cannot run with (checked before any work)."""
