@@ -121,3 +121,26 @@ def test_a_failed_fetch_is_one_line_and_leaves_nothing(
     assert "\n" not in str(err.value)
     left = [p for p in empty.rglob("*") if p.is_file()] if empty.exists() else []
     assert left == []  # no partial file, no temporary one
+
+
+def test_scd_data_fetches_verifies_and_refuses_in_one_line(
+    mirror, empty, shared_data: Path, monkeypatch, capsys
+) -> None:
+    from scd.cli import main
+
+    monkeypatch.setenv("SCD_DATA_MIRROR", f"{mirror}/missing")
+    assert main(["data", "fetch", "winogender"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scd: error: winogender: ") and err.count("\n") == 1 and "404" in err
+    monkeypatch.setenv("SCD_DATA_MIRROR", mirror)
+    assert main(["data", "fetch", "winogender"]) == 0
+    assert main(["data", "verify", "winogender"]) == 0
+    assert capsys.readouterr().out.count(": ok") == 3  # each file of it
+    (empty / "winogender" / "templates.tsv").write_text("edited\n")
+    assert main(["data", "verify", "all"]) == 2
+    assert "winogender/templates.tsv" in capsys.readouterr().err
+    assert main(["data", "fetch", "nope"]) == 2
+    assert "nope: not a dataset scd declares" in capsys.readouterr().err
+    monkeypatch.setenv("SCD_DATA_DIR", str(shared_data))
+    assert main(["data", "list"]) == 0
+    assert "crows_pairs: 1/1 files" in capsys.readouterr().out

@@ -18,14 +18,35 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from scd import commands
 from scd.cli_args import add_commands
+from scd.cli_data import data_fetch, data_list, data_verify
 from scd.cli_parser import Parser
 from scd.errors import InputError, RunFailed
 
-__all__ = ["main", "build_parser"]
+__all__ = ["HANDLERS", "main", "build_parser"]
+
+# "<command>[ <what>]" -> the function that runs it
+HANDLERS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "generate contact": commands.generate_contact,
+    "generate stigma": commands.generate_stigma,
+    "generate sft": commands.generate_sft,
+    "eval": commands.evaluate,  # every benchmark's, and the stigma probes'
+    "audit scm": commands.audit_scm,
+    "export lm-eval": commands.export_lm_eval,
+    "train": commands.train,
+    "run": commands.run,
+    "report": commands.report,
+    "merge": commands.merge,
+    "toy-model": commands.toy_model,
+    "fetch-model": commands.fetch_model,
+    "quickstart": commands.quickstart,
+    "data list": data_list,
+    "data fetch": data_fetch,
+    "data verify": data_verify,
+}
 
 
 class _Version(argparse.Action):
@@ -90,9 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    # the handler is commands._<command>[_<what>]; every benchmark's is commands._eval
-    what = getattr(args, "what", None)
-    name = args.command if what is None or args.command == "eval" else f"{args.command}_{what}"
+    what = getattr(args, "what", None)  # every benchmark's handler is the one of "eval"
+    name = args.command if what is None or args.command == "eval" else f"{args.command} {what}"
     try:
         if hasattr(args, "threads"):  # a command that computes with torch
             _use_threads_flag(args.threads)
@@ -101,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             file = args.command == "report" and args.out.endswith(".md")  # the table's file
             check_writable(args.out, directory=not file)
-        getattr(commands, "_" + name.replace("-", "_"))(args)
+        HANDLERS[name](args)
     except (InputError, RunFailed) as err:  # RunFailed: tasks of a Ray run failed, exit code 1
         if isinstance(err, InputError) and os.environ.get("SCD_DEBUG"):
             _print_chain(err)  # the whole chain, down to the library's own error

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from scd import commands
+from scd.cli_data import add_data
 from scd.cli_parser import Parser, add_engine_options
 from scd.config.arms import METHODS, method_class
 from scd.config.engine import EngineSpec
@@ -391,3 +392,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _add_run(sub)
     _add_report(sub)
     _add_tools(sub)
+    add_data(sub, Parser)

@@ -1,7 +1,8 @@
 """What each ``scd`` subcommand does: call the library, print a one-line summary.
 
-The parser lives in :mod:`scd.cli` (every command's arguments: :mod:`scd.cli_args`); heavy modules
-are imported inside each handler, so that ``scd --help`` and bad-input errors stay fast.
+The parser lives in :mod:`scd.cli` (every command's arguments: :mod:`scd.cli_args`; which function
+runs which command: :data:`scd.cli.HANDLERS`); heavy modules are imported inside each handler, so
+that ``scd --help`` and bad-input errors stay fast.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _pushable(generate: Callable[[argparse.Namespace], None]) -> Callable:
 
 
 @_pushable
-def _generate_contact(args: argparse.Namespace) -> None:
+def generate_contact(args: argparse.Namespace) -> None:
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import resolve_descriptors
 
@@ -56,7 +57,7 @@ def _generate_contact(args: argparse.Namespace) -> None:
 
 
 @_pushable
-def _generate_stigma(args: argparse.Namespace) -> None:
+def generate_stigma(args: argparse.Namespace) -> None:
     from scd.data_gen.stigma_probes import generate_stigma
 
     info = generate_stigma(
@@ -78,7 +79,7 @@ def _generate_stigma(args: argparse.Namespace) -> None:
 
 
 @_pushable
-def _generate_sft(args: argparse.Namespace) -> None:
+def generate_sft(args: argparse.Namespace) -> None:
     from scd.config.options import flag_values
     from scd.config.schema import SFTOptions
     from scd.data_gen.sft import write_sft
@@ -128,7 +129,7 @@ def _engine_from_flags(args: argparse.Namespace) -> EngineSpec:
     return engine_spec(args.backend, **values)
 
 
-def _eval(args: argparse.Namespace) -> None:
+def evaluate(args: argparse.Namespace) -> None:
     """``scd eval <benchmark>``: its options from its flags, the engine's from theirs (an option
     of another engine is refused when its options are made)."""
     import dataclasses
@@ -164,7 +165,7 @@ def _eval(args: argparse.Namespace) -> None:
         log_evaluation(bench, args.out, summary, args.wandb_project)
 
 
-def _audit_scm(args: argparse.Namespace) -> None:
+def audit_scm(args: argparse.Namespace) -> None:
     from scd.audit.audit import audit_scm
 
     summary = audit_scm(
@@ -192,7 +193,7 @@ def _audit_scm(args: argparse.Namespace) -> None:
     )
 
 
-def _export_lm_eval(args: argparse.Namespace) -> None:
+def export_lm_eval(args: argparse.Namespace) -> None:
     from scd.export.lm_eval import export_lm_eval
 
     info = export_lm_eval(
@@ -211,7 +212,7 @@ def _export_lm_eval(args: argparse.Namespace) -> None:
     )
 
 
-def _report(args: argparse.Namespace) -> None:
+def report(args: argparse.Namespace) -> None:
     """``scd report RUN_DIR``, or ``scd report <benchmark> --runs NAME=DIR ...``: one table over
     several result dirs."""
     from pathlib import Path
@@ -284,7 +285,7 @@ def _load_recipe(args: argparse.Namespace) -> Recipe:
     return recipe
 
 
-def _run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from scd.pipeline.launch import run_recipe
@@ -306,7 +307,7 @@ def _run(args: argparse.Namespace) -> None:
     )
 
 
-def _toy_model(args: argparse.Namespace) -> None:
+def toy_model(args: argparse.Namespace) -> None:
     from scd.models.toy import build_toy_model
 
     axes = tuple(a.strip() for a in args.bias_axes.split(",") if a.strip())
@@ -319,7 +320,7 @@ def _toy_model(args: argparse.Namespace) -> None:
     )
 
 
-def _train(args: argparse.Namespace) -> None:
+def train(args: argparse.Namespace) -> None:
     import dataclasses
     from pathlib import Path
 
@@ -366,7 +367,7 @@ def _train(args: argparse.Namespace) -> None:
         print(f"uploaded {recipe.output_dir} with its model card -> {url}")
 
 
-def _merge(args: argparse.Namespace) -> None:
+def merge(args: argparse.Namespace) -> None:
     from scd.train.merge import merge_adapter
 
     info = merge_adapter(args.adapter, args.out, base=args.base)
@@ -376,14 +377,14 @@ def _merge(args: argparse.Namespace) -> None:
     )
 
 
-def _fetch_model(args: argparse.Namespace) -> None:
+def fetch_model(args: argparse.Namespace) -> None:
     from scd.models.catalog import fetch_model
     from scd.progress import say  # stderr: stdout holds only the answer
 
     print(fetch_model(args.name, prefer_hub=not args.no_hub, say=say))
 
 
-def _quickstart(args: argparse.Namespace) -> None:
+def quickstart(args: argparse.Namespace) -> None:
     from scd.quickstart import run_quickstart
 
     run_quickstart(args.out)

@@ -163,7 +163,8 @@ def _by_hand(d: Dataset, f: RefFile) -> str:
     )
 
 
-def _fetch_one(d: Dataset, f: RefFile) -> None:
+def _fetch_one(d: Dataset, f: RefFile) -> int:
+    """Fetch ``f`` into place, verified; its size."""
     url = d.url(f)
     try:
         data = _download(url)
@@ -182,6 +183,7 @@ def _fetch_one(d: Dataset, f: RefFile) -> None:
             tmp.write_bytes(data)
     except OSError as err:
         raise InputError(f"{d.name}: cannot write {path} ({err.strerror or err})") from None
+    return len(data)
 
 
 def _check_present(d: Dataset, f: RefFile) -> None:
@@ -197,7 +199,7 @@ def _check_present(d: Dataset, f: RefFile) -> None:
 def ensure(name: str, paths: list[str] | None = None, say: Any = None) -> Path:
     """The directory a benchmark's ``--data`` takes for dataset ``name`` (its ``root`` under
     ``$SCD_DATA_DIR/<name>``), with the files ``paths`` (default: every file) present and
-    verified: those missing are fetched (``say`` gets a line for each).
+    verified: those missing are fetched (``say`` gets a line for each, once it is in place).
 
     Raises:
         InputError: a file that is there but not the pinned one, or one that cannot be fetched
@@ -208,9 +210,9 @@ def ensure(name: str, paths: list[str] | None = None, say: Any = None) -> Path:
         if (d.where() / f.path).is_file():
             _check_present(d, f)
             continue
+        size = _fetch_one(d, f)
         if say is not None:
-            say(f"fetching {d.name}/{f.path} from {d.url(f)}")
-        _fetch_one(d, f)
+            say(f"fetched {d.name}/{f.path} ({size:,} bytes, verified) from {d.url(f)}")
     return d.where() / d.root if d.root not in ("", ".") else d.where()
 
 
