@@ -155,45 +155,34 @@ class CrowsPairs(Benchmark):
         return f"CrowS-Pairs: the stereotypical sentence more likely in {line} of {o['n']:,} pairs"
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        from scd.eval.benchmarks.rates import paired_lines, runs_table
+        from scd.eval.benchmarks.rates import runs_section
 
         summaries = read_summaries(runs, "CrowS-Pairs")
         types = list(dict.fromkeys(t for s in summaries.values() for t in s["by_type"]))
         rows = [("all", lambda s: s["overall"])] + [
             (t, lambda s, t=t: s["by_type"].get(t)) for t in types
         ]
-        lines = [
-            "## CrowS-Pairs",
-            "",
+        intro = (
             "% of pairs whose more stereotypical sentence the model finds more likely (50: no "
             "preference; 95% Wilson intervals). Blodgett et al. 2021 found many pairs that do "
-            "not test the stereotype they claim: read it as a measure on these pairs.",
-            "",
-            *runs_table(summaries, rows),
-            *paired_lines(runs, "stereotypical", "stereotypical"),
-        ]
-        flat = [
-            {"run": name, "bias_type": label, **(get(s) or {})}
-            for name, s in summaries.items()
-            for label, get in rows
-        ]
-        return Table("\n".join(lines), flat, "crows_pairs")
+            "not test the stereotype they claim: read it as a measure on these pairs."
+        )
+        return runs_section(
+            runs,
+            summaries,
+            self.name,
+            "CrowS-Pairs",
+            intro,
+            rows,
+            "stereotypical",
+            "stereotypical",
+            label_key="bias_type",
+        )
 
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
-        from scd.eval.benchmarks.rates import paired, rate
-        from scd.eval.records import read_records
+        from scd.eval.benchmarks.rates import rate_arena
 
-        ids = {r["id"] for r in read_records(Path(items) / "records.jsonl")}
-        arm = [r for r in read_records(Path(result) / "records.jsonl") if r["id"] in ids]
-        ref = [r for r in read_records(Path(base) / "records.jsonl") if r["id"] in ids]
-        block = rate(r["stereotypical"] for r in arm)
-        return {
-            "crows_pairs_pct": block["pct"],
-            "crows_pairs_ci_low": block["ci_low"],
-            "crows_pairs_ci_high": block["ci_high"],
-            "crows_pairs_n": block["n"],
-            "crows_pairs_p": paired(arm, ref, "stereotypical")["p"],
-        }
+        return rate_arena("crows_pairs", "stereotypical", result, base, items)
 
 
 class CrowsPairsTask(CausalTask):

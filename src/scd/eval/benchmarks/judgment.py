@@ -165,7 +165,7 @@ class Judgment(Benchmark):
         return f"{kept} ({a['pct']:.1f}% of the 'against' ones)"
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        from scd.eval.benchmarks.rates import paired_lines, runs_table
+        from scd.eval.benchmarks.rates import runs_section
         from scd.eval.records import read_records
 
         # from the records, so that a summary written by an earlier scd shows every row too
@@ -197,31 +197,33 @@ class Judgment(Benchmark):
             ),
         ]
         reads = {n: s["heldout"]["reads_the_cue_on"] for n, s in summaries.items()}
-        lines = [
-            "## Judgment kept (relevance controls)",
-            "",
+        intro = (
             "% of the relevance controls answered as the cue warrants (95% Wilson intervals): the "
             "templates' questions with a relevant fact about the people where the group goes. "
             'Answering every template pro-socially scores 100 on "for" cues and 0 on "against" '
             "ones. The held-out templates are those no contrast arm's twin is written from: the "
-            "arena's judgment gate is measured there.",
-            "",
-            *runs_table(summaries, rows),
+            "arena's judgment gate is measured there."
+        )
+        reading = (
             "Reads the cue (on the held-out templates, both directions' warranted-answer rate "
             "above 50%, Wilson lower bound) on: "
             + "; ".join(
                 f"{n}: {', '.join(a) + ' actions' if a else 'no action'}" for n, a in reads.items()
             )
-            + ".",
-            "",
-            *paired_lines(runs, "warranted", "warranted", id_key="prompt_id"),
-        ]
-        flat = [
-            {"run": name, "group": label, **(get(s) or {})}
-            for name, s in summaries.items()
-            for label, get in rows
-        ]
-        return Table("\n".join(lines), flat, "judgment")
+            + "."
+        )
+        return runs_section(
+            runs,
+            summaries,
+            self.name,
+            "Judgment kept (relevance controls)",
+            intro,
+            rows,
+            "warranted",
+            "warranted",
+            extra=[reading, ""],
+            id_key="prompt_id",
+        )
 
     def arena(
         self, result: Path, base: Path, items: Path, unit: str = "template"

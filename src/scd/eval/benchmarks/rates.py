@@ -1,7 +1,9 @@
-"""What the item-choice benchmarks beyond the templates share (CrowS-Pairs, WinoBias,
-Winogender): a rate with its 95% Wilson interval, a rate per group, an exact McNemar test of two
-results on the same items, and the side-by-side table of several runs of one benchmark with
-each later run paired with the first (the base model) on the same items."""
+"""What the item-choice benchmarks share (CrowS-Pairs, WinoBias, Winogender, the judgment
+controls, and one of your own: docs/ARCHITECTURE.md, "Add a benchmark"): a rate with its 95%
+Wilson interval, a rate per group, an exact McNemar test of two results on the same items, the
+side-by-side section of several runs of one benchmark with each later run paired with the first
+(the base model) on the same items (:func:`runs_section`), and the arena columns of a rate
+paired with the base model's (:func:`rate_arena`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["paired_lines", "rate", "rates_by", "runs_table"]
+__all__ = ["paired_lines", "rate", "rate_arena", "rates_by", "runs_section", "runs_table"]
 
 Record = dict[str, Any]
 
@@ -105,3 +107,68 @@ def runs_table(
     for label, get in rows:
         lines.append(f"| {label} | " + " | ".join(cell(get(s)) for s in summaries.values()) + " |")
     return [*lines, ""]
+
+
+def runs_section(
+    runs: dict[str, Path | str],
+    summaries: dict[str, dict[str, Any]],
+    name: str,
+    title: str,
+    intro: str,
+    rows: list[tuple[str, Callable[[dict], Any]]],
+    flag: str,
+    what: str,
+    *,
+    extra: Iterable[str] = (),
+    id_key: str = "id",
+    label_key: str = "group",
+) -> Any:
+    """A benchmark's :meth:`~scd.eval.benchmarks.base.Benchmark.table`: ``## title``, the
+    ``intro`` paragraph, the runs side by side (a row per ``(label, summary -> rate block)``),
+    any ``extra`` lines, then each run after the first paired with it on ``flag``
+    (:func:`paired_lines`, the items matched by ``id_key``); tidy rows (``run``, ``label_key``,
+    the block's numbers) saved as ``tables/<name>.*``."""
+    from scd.eval.benchmarks.base import Table
+
+    lines = [
+        f"## {title}",
+        "",
+        intro,
+        "",
+        *runs_table(summaries, rows),
+        *extra,
+        *paired_lines(runs, flag, what, id_key=id_key),
+    ]
+    flat = [
+        {"run": run, label_key: label, **(get(s) or {})}
+        for run, s in summaries.items()
+        for label, get in rows
+    ]
+    return Table("\n".join(lines), flat, name)
+
+
+def rate_arena(
+    prefix: str,
+    flag: str,
+    result: Path | str,
+    base: Path | str,
+    items: Path | str,
+    id_key: str = "id",
+) -> dict[str, Any]:
+    """The arena columns of a rate: the share of the arm's records (of the items of ``items``)
+    whose ``flag`` is true, ``<prefix>_pct`` with ``_ci_low`` / ``_ci_high`` (95% Wilson) and
+    ``_n``, and ``<prefix>_p``: the exact McNemar test against the base model's records on the
+    same items (matched by ``id_key``)."""
+    from scd.eval.records import read_records
+
+    ids = {r[id_key] for r in read_records(Path(items) / "records.jsonl")}
+    arm = [r for r in read_records(Path(result) / "records.jsonl") if r[id_key] in ids]
+    ref = [r for r in read_records(Path(base) / "records.jsonl") if r[id_key] in ids]
+    block = rate(r[flag] for r in arm)
+    return {
+        f"{prefix}_pct": block["pct"],
+        f"{prefix}_ci_low": block["ci_low"],
+        f"{prefix}_ci_high": block["ci_high"],
+        f"{prefix}_n": block["n"],
+        f"{prefix}_p": paired(arm, ref, flag, id_key)["p"],
+    }

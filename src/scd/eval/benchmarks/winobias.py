@@ -253,7 +253,7 @@ class WinoBias(Benchmark):
         return f"WinoBias pro {k['pro']['pct']:.1f}%, anti {k['anti']['pct']:.1f}%, gap {gap}"
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        from scd.eval.benchmarks.rates import paired_lines, runs_table
+        from scd.eval.benchmarks.rates import runs_section
 
         summaries = read_summaries(runs, "WinoBias")
         rows = [
@@ -270,24 +270,22 @@ class WinoBias(Benchmark):
                 for s in summaries.values()
             ]
             gap_lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines = [
-            "## WinoBias",
-            "",
+        intro = (
             "Accuracy (% of sentences whose pronoun is resolved to the right occupation; 95% "
             "Wilson intervals) on pro- and anti-stereotypical sentences, and the gap (points; "
-            "percentile bootstrap over sentence pairs, exact McNemar p paired by sentence).",
-            "",
-            *runs_table(summaries, rows),
-            *gap_lines,
-            "",
-            *paired_lines(runs, "correct", "right"),
-        ]
-        flat = [
-            {"run": name, "group": label, **(get(s) or {})}
-            for name, s in summaries.items()
-            for label, get in rows
-        ]
-        return Table("\n".join(lines), flat, "winobias")
+            "percentile bootstrap over sentence pairs, exact McNemar p paired by sentence)."
+        )
+        return runs_section(
+            runs,
+            summaries,
+            self.name,
+            "WinoBias",
+            intro,
+            rows,
+            "correct",
+            "right",
+            extra=[*gap_lines, ""],
+        )
 
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
         from scd.eval.benchmarks.base import read_summary

@@ -194,7 +194,7 @@ class Winogender(Benchmark):
         return f"Winogender accuracy {o['pct']:.1f}% ({each}) over {o['n']} sentences"
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        from scd.eval.benchmarks.rates import paired_lines, runs_table
+        from scd.eval.benchmarks.rates import runs_section
 
         summaries = read_summaries(runs, "Winogender")
         rows = [("all", lambda s: s["overall"])] + [
@@ -212,28 +212,22 @@ class Winogender(Benchmark):
             f"{s['correlation']['ci_high']:.2f}]"
             for s in summaries.values()
         )
-        lines = [
-            "## Winogender",
-            "",
+        intro = (
             "Accuracy (% of sentences whose pronoun is resolved to the right person; 95% Wilson "
             "intervals), per pronoun; the gaps between pronouns on the same templates (points, "
             "exact McNemar p); Pearson r of the female preference per occupation with BLS % "
-            "female.",
-            "",
-            *runs_table(summaries, rows),
+            "female."
+        )
+        extra = [
             *gap_lines,
             "",
             f"| r with BLS % female [95% CI] | {r_cells} |",
             "|---|" + "---|" * len(summaries),
             "",
-            *paired_lines(runs, "correct", "right"),
         ]
-        flat = [
-            {"run": name, "group": label, **(get(s) or {})}
-            for name, s in summaries.items()
-            for label, get in rows
-        ]
-        return Table("\n".join(lines), flat, "winogender")
+        return runs_section(
+            runs, summaries, self.name, "Winogender", intro, rows, "correct", "right", extra=extra
+        )
 
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
         from scd.eval.benchmarks.base import read_summary
