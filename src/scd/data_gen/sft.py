@@ -52,7 +52,7 @@ def _pick(key: str, options: list[str]) -> str:
 
 def sft_rows(table: pa.Table, style: str = "short", protocol: Any = None) -> list[dict[str, Any]]:
     """Turn prompt rows into conversational SFT rows with the unbiased answer as completion, in
-    the user text of an evaluation ``protocol`` (a :class:`scd.models.protocols.Protocol`;
+    the user text of an evaluation ``protocol`` (a :class:`scd.models.protocols.PromptProtocol`;
     None: scd's own)."""
     if style not in STYLES:
         raise InputError(f"expected one of {', '.join(STYLES)}", key="style", value=style)

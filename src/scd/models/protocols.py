@@ -53,7 +53,7 @@ __all__ = [
     "PAPER_SYSTEM_PROMPT",
     "PROTOCOLS",
     "RULES",
-    "Protocol",
+    "PromptProtocol",
     "choose",
     "get_protocol",
     "needs_prepended_space",
@@ -103,7 +103,7 @@ def needs_prepended_space(tokenizer: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class Protocol:
+class PromptProtocol:
     """One way to put a contact prompt to a model and choose its answer (module docstring)."""
 
     name: str
@@ -172,15 +172,15 @@ def choose(
 PROTOCOLS = {
     p.name: p
     for p in (
-        Protocol("scd", "{prompt} {instruction}", None, "chat", "sum"),
-        Protocol("paper", PAPER_FORMAT, PAPER_SYSTEM_PROMPT, "paper", "mean"),
-        Protocol("paper-chat", PAPER_USER, PAPER_SYSTEM_PROMPT, "chat", "mean"),
-        Protocol("paper-verbatim", PAPER_FORMAT, PAPER_SYSTEM_PROMPT, "paper", "mean", True),
+        PromptProtocol("scd", "{prompt} {instruction}", None, "chat", "sum"),
+        PromptProtocol("paper", PAPER_FORMAT, PAPER_SYSTEM_PROMPT, "paper", "mean"),
+        PromptProtocol("paper-chat", PAPER_USER, PAPER_SYSTEM_PROMPT, "chat", "mean"),
+        PromptProtocol("paper-verbatim", PAPER_FORMAT, PAPER_SYSTEM_PROMPT, "paper", "mean", True),
     )
 }
 
 
-def training_protocol(name: str) -> Protocol:
+def training_protocol(name: str) -> PromptProtocol:
     """The shipped protocol ``name`` if training can use its text: it goes through the model's
     chat template (``scd``, ``paper-chat``).
 
@@ -200,7 +200,7 @@ def training_protocol(name: str) -> Protocol:
     return found
 
 
-def get_protocol(name: str) -> Protocol:
+def get_protocol(name: str) -> PromptProtocol:
     """The shipped protocol ``name``.
 
     Raises:

@@ -261,7 +261,7 @@ def judgment_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 class JudgmentTask(CausalTask):
     """Cue prompts put as the bias benchmark puts its prompts (the protocol's text and rule)."""
 
-    protocol: Any = field(default=None, kw_only=True)  # scd.models.protocols.Protocol
+    protocol: Any = field(default=None, kw_only=True)  # scd.models.protocols.PromptProtocol
     name = "scd eval judgment"
     unit = "prompt"
 

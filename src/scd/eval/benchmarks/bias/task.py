@@ -22,7 +22,7 @@ from scd.eval.engines import ChoiceRequest
 from scd.eval.sampling import stratified_sample
 from scd.eval.tasks import CausalModel, CausalTask
 from scd.models.formatting import parse_answer
-from scd.models.protocols import PROTOCOLS, Protocol, choose, get_protocol
+from scd.models.protocols import PROTOCOLS, PromptProtocol, choose, get_protocol
 
 __all__ = ["STRATA", "BiasTask", "bias_task", "load_work", "stratified_sets"]
 
@@ -129,7 +129,7 @@ class BiasTask(CausalTask):
     mode: str = "choice"
     max_new_tokens: int = 8
     denominator: str = "all"
-    protocol: Protocol = PROTOCOLS["scd"]
+    protocol: PromptProtocol = PROTOCOLS["scd"]
     rule: str = "sum"
     name = "scd eval bias"
     unit = "prompt"
