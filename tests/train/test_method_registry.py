@@ -25,7 +25,10 @@ class ORPO(DPO):
     """ORPO on DPO's pairs (chosen: the unbiased answer, rejected: the biased one)."""
 
     name = "orpo"
-    help = "LoRA ORPO on the same pairs as DPO (odds-ratio penalty, no reference model)"
+    help = (
+        "LoRA ORPO on the same pairs as DPO (odds-ratio penalty, no reference model; "
+        "arena.beta: the odds-ratio weight)"
+    )
     config_class = "trl.experimental.orpo:ORPOConfig"
     trainer_class = "trl.experimental.orpo:ORPOTrainer"
 
@@ -46,9 +49,15 @@ class ORPO(DPO):
 
 @pytest.fixture
 def orpo():
+    """ORPO registered for the test; the registry as it was afterwards (a built-in ORPO, were
+    there one, comes back)."""
+    before = METHODS.get("orpo")
     register_method("orpo", ORPO)
     yield ORPO
-    METHODS.pop("orpo")
+    if before is None:
+        METHODS.pop("orpo")
+    else:
+        METHODS["orpo"] = before
     arena_spec_class.cache_clear()
 
 

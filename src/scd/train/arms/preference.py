@@ -35,7 +35,10 @@ __all__ = ["Preference", "PreferenceOptions", "check_preference_tokens"]
 class PreferenceOptions(Options):
     beta: float = option(
         0.1,
-        "preference arms (dpo, kto): TRL's beta (the pull towards the base model)",
+        "preference methods: the beta of the method's TRL config, whatever its trainer makes "
+        "of it -- DPO and KTO: the pull towards the reference model (the base, its adapter "
+        "off); a registered method says in its help what it is for it (ORPO: the odds-ratio "
+        "weight)",
         check=above_zero,
     )
 
