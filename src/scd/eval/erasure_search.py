@@ -60,9 +60,9 @@ def _choose(points: list[dict[str, Any]], max_kl: float | None) -> tuple[dict[st
     layers = best["layers"]
     where = f"layer{'s' * (len(layers) > 1)} {'+'.join(map(str, layers))}" if layers else "none"
     return best, (
-        f"{where} kept: the lowest validation bias ({best['bias_pct']:.2f}% of {best['n']} prompts; "
-        f"mean margin {best['margin']:.4f} nats) with {bound} (its KL {best['kl']:.4f}) among "
-        f"{len(points)} points"
+        f"{where} kept: the lowest validation bias ({best['bias_pct']:.2f}% of {best['n']} "
+        f"prompts; mean margin {best['margin']:.4f} nats) with {bound} (its KL "
+        f"{best['kl']:.4f}) among {len(points)} points"
     )
 
 
