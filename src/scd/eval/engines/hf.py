@@ -7,7 +7,8 @@ KV cache shared by its options, and each option's token log-probabilities are su
 are formed from length-sorted requests; positions are computed from the attention mask, so the
 padding side does not change a result (tests compare every path with a one-sequence forward).
 
-Prefix cache: with ``prefix_cache`` on (the default) requests are sorted by their token ids
+Prefix cache: with ``prefix_cache`` on (by default for a model whose per-token work is large
+enough that it pays: ``hf_setup.prefix_cache_pays``) requests are sorted by their token ids
 instead, so that prompts with the same head -- a chat template's system text, the paper
 protocol's Llama 2 system prompt, a BBQ context -- fall into one batch; the head that all of a
 batch's prompts share (at least :data:`MIN_SHARED_HEAD` tokens) runs once, at batch size one,
@@ -33,7 +34,7 @@ from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, engine_spec
 from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
 from scd.eval.engines.hf_hooks import Interventions
-from scd.eval.engines.hf_setup import HFOptions, load_model, telling_line
+from scd.eval.engines.hf_setup import HFOptions, load_model, prefix_cache_pays, telling_line
 from scd.progress import tick
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class HFEngine:
             require_adapter(path)
         self._attach(model, load_model(model, self.device, spec.dtype), tokenizer, spec.batch_size)
         self.padding_side = padding_side
-        self.prefix_cache = spec.prefix_cache is not False  # None: not given, on
+        self.prefix_cache = prefix_cache_pays(spec.prefix_cache, self.model)
         self.use_steering(getattr(spec, "steer", None))
         self.use_erasure(getattr(spec, "erase", None))
 
@@ -98,7 +99,7 @@ class HFEngine:
         engine.device = str(next(model.parameters()).device)
         engine._attach("the model in memory", model, tokenizer, batch_size)
         engine.padding_side = "left"
-        engine.prefix_cache = True
+        engine.prefix_cache = prefix_cache_pays(None, model)
         return engine
 
     def _attach(self, name: str, model: Any, tokenizer: Any, batch_size: int | None) -> None:
