@@ -99,7 +99,8 @@ def test_the_engine_erases_as_leaces_own_eraser_by_hand(toy_model, toy_prompts, 
     rows, _ = _rows(toy_prompts, 10)
     yes, no = fmt.option_ids(("Yes", "No"))
     requests = [ChoiceRequest(tuple(fmt.encode([r["user"]])[0]), (yes, no + yes)) for r in rows]
-    engine = HFEngine(str(toy_model), _hf(erase=str(erased), batch_size=4), tokenizer=fmt.tokenizer)
+    spec = _hf(erase=str(erased), batch_size=4, prefix_cache=True)
+    engine = HFEngine(str(toy_model), spec, tokenizer=fmt.tokenizer)
     batched = [x for row in engine.score(requests) for x in row]
     assert batched == pytest.approx([x for r in requests for x in engine.score([r])[0]], abs=1e-5)
     engine.use_erasure(None)

@@ -101,7 +101,7 @@ def test_added_from_the_turn_batched_as_by_hand_and_not_as_everywhere(
 
     fmt, requests = _requests(toy_model, toy_prompts)
     answer = _directory(toy_model, tmp_path / "answer", "answer")
-    spec = engine_spec("hf", steer=str(answer), batch_size=8)
+    spec = engine_spec("hf", steer=str(answer), batch_size=8, prefix_cache=True)
     engine = HFEngine(str(toy_model), spec, tokenizer=fmt.tokenizer)
     batched = [x for row in engine.score(requests) for x in row]
     alone = [x for r in requests for x in engine.score([r])[0]]
