@@ -241,8 +241,9 @@ def test_the_erase_arm_erases_the_toys_bias_and_keeps_its_baselines(threads, tmp
     """``scd run`` with ``arms: [base, erase]`` on the planted-bias toy, built (and run) with 1
     and with 2 torch threads: held-out bias falls below half the base's (the arm's interval
     under half the base's lower bound), the descriptor-free baselines' interval overlaps the
-    base's, the search read no held-out prompt; and (1 thread) an eraser fitted the same way on
-    the training rows' groups shuffled leaves the bias where it was. (The two toys are the same
+    base's, the search read no held-out prompt; and (1 thread) a search killed after its first
+    point resumes to the same choice, and an eraser fitted the same way on the training rows'
+    groups shuffled leaves the bias where it was. (The two toys are the same
     bytes on a 2-core x86_64 CPU: the 2-layer toy's operations are too small to split.)"""
     recipe = tmp_path / "erase.yaml"
     recipe.write_text(yaml.safe_dump(RECIPE))
@@ -274,7 +275,32 @@ def test_the_erase_arm_erases_the_toys_bias_and_keeps_its_baselines(threads, tmp
     report = (run / "report.md").read_text()
     assert "## Erasure" in report and "| 1 | none |" in report
     if threads == 1:
+        _resumes_to_the_same_choice(recipe, tmp_path, info, erase)
         _shuffled_leaves_the_bias(run, info)
+
+
+def _resumes_to_the_same_choice(recipe: Path, outputs: Path, info: dict, row: dict) -> None:
+    """Killed after the search's first point, its directory not written: run again, the search
+    measures only the points not in its curve and keeps the same layers, the arm the same row."""
+    import shutil
+
+    run = outputs / "r"
+    curve = run / "setting-1/arm-erase/eraser.search/curve.jsonl"
+    curve.write_text(curve.read_text().splitlines()[0] + "\n")
+    shutil.rmtree(run / "setting-1/arm-erase/eraser")
+    shutil.rmtree(run / "setting-1/arm-erase/eval")
+    state = json.loads((run / "state.json").read_text())
+    for stage in list(state["stages"]):
+        if stage.startswith("setting-1/arm-erase/e") or stage == "report":
+            del state["stages"][stage]
+    (run / "state.json").write_text(json.dumps(state))
+    code, out, err = run_scd("run", str(recipe), "--outputs", str(outputs), "--run-id", "r")
+    assert code == 0 and "setting-1/arm-erase/eraser: done" in out + err, err[-3000:]
+    again = json.loads((run / "setting-1/arm-erase/eraser/erase.json").read_text())
+    assert (again["layers"], again["curve"]) == (info["layers"], info["curve"])
+    assert len(curve.read_text().splitlines()) == len(info["curve"])  # no point measured twice
+    rows = {r["arm"]: r for r in json.loads((run / "tables/arena.json").read_text())}
+    assert rows["erase"] == row
 
 
 def _shuffled_leaves_the_bias(run: Path, info: dict) -> None:
