@@ -16,7 +16,7 @@ from scd.config.threads import SMALL_MODEL, cgroup_cpus, choose_threads
 from scd.errors import InputError
 
 BIG = 135_000_000  # SmolLM2-135M
-TOY = 340_000  # the toy model
+TOY = 139_072  # the toy model
 
 
 @pytest.mark.parametrize(
@@ -29,6 +29,7 @@ TOY = 340_000  # the toy model
         (64, 4.0, BIG, 4),
         (2, 8.0, BIG, 2),  # a quota above the affinity: the affinity
         (64, 0.5, BIG, 1),  # at least one
+        (2, None, 840_000, 2),  # two threads were 1.25x faster at 0.84M
         (8, None, None, 8),  # a model of unknown size: one per CPU
         (8, None, SMALL_MODEL, 8),
         (8, None, SMALL_MODEL - 1, 1),
@@ -58,7 +59,7 @@ def test_a_bad_override_names_the_variable(bad) -> None:
 
 def test_the_line_says_why() -> None:
     assert choose_threads(2, None, TOY).line() == (
-        "threads: 1 (a small model, 0.34M parameters; 2 CPUs available)"
+        "threads: 1 (a small model, 0.14M parameters; 2 CPUs available)"
     )
     assert choose_threads(64, 1.5, BIG).line() == (
         "threads: 1 (one per usable CPU; 64 CPUs available, a CPU quota of 1.5)"

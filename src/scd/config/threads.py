@@ -5,15 +5,15 @@ narrows that to the affinity mask), never by a cgroup CPU quota: a container or 
 given 2 CPUs of a 64-core node computes with 64 threads. And on cores that other work shares, each
 threaded operation waits at its end for its slowest thread, which another process may hold off
 the core for a time slice, while OpenMP's waiting threads spin: beside two busy processes on 2
-cores a toy-model step took 4.3 s on two threads against 0.14 s on one (BENCHMARKS.md, "Threads
-that fit the machine").
+cores a training step of a 2.3M-parameter model took 3.3 s on two threads against 0.27 s on one
+(BENCHMARKS.md, "Threads that fit the machine").
 
 The rule (:func:`choose_threads`), first match wins:
 
 1. ``SCD_THREADS`` (``--threads`` sets it): a positive number of threads, ``auto`` (this rule),
    or ``torch`` (leave torch's own choice alone, as scd did before);
 2. ``OMP_NUM_THREADS``, the variable torch itself reads (torchrun and Ray set it per process);
-3. one thread for a model under :data:`SMALL_MODEL` parameters (the toy model: 0.3M);
+3. one thread for a model under :data:`SMALL_MODEL` parameters (the toy model: 0.14M);
 4. the CPUs this process may use: its affinity mask (``os.sched_getaffinity``), capped by the
    cgroup CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``) rounded down,
    at least 1 -- a thread beyond the quota only waits for it.
@@ -54,9 +54,11 @@ __all__ = [
 ]
 
 ENV = "SCD_THREADS"
-# parameters below which one thread is faster than two even on idle cores (measured on 2 cores,
-# BENCHMARKS.md): the toy model (0.34M) is far below, SmolLM2-135M far above
-SMALL_MODEL = 20_000_000
+# parameters below which a second thread gains nothing even on idle cores once OpenMP's threads
+# sleep between operations (2 idle cores, BENCHMARKS.md: a training step of 0.34M parameters took
+# 36 ms on one thread, 35-39 ms on two; of 0.84M 68 vs 54 ms; of 2.3M 173 vs 110 ms): the toy
+# model (0.14M; 0.22M with a steering layer) is below, SmolLM2-135M far above
+SMALL_MODEL = 500_000
 CGROUP = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
 

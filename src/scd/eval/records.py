@@ -50,8 +50,10 @@ def check_run_config(
     pinned only when not its default, or one added later: a ``run.json`` of scd 0.1.0 may lack
     ``dtype``, which was ``auto`` then).
 
-    The file also records what the result does not depend on and a resumed run need not match:
-    ``threads``, torch's threads in the process that wrote it (:mod:`scd.config.threads`).
+    The file also records, unpinned, ``threads``: torch's threads in the process that wrote it
+    (:mod:`scd.config.threads`), a speed setting a resumed run need not match (another count
+    may move a score in its fifth decimal, as another machine may: SmolLM2 on 1 or 2 threads,
+    |diff| <= 3e-5).
 
     Raises:
         InputError: ``out`` holds a run with another configuration.
