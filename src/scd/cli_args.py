@@ -373,9 +373,8 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
         "nationality, generates the contact prompts over a packaged toy descriptor list, "
         "LoRA-tunes it on setting 1 (TRL + PEFT), evaluates the base model and the tuned model "
         "on the held-out prompts, writes tables, figures and an HTML report into --out, "
-        "and prints Table 10. About a minute on 2 idle CPU cores (several times that beside "
-        "other work); a second run is a no-op and a "
-        "killed run resumes.",
+        "and prints Table 10. About a minute on 2 idle CPU cores (1.6x that beside two busy "
+        "processes: --threads); a second run is a no-op and a killed run resumes.",
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
     for parser in (toy, quick):
