@@ -7,6 +7,7 @@ CPU-bound processes on the same cores, under torch's default threads, one thread
     python benchmarks/bench_threads.py --part eval        # SmolLM2-135M-Instruct, eval bias
     python benchmarks/bench_threads.py --part all         # the three
     python benchmarks/bench_threads.py --part quickstart  # scd quickstart, scd's choice only
+    python benchmarks/bench_threads.py --part arena       # the arena quickstart, likewise
     python benchmarks/bench_threads.py --part sizes       # ms per step by model size, waits
 
 The workloads: (a) ``build_toy_model(steps=50)``, timed by its own ``train_seconds`` (the
@@ -118,8 +119,24 @@ def evaluate(work: Path, setting: str | None, args: argparse.Namespace) -> tuple
     return scoring_time(out)[1], _line(err)
 
 
-PARTS = {"toy": toy, "train": train, "eval": evaluate, "quickstart": quickstart}
-ONLY = {"quickstart": ("scd's choice",)}  # without --settings
+def arena(work: Path, setting: str | None, args: argparse.Namespace) -> tuple[float, str]:
+    """The arena quickstart (``scd run recipes/arena-quickstart.yaml``), its toy model built."""
+    repo = Path(__file__).resolve().parents[1]
+    out = work / "arena"
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    cmd = [*SCD, "run", str(repo / "recipes" / "arena-quickstart.yaml"), "--outputs", str(out)]
+    done = subprocess.run(
+        cmd, env=_env(setting), capture_output=True, text=True, timeout=7200, check=False
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the arena quickstart failed:\n{done.stderr[-3000:]}")
+    return seconds, _line(done.stderr)
+
+
+PARTS = {"toy": toy, "train": train, "eval": evaluate, "quickstart": quickstart, "arena": arena}
+ONLY = {"quickstart": ("scd's choice",), "arena": ("scd's choice",)}  # without --settings
 
 
 # one Llama step (batch 32 x 40 tokens) per size, timed for 4 s in a fresh process (the rule's
