@@ -8,7 +8,10 @@ with SCD_DATA_DIR at the reference data it touches no network."""
 from __future__ import annotations
 
 import http.server
+import json
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from scd.errors import InputError
+from scd.io import cache_key
 from scd.reference_data import catalog, ensure, provenance, verify
 
 # the files of each dataset the tests serve (BBQ: two categories)
@@ -144,3 +148,84 @@ def test_scd_data_fetches_verifies_and_refuses_in_one_line(
     monkeypatch.setenv("SCD_DATA_DIR", str(shared_data))
     assert main(["data", "list"]) == 0
     assert "crows_pairs: 1/1 files" in capsys.readouterr().out
+
+
+def _scd(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "scd", *args],
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _eval_args(name: str, out: Path) -> list[str]:
+    limits = {"crows_pairs": ["--limit", "20"], "winobias": ["--limit", "10"], "winogender": []}
+    extra = ["--categories", "Age,Religion", "--limit", "20"] if name == "bbq" else limits[name]
+    return ["eval", name, "--model", "toy", "--out", str(out), *extra]
+
+
+@pytest.mark.slow
+def test_scd_eval_without_data_fetches_verifies_and_runs(
+    mirror, shared_data: Path, toy_model: Path, tmp_path: Path
+) -> None:
+    key = cache_key(kind="toy_model", bias_axes=["religion", "nationality"], seed=0)
+    shutil.copytree(toy_model, tmp_path / "outputs" / "cache" / "toy-model" / key)
+    data = tmp_path / "data"
+    for name in SERVED:
+        done = _scd(
+            _eval_args(name, tmp_path / name),
+            tmp_path,
+            {"SCD_DATA_DIR": str(data), "SCD_DATA_MIRROR": mirror},
+        )
+        assert "fetched" in done.stderr and all(
+            r["status"] == "ok" for r in _verified(name, data) if r["path"] in _served(name)
+        )
+        if name == "winobias":  # fetched and verified; the toy's vocabulary cannot score it
+            assert done.returncode == 2 and "do not tokenize into distinct" in done.stderr
+            continue
+        assert done.returncode == 0, done.stderr[-2000:]
+        run = json.loads((tmp_path / name / "run.json").read_text())
+        assert run["dataset"]["name"] == name and run["dataset"]["commit"] == catalog()[name].commit
+    # the mirror down: one line, exit 2, before any model loads (no toy model is built)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for name in SERVED:
+        done = _scd(
+            _eval_args(name, fresh / name),
+            fresh,
+            {"SCD_DATA_DIR": str(fresh / "data"), "SCD_DATA_MIRROR": "http://127.0.0.1:9"},
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("scd: error: ") and "SCD_DATA_MIRROR" in done.stderr
+    assert not (fresh / "outputs").exists() and not any((fresh / "data").rglob("*.*"))
+    # the reference data in SCD_DATA_DIR: no network at all (the mirror's log stays empty)
+    _Mirror.requests = []
+    done = _scd(
+        _eval_args("winogender", tmp_path / "ref"),
+        tmp_path,
+        {"SCD_DATA_DIR": str(shared_data), "SCD_DATA_MIRROR": mirror},
+    )
+    assert done.returncode == 0 and _Mirror.requests == [] and "fetched" not in done.stderr
+
+
+def _served(name: str) -> list[str]:
+    return SERVED[name] or catalog()[name].paths()
+
+
+def _verified(name: str, data: Path) -> list[dict]:
+    import os
+
+    before = os.environ.get("SCD_DATA_DIR")
+    os.environ["SCD_DATA_DIR"] = str(data)
+    try:
+        return verify(name)
+    finally:
+        if before is None:
+            os.environ.pop("SCD_DATA_DIR")
+        else:
+            os.environ["SCD_DATA_DIR"] = before

@@ -230,6 +230,11 @@ class Benchmark:
         """The files of :attr:`dataset` that ``options`` read (None: every file)."""
         return None
 
+    def dataset_inputs(self, options: Any) -> dict[str, Path]:
+        """The files of its data that ``options`` read, by name, whose bytes say which declared
+        dataset they are (``run.json``'s ``dataset``). Default: :meth:`inputs`."""
+        return self.inputs(options)
+
     def with_data(self, options: Any, say: Any = None) -> Any:
         """``options`` with ``data`` given: as they are, or (no ``data``, a benchmark of a
         :attr:`dataset`) a copy whose ``data`` is the dataset's directory, its files fetched and
@@ -283,7 +288,8 @@ class Benchmark:
         if self.dataset is not None:  # which declared dataset its files are, by their bytes
             from scd.reference_data import provenance
 
-            task.config["dataset"] = task.defaults["dataset"] = provenance(self.inputs(opts))
+            read = self.dataset_inputs(opts)
+            task.config["dataset"] = task.defaults["dataset"] = provenance(read)
         return run_task(task, out, progress=progress, shards=shards, launch=launch)
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:

@@ -138,6 +138,17 @@ class BBQ(Benchmark):
         cats = options.categories
         return None if not cats else [f"data/{c}.jsonl" for c in cats]
 
+    def dataset_inputs(self, options: BBQOptions) -> dict[str, Path]:
+        """The category files of a local BBQ directory that ``options`` read (none for files or
+        a Hub id given otherwise)."""
+        from scd.eval.benchmarks.bbq.data import CATEGORIES
+
+        folder = Path(options.data) if isinstance(options.data, str) else None
+        if folder is None or not folder.is_dir():
+            return {}
+        cats = options.categories or [c for c in CATEGORIES if (folder / f"{c}.jsonl").is_file()]
+        return {c: folder / f"{c}.jsonl" for c in cats if (folder / f"{c}.jsonl").is_file()}
+
     def check_inputs(self, options: BBQOptions) -> None:
         data = options.data
         if isinstance(data, str) and not _local_or_hub(data):
