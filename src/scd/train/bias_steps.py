@@ -161,17 +161,20 @@ def selection(t: TrainSpec, state: Any) -> dict[str, Any]:
     if t.select == "last":
         return {"rule": "last", "step": state.global_step, "why": "the last step (train.select)"}
     measured, best = _measured(state), _best(state, t.max_kl, t.select_judgment)
-    bound = f" with KL <= {t.max_kl}" if t.max_kl is not None else ""
-    if t.select_judgment:
-        bound += (" and" if bound else " with") + " the judgment gate kept"
+    conditions = [f"KL <= {t.max_kl}"] * (t.max_kl is not None)
+    conditions += ["the judgment gate kept"] * bool(t.select_judgment)
+    wanted = " and ".join(conditions)
     if best is None:
         return {
             "rule": "best",
             "step": state.global_step,
             "max_kl": t.max_kl,
-            "why": f"no measured step of {len(measured)} had{bound}: the last step kept",
+            "why": f"no measured step of {len(measured)} had {wanted}: the last step kept"
+            if wanted
+            else "no step was measured: the last step kept",
         }
-    why = f"the lowest validation bias of {len(measured)} measured steps{bound}"
+    why = f"the lowest validation bias of {len(measured)} measured steps"
+    why += f" with {wanted}" if wanted else ""
     return {
         "rule": "best",
         "step": best["step"],
