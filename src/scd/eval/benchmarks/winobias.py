@@ -208,6 +208,15 @@ class WinoBias(Benchmark):
             ci=("winobias_gap_ci_low", "winobias_gap_ci_high"),
         ),
         Column(
+            "winobias_gap_p",
+            "WinoBias gap p vs base (Holm)",
+            "the arm's change in the pro - anti gap against the base model's, paired per "
+            "sentence pair (each pair's gap under the arm minus under the base), by the exact "
+            "sign-flip test over pairs (two-sided); in parentheses Holm-corrected across the "
+            "arms of the setting",
+            p=True,
+        ),
+        Column(
             "winobias_p",
             "WinoBias p vs base (Holm)",
             "exact McNemar test of the arm's right answers against the base model's on the same "
@@ -289,6 +298,7 @@ class WinoBias(Benchmark):
 
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
         from scd.eval.benchmarks.base import read_summary
+        from scd.eval.benchmarks.gap_change import gap_change
         from scd.eval.benchmarks.rates import paired
         from scd.eval.records import read_records
 
@@ -304,6 +314,7 @@ class WinoBias(Benchmark):
             "winobias_gap_pts": gap["pts"],
             "winobias_gap_ci_low": gap["ci_low"],
             "winobias_gap_ci_high": gap["ci_high"],
+            "winobias_gap_p": gap_change(arm, ref, "pair", ("pro", "anti"))["p"],
             "winobias_p": paired(arm, ref, "correct")["p"],
         }
 
