@@ -10,6 +10,10 @@ prompt and the instruction wrapper, ~150 tokens of shared head) and the arena's 
 (scd's text after the debiasing system prompt).
 
     python benchmarks/bench_prefix_cache.py --model PATH_OR_GGUF [--prompts 96] [--batch 32]
+
+``--llama LAYERS:HIDDEN`` measures a Llama of that shape instead, its weights random (speed
+depends on the shapes alone) and the Llama 3.1 tokenizer of the reference data (128k tokens):
+small models with large vocabularies, where the cache's gain is least.
 """
 
 from __future__ import annotations
@@ -33,14 +37,14 @@ def request_sets(model: str, data: Path, prompts: int) -> dict[str, list]:
     from scd.eval.benchmarks.bias.task import load_work
     from scd.eval.engines import ChoiceRequest
     from scd.models.formatting import Formatter, load_tokenizer
-    from scd.models.protocols import PROTOCOLS, Protocol
+    from scd.models.protocols import PROTOCOLS, PromptProtocol
     from scd.train.arms.untrained import DEBIAS_PROMPT
 
     tmp = Path(tempfile.mkdtemp())
     write_prompts(tmp / "p", load_holistic_bias(data / "holistic_bias/v1.0/descriptors.json"))
     rows = [w for w in load_work(tmp / "p", prompts, seed=0) if not w["baseline"]][:prompts]
     fmt = Formatter(load_tokenizer(model))
-    protocols: dict[str, Protocol] = {
+    protocols: dict[str, PromptProtocol] = {
         "--protocol scd": PROTOCOLS["scd"],
         "--protocol paper": PROTOCOLS["paper"],
     }
@@ -59,9 +63,38 @@ def request_sets(model: str, data: Path, prompts: int) -> dict[str, list]:
     return sets
 
 
+def random_llama(shape: str, data: Path) -> str:
+    """A Llama of ``LAYERS:HIDDEN`` with random weights and the Llama 3.1 tokenizer, saved to a
+    temporary directory; its path."""
+    import tempfile
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    layers, hidden = (int(x) for x in shape.split(":"))
+    tok = AutoTokenizer.from_pretrained(data / "tokenizers" / "llama-3.1-instruct")
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 256),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    out = Path(tempfile.mkdtemp()) / f"llama-{layers}x{hidden}"
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="model directory or GGUF file")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="model directory or GGUF file")
+    what.add_argument("--llama", metavar="LAYERS:HIDDEN", help="a random Llama of this shape")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--prompts", type=int, default=96)
     parser.add_argument("--batch", type=int, default=32)
@@ -74,14 +107,15 @@ def main() -> None:
     from scd.eval.engines.hf import HFEngine
     from scd.models.resolve import resolve_model
 
-    model = str(resolve_model(args.model))
+    model = random_llama(args.llama, args.data) if args.llama else str(resolve_model(args.model))
     engine = HFEngine(model, engine_spec(device="cpu", dtype="float32", batch_size=args.batch))
+    params = sum(p.numel() for p in engine.model.parameters()) / 1e6
     sets = request_sets(model, args.data, args.prompts)
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads; {Path(args.model).name}, "
-        f"float32, batches of {args.batch}, best of {args.repeats}; load "
-        f"{os.getloadavg()[0]:.2f} at start"
+        f"{torch.__version__}, {torch.get_num_threads()} threads; {Path(model).name} "
+        f"({params:.1f}M parameters), float32, batches of {args.batch}, best of {args.repeats}; "
+        f"load {os.getloadavg()[0]:.2f} at start"
     )
     print(
         "| requests | prompt tokens (mean) | off: prompts/s | on: prompts/s | speed-up | "

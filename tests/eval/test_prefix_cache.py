@@ -82,12 +82,15 @@ def test_a_head_is_taken_only_where_every_prompt_has_it(
     batches whose prompts diverge early, prompts one token longer than the head, an adapter-free
     base; the same numbers as without the cache."""
     monkeypatch.setattr(hf, "MIN_SHARED_HEAD", 1)
+    # token-id order, whatever length order would leave (batching.batch_order weighs the two)
+    by_ids = lambda prompts, size, minimum: sorted(range(len(prompts)), key=lambda i: prompts[i])  # noqa: E731
+    monkeypatch.setattr(hf, "batch_order", by_ids)
     tokenizer = load_tokenizer(str(toy_model))
     requests = _requests(Formatter(tokenizer), toy_prompts, 60)
     reference = HFEngine(
         str(toy_model), engine_spec(device="cpu", prefix_cache=False), tokenizer=tokenizer
     )
-    spec = engine_spec(device="cpu", batch_size=7, prefix_cache=True)  # the toy's default: off
+    spec = engine_spec(device="cpu", batch_size=7, prefix_cache=True)
     engine = HFEngine(str(toy_model), spec, tokenizer=tokenizer)
     rests: list[int] = []
     heads = _heads_seen(engine, rests)
@@ -136,36 +139,10 @@ def test_the_switch_is_a_flag_that_pins_nothing(toy_model: Path, toy_prompts: Pa
     assert (out / "records.jsonl").read_text() == first
 
 
-def test_the_cache_is_on_by_default_only_where_a_token_costs_enough() -> None:
-    """Off for the toy model and a 4-layer Llama whose 128k-token embeddings are most of its
-    parameters (sorting and repeating a cache cost more than its head saves: BENCHMARKS.md), on
-    for a model with SmolLM2-135M's shape; as asked either way."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from scd.eval.engines.hf_setup import prefix_cache_pays
-
-    def model(**shape):
-        with torch.device("meta"):  # the parameters' shapes, no memory
-            return LlamaForCausalLM(LlamaConfig(**shape))
-
-    wide = model(vocab_size=128256, hidden_size=256, num_hidden_layers=4, intermediate_size=1024)
-    smol = model(
-        vocab_size=49152,
-        hidden_size=576,
-        num_hidden_layers=30,
-        intermediate_size=1536,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        tie_word_embeddings=True,
-    )
-    tiny = model(
-        vocab_size=500,
-        hidden_size=64,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        num_attention_heads=2,
-    )
-    assert not prefix_cache_pays(None, wide) and not prefix_cache_pays(None, tiny)
-    assert prefix_cache_pays(None, smol)
-    assert prefix_cache_pays(True, tiny) and not prefix_cache_pays(False, smol)
+def test_the_cache_is_on_unless_asked_off(toy_model: Path) -> None:
+    """On by default, the toy model included (batching.batch_order keeps length order where
+    token-id order would not pay: BENCHMARKS.md); off when asked."""
+    tokenizer = load_tokenizer(str(toy_model))
+    for asked, on in ((None, True), (True, True), (False, False)):
+        spec = engine_spec(device="cpu", prefix_cache=asked)
+        assert HFEngine(str(toy_model), spec, tokenizer=tokenizer).prefix_cache is on

@@ -7,10 +7,10 @@ KV cache shared by its options, and each option's token log-probabilities are su
 are formed from length-sorted requests; positions are computed from the attention mask, so the
 padding side does not change a result (tests compare every path with a one-sequence forward).
 
-Prefix cache: with ``prefix_cache`` on (by default for a model whose per-token work is large
-enough that it pays: ``hf_setup.prefix_cache_pays``) requests are sorted by their token ids
+Prefix cache: with ``prefix_cache`` on (the default) requests are sorted by their token ids
 instead, so that prompts with the same head -- a chat template's system text, the paper
-protocol's Llama 2 system prompt, a BBQ context -- fall into one batch; the head that all of a
+protocol's Llama 2 system prompt, a BBQ context -- fall into one batch, unless length order
+leaves less to compute (:mod:`scd.eval.engines.batching`); the head that all of a
 batch's prompts share (at least :data:`MIN_SHARED_HEAD` tokens) runs once, at batch size one,
 into transformers' ``DynamicCache``, which is repeated for every row
 (``batch_repeat_interleave``), and only each prompt's rest is computed: the same numbers on every
@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 from scd.config.engine import EVAL_BATCH_SIZE, EngineSpec, engine_spec
 from scd.errors import InputError, cut_line
 from scd.eval.engines import ChoiceRequest, require_adapter
+from scd.eval.engines.batching import batch_order, length_order, shared_head
 from scd.eval.engines.hf_hooks import Interventions
-from scd.eval.engines.hf_setup import HFOptions, load_model, prefix_cache_pays, telling_line
+from scd.eval.engines.hf_setup import HFOptions, load_model, telling_line
 from scd.progress import tick
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class HFEngine:
             require_adapter(path)
         self._attach(model, load_model(model, self.device, spec.dtype), tokenizer, spec.batch_size)
         self.padding_side = padding_side
-        self.prefix_cache = prefix_cache_pays(spec.prefix_cache, self.model)
+        self.prefix_cache = spec.prefix_cache is not False  # None: the default, on
         self.use_steering(getattr(spec, "steer", None))
         self.use_erasure(getattr(spec, "erase", None))
 
@@ -99,7 +100,7 @@ class HFEngine:
         engine.device = str(next(model.parameters()).device)
         engine._attach("the model in memory", model, tokenizer, batch_size)
         engine.padding_side = "left"
-        engine.prefix_cache = prefix_cache_pays(None, model)
+        engine.prefix_cache = True
         return engine
 
     def _attach(self, name: str, model: Any, tokenizer: Any, batch_size: int | None) -> None:
@@ -195,14 +196,7 @@ class HFEngine:
     def _head(self, prompts: Sequence[Sequence[int]], rest: int) -> int:
         """How many leading tokens all ``prompts`` share that the prefix cache computes once,
         leaving at least ``rest`` tokens of each to run after them (0: none worth it)."""
-        if not self.prefix_cache or len(prompts) < 2:
-            return 0
-        first, last = min(prompts), max(prompts)  # whatever these two share, all share
-        shared = next(
-            (i for i, (a, b) in enumerate(zip(first, last)) if a != b), min(len(first), len(last))
-        )
-        shared = min(shared, min(len(p) for p in prompts) - rest)
-        return shared if shared >= MIN_SHARED_HEAD else 0
+        return shared_head(prompts, rest, MIN_SHARED_HEAD) if self.prefix_cache else 0
 
     def _after_head(
         self, seqs: Sequence[Sequence[int]], head: Sequence[int], side: str | None = None
@@ -222,11 +216,10 @@ class HFEngine:
         return ids, mask, positions + len(head), cache
 
     def _order(self, prompts: Sequence[Sequence[int]]) -> list[int]:
-        """The order requests are batched in: by token ids with the prefix cache on (prompts
-        with the same head together), else longest first (the least padding)."""
+        """The order requests are batched in (:mod:`scd.eval.engines.batching`)."""
         if self.prefix_cache:
-            return sorted(range(len(prompts)), key=lambda i: prompts[i])
-        return sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+            return batch_order(prompts, self.batch_size, MIN_SHARED_HEAD)
+        return length_order(prompts)
 
     @_inference
     def _token_logprobs(self, seqs: list[list[int]], spans: list[int]) -> list[list[float]]:

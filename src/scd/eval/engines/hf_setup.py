@@ -16,9 +16,7 @@ from scd.eval.steering import steering_digest
 
 __all__ = [
     "HFOptions",
-    "PREFIX_CACHE_MIN_PARAMS",
     "load_model",
-    "prefix_cache_pays",
     "telling_line",
 ]
 
@@ -40,8 +38,8 @@ class HFOptions(EngineSpec):
     prefix_cache: bool | None = option(
         None,
         "compute the token head a batch's prompts share once and reuse its KV cache (the same "
-        "numbers; default: on for a model of at least 20M parameters outside its embeddings, "
-        "where it pays; --no-prefix-cache computes every prompt whole)",
+        "numbers; default: on, batching prompts by token ids or by length, whichever leaves "
+        "less to compute; --no-prefix-cache computes every prompt whole)",
         speed=True,
         kinds=("causal",),
     )
@@ -98,20 +96,3 @@ def load_model(model: str, device: str, dtype: str) -> Any:
         ) from None
     use_threads(n_parameters(lm))
     return lm.to(device).eval()
-
-
-# parameters outside the embeddings from which the prefix cache is on by default: below, sorting
-# by token ids and repeating a KV cache cost more than the shared head saves (BENCHMARKS.md)
-PREFIX_CACHE_MIN_PARAMS = 20_000_000
-
-
-def prefix_cache_pays(asked: bool | None, model: Any) -> bool:
-    """Whether the prefix cache is on: as asked, else (None) for a model whose parameters
-    outside its input and output embeddings -- the work each token costs -- number at least
-    :data:`PREFIX_CACHE_MIN_PARAMS`."""
-    if asked is not None:
-        return asked
-    tables = (model.get_input_embeddings(), model.get_output_embeddings())
-    skip = {id(p) for t in tables if t is not None for p in t.parameters()}
-    per_token = sum(p.numel() for p in model.parameters() if id(p) not in skip)
-    return per_token >= PREFIX_CACHE_MIN_PARAMS
