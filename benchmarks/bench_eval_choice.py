@@ -27,11 +27,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
 
-    from scd.config.engine import engine_spec
     from scd.data_gen.contact import write_prompts
     from scd.data_gen.descriptors import load_holistic_bias
     from scd.eval.benchmarks.bias.task import load_work
-    from scd.eval.engines import ChoiceRequest
+    from scd.eval.engines import ChoiceRequest, engine_spec
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer, parse_answer
 

@@ -65,8 +65,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
 
-    from scd.config.engine import engine_spec
-    from scd.eval.engines import ChoiceRequest
+    from scd.eval.engines import ChoiceRequest, engine_spec
     from scd.eval.engines.hf import HFEngine
     from scd.models import resolve_model
     from scd.models.formatting import Formatter, load_tokenizer

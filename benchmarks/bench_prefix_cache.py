@@ -103,7 +103,7 @@ def main() -> None:
 
     import torch
 
-    from scd.config.engine import engine_spec
+    from scd.eval.engines import engine_spec
     from scd.eval.engines.hf import HFEngine
     from scd.models.resolve import resolve_model
 

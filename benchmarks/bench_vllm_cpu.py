@@ -108,8 +108,7 @@ def _lmeval(variant: str, model: str, tok: object, sets: dict[str, list]) -> dic
 
 
 def _child(variant: str, args: argparse.Namespace) -> None:
-    from scd.config.engine import engine_spec
-    from scd.eval.engines import make_engine
+    from scd.eval.engines import engine_spec, make_engine
     from scd.models import resolve_model
 
     model = resolve_model(args.model)

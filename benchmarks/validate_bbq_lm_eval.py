@@ -36,9 +36,9 @@ def main() -> None:
     import torch
     from lm_eval.tasks import TaskManager
 
-    from scd.config.engine import engine_spec
     from scd.eval.benchmarks import get
     from scd.eval.benchmarks.bbq.data import FIELDS, load_bbq, stratified_subset
+    from scd.eval.engines import engine_spec
     from scd.export.lm_eval_subset import lm_eval_task_on
     from scd.io import write_json
     from scd.models import resolve_model

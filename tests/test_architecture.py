@@ -46,12 +46,19 @@ def _layer(module: str) -> int:
     return next(i for i, layer in enumerate(LAYERS) if any(rel.startswith(x) for x in layer))
 
 
+MODULE_STRING = re.compile(r"scd(\.\w+)+(:\w+)?")  # "scd.eval.engines.hf:HFEngine", "scd.io"
+
+
 def _imports(module: str) -> set[str]:
-    """The scd modules ``module`` imports, at the top or inside a function."""
+    """The scd modules ``module`` imports, at the top or inside a function, or names in a string
+    (a ``"module:Class"`` to import later is a dependency too)."""
     found = set()
     for node in ast.walk(ast.parse(MODULES[module].read_text())):
         names = []
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if MODULE_STRING.fullmatch(node.value):
+                names = [node.value.partition(":")[0]]
+        elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
@@ -71,6 +78,18 @@ def test_imports_point_down() -> None:
         f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets if _layer(b) > _layer(a)
     ]
     assert upward == []
+
+
+def test_one_loader_and_no_command_found_by_a_built_name() -> None:
+    """Registries hold classes, registered by the modules that hold them: the only code that
+    imports by a name is scd.config.registry.load_object (TRL's classes, imported when a method
+    trains), and no command handler is found by building its name."""
+    loaders = {
+        module
+        for module, path in MODULES.items()
+        if re.search(r"import_module|__import__|getattr\(commands", path.read_text())
+    }
+    assert loaders == {"scd.config.registry"}
 
 
 def test_no_import_cycles() -> None:
@@ -113,12 +132,12 @@ def test_no_function_is_over_80_lines() -> None:
 
 
 def test_every_arm_and_method_is_importable_by_its_name() -> None:
-    from scd.config.arms import ARMS, METHODS, arm_class, arm_names, method_class
+    from scd.train.arms import ARMS, METHODS, arm_class, arm_names, method_class
     from scd.train.arms.base import Arm, Method
 
     assert arm_names() == [*ARMS, *METHODS]
     for name in arm_names():
-        arm = arm_class(name)  # "module:Class", imported now
+        arm = arm_class(name)
         assert issubclass(arm, Arm) and arm.name == name and arm.help, name
         assert arm.method is None or arm.method in METHODS, name
     for name in METHODS:
@@ -137,12 +156,12 @@ def _string_constants(path: Path) -> set[str]:
 
 def test_a_method_is_named_only_by_its_unit_and_its_registry_line() -> None:
     """No branch chooses a trainer, config or row shape by a method's name: the name is a
-    string only in the method's own file and in the registry (scd.config.arms). Not "sft":
-    it is also the name of the SCD training data (``setting-1/sft/``) that every arm uses."""
-    from scd.config.arms import METHODS
+    string only in the method's own file (its class's ``name``). Not "sft": it is also the
+    name of the SCD training data (``setting-1/sft/``) that every arm uses."""
+    from scd.train.arms import METHODS
 
     methods = set(METHODS) - {"sft"}
-    own = {f"scd.train.arms.{m}" for m in methods} | {"scd.config.arms"}
+    own = {f"scd.train.arms.{m}" for m in methods}
     named = {
         module: sorted(methods & _string_constants(path))
         for module, path in MODULES.items()
@@ -179,11 +198,16 @@ def test_every_name_the_architecture_document_gives_exists() -> None:
 
 
 def test_every_engine_is_importable_by_its_name() -> None:
-    from scd.config.engine import ENGINES, EngineSpec, engine_class
+    from scd.config.engine import EngineSpec
+    from scd.eval.engines import ENGINES, engine_class
 
     for name in ENGINES:
-        engine = engine_class(name)  # "module:Class", imported now
-        assert issubclass(engine.Options, EngineSpec) and engine.Options is not EngineSpec
+        engine = engine_class(name)
+        assert (
+            engine.name == name
+            and issubclass(engine.Options, EngineSpec)
+            and engine.Options is not EngineSpec
+        )
         assert engine.model_kinds and engine.help, name
         for method in ("__init__", "score", "generate", "use_adapter", "close"):
             assert callable(getattr(engine, method, None)), (name, method)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from scd.cli import build_parser, main
-from scd.config.engine import ENGINES, engine_class, engine_spec
 from scd.config.schema import SFTOptions
 from scd.errors import InputError
+from scd.eval.engines import ENGINES, engine_class, engine_spec
 
 
 def _flags(*argv: str) -> dict[str, object]:

@@ -9,12 +9,12 @@ from typing import Any
 from scd import commands
 from scd.cli_data import add_data
 from scd.cli_parser import Parser, add_engine_options
-from scd.config.arms import METHODS, method_class
 from scd.config.engine import EngineSpec
 from scd.config.options import add_options, argument_type, positive
 from scd.config.schema import SFTOptions
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.engines.hf_setup import HFOptions
+from scd.train.arms import METHODS, method_class
 
 __all__ = ["add_commands"]
 

@@ -117,7 +117,7 @@ def _engine_from_flags(args: argparse.Namespace) -> EngineSpec:
     is refused (naming whose it is)."""
     import dataclasses
 
-    from scd.config.engine import ENGINES, engine_class, engine_spec
+    from scd.eval.engines import ENGINES, engine_class, engine_spec
 
     own = {f.name for f in dataclasses.fields(engine_class(args.backend).Options)} - {"backend"}
     values = {name: getattr(args, name, None) for name in own}  # None: no flag on this command

@@ -1,5 +1,5 @@
 """The reference datasets scd reads (HolisticBias, BBQ, CrowS-Pairs, WinoBias, Winogender),
-declared once in ``config/data/datasets.yaml``: each pinned to a commit of its public
+declared once in ``src/scd/datasets.yaml``: each pinned to a commit of its public
 repository, each file with its checksum, licence and citation.
 
 :func:`ensure` gives a dataset's directory under ``$SCD_DATA_DIR`` (default ``~/.cache/scd``),
@@ -97,7 +97,7 @@ class Dataset:
 @functools.cache
 def catalog() -> dict[str, Dataset]:
     """Every declared dataset, by name."""
-    raw = read_yaml(Path(str(package_files("scd.config") / "data" / "datasets.yaml")))
+    raw = read_yaml(Path(str(package_files("scd") / "datasets.yaml")))
     return {
         name: Dataset(
             name,

@@ -102,7 +102,7 @@ def _heldout_questions() -> list[tuple[str, str]]:
 def test_no_training_row_holds_an_evaluation_cue_or_a_held_out_template(
     arm: str, setting: int, toy_prompts: Path, tmp_path: Path
 ) -> None:
-    from scd.config.arms import arena_spec_class, arm_class
+    from scd.train.arms import arena_spec_class, arm_class
     from scd.train.arms.base import RowsInput
 
     sft = tmp_path / "sft"

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bbq.data import bias_labels, load_bbq, prompt_text
 from scd.eval.benchmarks.bbq.metrics import bbq_metrics
 from scd.eval.benchmarks.bbq.sections import table15
+from scd.eval.engines import engine_spec
 
 SHARED_CATEGORIES = (
     "Age",

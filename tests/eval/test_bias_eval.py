@@ -9,10 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bias.task import load_work, stratified_sets
-from scd.eval.engines import ChoiceRequest
+from scd.eval.engines import ChoiceRequest, engine_spec
 from scd.eval.engines.hf import HFEngine
 from scd.models.formatting import Formatter, load_tokenizer
 

@@ -14,9 +14,10 @@ from typing import Any, Literal
 import pytest
 from cli_run import run_scd as _main  # tests/cli_run.py
 
-from scd.config.engine import ENGINES, EngineSpec, register_engine
+from scd.config.engine import EngineSpec
 from scd.config.options import option, positive
 from scd.errors import InputError
+from scd.eval.engines import ENGINES
 
 
 @dataclass
@@ -30,6 +31,7 @@ class FixedOptions(EngineSpec):
 class FixedEngine:
     """Chooses the first (or last) option of every question."""
 
+    name = "fixed"
     Options = FixedOptions
     model_kinds = ("causal",)
     help = "a test engine that always chooses the same option"
@@ -61,7 +63,7 @@ class FixedEngine:
 @pytest.fixture
 def fixed():
     previous = dict(ENGINES)
-    register_engine("fixed", FixedEngine)
+    ENGINES.register(FixedEngine)
     yield FixedEngine
     ENGINES.clear()
     ENGINES.update(previous)

@@ -77,7 +77,7 @@ def _eraser(toy_model: Path, toy_prompts: Path, out: Path, layers: list[int]) ->
 
 
 def _hf(**values):
-    from scd.config.engine import engine_spec
+    from scd.eval.engines import engine_spec
 
     return engine_spec("hf", **values)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from scd.config.engine import engine_spec
 from scd.config.options import Options, Pin, option
 from scd.errors import InputError
 from scd.eval.benchmarks import REGISTRY, get
+from scd.eval.engines import engine_spec
 from scd.eval.records import check_run_config
 from scd.io import sha256_file
 

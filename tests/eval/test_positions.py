@@ -96,7 +96,7 @@ def test_added_from_the_turn_batched_as_by_hand_and_not_as_everywhere(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from scd.config.engine import engine_spec
+    from scd.eval.engines import engine_spec
     from scd.eval.engines.hf import MIN_SHARED_HEAD, HFEngine
 
     fmt, requests = _requests(toy_model, toy_prompts)

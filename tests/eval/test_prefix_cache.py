@@ -10,9 +10,8 @@ import pytest
 
 import scd.eval.engines.hf as hf
 from scd.cli import main
-from scd.config.engine import engine_spec
 from scd.eval.benchmarks.bias.task import load_work
-from scd.eval.engines import ChoiceRequest
+from scd.eval.engines import ChoiceRequest, engine_spec
 from scd.eval.engines.hf import HFEngine
 from scd.models.formatting import Formatter, load_tokenizer
 from scd.models.protocols import PAPER_SYSTEM_PROMPT, PROTOCOLS

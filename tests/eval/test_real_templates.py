@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.bbq.data import load_bbq, prompt_text
 from scd.eval.benchmarks.bias.task import load_work
-from scd.eval.engines import ChoiceRequest
+from scd.eval.engines import ChoiceRequest, engine_spec
 from scd.eval.engines.hf import HFEngine
 from scd.models.formatting import Formatter, load_tokenizer, parse_answer
 

@@ -15,7 +15,7 @@ from cli_run import run_scd as _main  # tests/cli_run.py
 
 from scd.config.options import option, positive
 from scd.errors import InputError
-from scd.eval.benchmarks import REGISTRY, register
+from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalTask
@@ -70,7 +70,7 @@ class Echo(Benchmark):
 @pytest.fixture
 def echo():
     previous = dict(REGISTRY)
-    register(Echo())
+    REGISTRY.register(Echo())
     yield REGISTRY["echo"]
     REGISTRY.clear()
     REGISTRY.update(previous)

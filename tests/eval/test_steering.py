@@ -51,7 +51,7 @@ def test_scale_0_gives_the_base_models_records_exactly(toy_model, toy_prompts, t
 
 
 def _hf(**values):
-    from scd.config.engine import engine_spec
+    from scd.eval.engines import engine_spec
 
     return engine_spec("hf", **values)
 

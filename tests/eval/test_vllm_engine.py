@@ -11,10 +11,9 @@ import fake_vllm  # tests/eval/fake_vllm.py (pytest puts this directory on sys.p
 import pytest
 from vllm_reference import reference_score  # tests/eval/vllm_reference.py
 
-from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
-from scd.eval.engines import ChoiceRequest, SharedEngine, make_engine
+from scd.eval.engines import ChoiceRequest, SharedEngine, engine_spec, make_engine
 from scd.eval.engines.hf import HFEngine
 from scd.eval.engines.vllm import VLLMEngine, lora_rank_for
 from scd.models.formatting import load_tokenizer

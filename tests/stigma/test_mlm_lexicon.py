@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.stigma.mlm import (
@@ -20,6 +19,7 @@ from scd.eval.benchmarks.stigma.mlm import (
     choose_lexicon,
     load_lexicon,
 )
+from scd.eval.engines import engine_spec
 from scd.io import sha256_file
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared/data/stigma/mlm_word_attitudes.csv"

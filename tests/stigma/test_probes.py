@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from scd.cli import main
-from scd.config.engine import engine_spec
 from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.benchmarks.stigma.mlm import load_lexicon, pll_scores
+from scd.eval.engines import engine_spec
 
 SHARED_LEXICON = Path(__file__).resolve().parents[2].parent / "shared/data/stigma"
 

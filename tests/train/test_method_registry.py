@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from cli_run import run_scd  # tests/cli_run.py
 
-from scd.config.arms import METHODS, arena_spec_class, register_method
 from scd.errors import InputError
 from scd.io import cache_key
+from scd.train.arms import METHODS
 from scd.train.arms.dpo import DPO
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,13 +52,12 @@ def orpo():
     """ORPO registered for the test; the registry as it was afterwards (a built-in ORPO, were
     there one, comes back)."""
     before = METHODS.get("orpo")
-    register_method("orpo", ORPO)
+    METHODS.register(ORPO)
     yield ORPO
     if before is None:
         METHODS.pop("orpo")
     else:
         METHODS["orpo"] = before
-    arena_spec_class.cache_clear()
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scd.config.arms import method_class
 from scd.errors import InputError
 from scd.pipeline.recipe import load_recipe
+from scd.train.arms import method_class
 from scd.train.arms.sft import SFT
 from scd.train.setup import padding_free_keys
 from scd.train.sft_rows import prepare_data

@@ -10,8 +10,8 @@ import yaml
 
 from scd.cli import main
 from scd.config.checks import recipe_warnings
-from scd.config.engine import engine_spec
 from scd.errors import InputError
+from scd.eval.engines import engine_spec
 from scd.eval.engines.vllm import LORA_RANKS as VLLM_LORA_RANKS
 from scd.pipeline.recipe import load_recipe
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import TOLERANCE  # tests/vllm/conftest.py
 
-from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
-from scd.eval.engines import ChoiceRequest, make_engine
+from scd.eval.engines import ChoiceRequest, engine_spec, make_engine
 from scd.models.formatting import load_tokenizer
 from scd.progress import Progress
 

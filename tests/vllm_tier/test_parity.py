@@ -16,8 +16,8 @@ from conftest import TOLERANCE
 from conftest import records as _records  # tests/vllm_tier/conftest.py
 from conftest import same as _same
 
-from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
+from scd.eval.engines import engine_spec
 
 HF = engine_spec(dtype="float32", device="cpu")
 VLLM = engine_spec("vllm", dtype="float32", kv_cache_space=1.0)

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import records, same  # tests/vllm_tier/conftest.py
 
-from scd.config.engine import engine_spec
 from scd.eval.benchmarks import get
-from scd.eval.engines import SharedEngine
+from scd.eval.engines import SharedEngine, engine_spec
 
 VLLM = engine_spec("vllm", dtype="float32", kv_cache_space=1.0)
 LIMIT = 48

@@ -12,6 +12,7 @@ document, sentence, terms per type, warmth, competence), ``summary.json``, ``tab
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -202,12 +203,10 @@ def audit_scm(
     from scd.models.resolve import resolve_model
 
     for module in ("sentence_transformers", "sklearn"):
-        try:
-            __import__(module)
-        except ImportError:
+        if importlib.util.find_spec(module) is None:
             raise InputError(
                 f"needs {module} (pip install 'scd[audit]')", key="encoder", value=encoder
-            ) from None
+            )
     out = check_output_dir(out, "scd_scm_audit")
     sentences = load_seeds(seeds)  # checked before anything loads
     matcher = corpora.TermMatcher(corpora.load_terms(terms, language))

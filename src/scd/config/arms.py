@@ -3,9 +3,10 @@
 An arm is a way to get a model to compare with the base model on the same items: the base model
 itself, the base model with a system prompt, or an adapter trained by a method on some rows. A
 method is a trainer of TRL (SFT, DPO, KTO ...) with the rows it reads; every method is an arm of
-the same name too (trained on the setting's prompts). Each is a class in a module of its own
-(:class:`scd.train.arms.base.Arm`, :class:`scd.train.arms.base.Method`), registered here by one
-``"module:Class"`` line and imported when used, as engines are (:mod:`scd.config.engine`); its
+the same name too (trained on the setting's prompts). Each is a class with a ``name`` in a
+module of its own (:class:`scd.train.arms.base.Arm`, :class:`scd.train.arms.base.Method`),
+registered as engines are (:mod:`scd.config.engine`): ``ARMS.register(cls)`` or
+``METHODS.register(cls)`` (:mod:`scd.train.arms` registers the built-in ones when imported); its
 ``Options`` (a dataclass of :func:`~scd.config.options.option` fields, or None) are keys of the
 recipe's ``arena:`` section.
 """
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import typing
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from scd.config.options import Options, one_of, option
+from scd.config.registry import Registry
 
 __all__ = [
     "ARMS",
@@ -31,25 +32,11 @@ __all__ = [
     "method_class",
     "method_decided",
     "padding_free_problem",
-    "register_arm",
-    "register_method",
 ]
 
-ARMS: dict[str, Any] = {  # an arm that is not a method -> "module:Class" (or the class)
-    "base": "scd.train.arms.untrained:Base",
-    "prompt": "scd.train.arms.untrained:Prompt",
-    "general": "scd.train.arms.sft:General",
-    "steer": "scd.train.arms.steer:Steer",
-    "erase": "scd.train.arms.erase:Erase",
-    "sft-contrast": "scd.train.arms.sft:SFTContrast",
-    "dpo-contrast": "scd.train.arms.dpo:DPOContrast",
-    "kto-contrast": "scd.train.arms.kto:KTOContrast",
-}
-METHODS: dict[str, Any] = {  # a training method (and the arm of its name) -> "module:Class"
-    "sft": "scd.train.arms.sft:SFT",
-    "dpo": "scd.train.arms.dpo:DPO",
-    "kto": "scd.train.arms.kto:KTO",
-}
+# both filled by scd.train.arms (the built-in ones) and by whoever adds one
+ARMS: Registry[Any] = Registry("arms")  # the arms that are not methods
+METHODS: Registry[Any] = Registry("method")  # the training methods (each an arm too)
 
 
 def _seeds(value: Any) -> str | None:
@@ -79,47 +66,18 @@ class ArenaOptions(Options):
     )
 
 
-def _changed() -> None:
-    arena_spec_class.cache_clear()
-
-
-def register_arm(name: str, arm: Any) -> None:
-    """Add an arm that is not a method under ``name``: its class, or ``"module:Class"`` to import
-    when used (a later one of the same name replaces it)."""
-    ARMS[name] = arm
-    _changed()
-
-
-def register_method(name: str, method: Any) -> None:
-    """Add a training method (and the arm of the same name) under ``name``: its class, or
-    ``"module:Class"`` (a later one of the same name replaces it)."""
-    METHODS[name] = method
-    _changed()
-
-
-def _load(table: dict[str, Any], name: str) -> Any:
-    found = table[name]
-    if isinstance(found, str):
-        module, cls = found.split(":")
-        found = table[name] = getattr(importlib.import_module(module), cls)
-    return found
-
-
 def method_class(name: str) -> Any:
-    """The method registered as ``name`` (its module imported now).
+    """The method registered as ``name``.
 
     Raises:
         InputError: no such method (naming the known ones).
     """
-    from scd.errors import InputError
-
-    if name not in METHODS:
-        raise InputError(f"expected {one_of(list(METHODS))}", key="method", value=name)
-    return _load(METHODS, name)
+    return METHODS.named(name)
 
 
 def arm_names() -> list[str]:
     """Every arm's name: the arms that are not methods, then the methods."""
+    ARMS.require()
     return [*ARMS, *(m for m in METHODS if m not in ARMS)]
 
 
@@ -132,13 +90,12 @@ def arm_class(name: str) -> Any:
     from scd.errors import InputError
 
     if name in ARMS:
-        return _load(ARMS, name)
+        return ARMS[name]
     if name in METHODS:
-        return _load(METHODS, name)
+        return METHODS[name]
     raise InputError(f"expected {one_of(arm_names())}", key="arms", value=name)
 
 
-@functools.cache
 def arena_spec_class() -> type[Options]:
     """The recipe's ``arena:`` section: every registered arm's ``Options`` fields (arms that
     share an options class, as DPO and KTO share ``beta``, give its fields once).
@@ -146,9 +103,13 @@ def arena_spec_class() -> type[Options]:
     Raises:
         TypeError: two arms' options that declare the same key differently.
     """
+    return _arena_spec_class(tuple(getattr(arm_class(n), "Options", None) for n in arm_names()))
+
+
+@functools.cache
+def _arena_spec_class(arm_options: tuple[type | None, ...]) -> type[Options]:
     fields: dict[str, tuple[Any, type]] = {}
-    for name in arm_names():
-        options = getattr(arm_class(name), "Options", None)
+    for options in arm_options:
         for f in dataclasses.fields(options) if options is not None else ():
             seen = fields.get(f.name)
             if seen is not None and seen[0] is not f:
@@ -186,4 +147,5 @@ def padding_free_problem(methods: Iterable[str]) -> str | None:
 def method_decided() -> set[str]:
     """The keys of TRL's configs that a registered method sets itself (``beta`` ...): not
     recipe ``train:`` keys."""
+    METHODS.require()
     return {key for name in METHODS for key in method_class(name).decided}

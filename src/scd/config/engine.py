@@ -1,22 +1,22 @@
 """How a model is run: the engines by name (:data:`ENGINES`) and what every engine takes
 (:class:`EngineSpec`).
 
-An engine is a class behind :class:`scd.eval.engines.Engine` in a module of its own, registered
-by name in :data:`ENGINES` (``"module:Class"``, imported only when asked for); its options are a
-subclass of :class:`EngineSpec` declared beside it as the class's ``Options``, which generates
-the engine's flags and its recipe keys. Whether an option changes what a model answers (pinned
-with a result and in cache keys) or only speed and memory (recorded) is its field's ``speed``
-metadata.
+An engine is a class behind :class:`scd.eval.engines.Engine` in a module of its own, with a
+``name`` and its options (a subclass of :class:`EngineSpec` declared beside it as the class's
+``Options``, which generates the engine's flags and its recipe keys), registered in
+:data:`ENGINES` (``ENGINES.register(cls)``: :mod:`scd.eval.engines` registers the built-in ones
+when imported). Whether an option changes what a model answers (pinned with a result and in
+cache keys) or only speed and memory (recorded) is its field's ``speed`` metadata.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 from scd.config.options import Options, field_problems, one_of, option
+from scd.config.registry import Registry
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -26,41 +26,22 @@ __all__ = [
     "engine_class",
     "engine_of",
     "engine_spec",
-    "register_engine",
     "resolve_dtype",
 ]
 
-ENGINES: dict[str, Any] = {  # backend -> "module:Class" (imported when used), or the class
-    "hf": "scd.eval.engines.hf:HFEngine",
-    "vllm": "scd.eval.engines.vllm:VLLMEngine",
-    "openai": "scd.eval.engines.openai:OpenAIEngine",
-}
+ENGINES: Registry[Any] = Registry("backend")  # backend -> engine class (scd.eval.engines fills it)
 DEFAULT_BACKEND = "hf"
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 EVAL_BATCH_SIZE = 32  # hf engine and the stigma pipelines: prompts per forward pass
 
 
-def register_engine(name: str, engine: Any) -> None:
-    """Add an engine under ``name``: its class, or ``"module:Class"`` to import when used (a
-    later one of the same name replaces it)."""
-    ENGINES[name] = engine
-
-
 def engine_class(name: str) -> Any:
-    """The engine registered as ``name`` (its module imported now).
+    """The engine registered as ``name``.
 
     Raises:
         InputError: no such engine (naming the known ones).
     """
-    from scd.errors import InputError
-
-    if name not in ENGINES:
-        raise InputError(f"expected {one_of(list(ENGINES))}", key="backend", value=name)
-    engine = ENGINES[name]
-    if isinstance(engine, str):
-        module, cls = engine.split(":")
-        engine = ENGINES[name] = getattr(importlib.import_module(module), cls)
-    return engine
+    return ENGINES.named(name)
 
 
 def engine_spec(backend: str = DEFAULT_BACKEND, **values: Any) -> EngineSpec:
@@ -90,6 +71,7 @@ def engine_spec(backend: str = DEFAULT_BACKEND, **values: Any) -> EngineSpec:
 
 def engine_of(option_name: str) -> str | None:
     """The registered engine whose option ``option_name`` is (the first, if several), if any."""
+    ENGINES.require()
     for name in ENGINES:
         if option_name in {f.name for f in fields(engine_class(name).Options)}:
             return name

@@ -93,6 +93,7 @@ def library_fields() -> dict[str, Any]:
     and their types: the keys a recipe's ``train:`` section takes beyond scd's own (TRL is
     imported only when a ``train:`` key is not scd's own: one of these, or a typo to find the
     nearest name for)."""
+    METHODS.require()
     return _library_fields(tuple(METHODS))
 
 

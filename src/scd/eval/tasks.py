@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import scd  # scd.__version__ is read when a run is recorded, not at import (PEP 562)
-from scd.config.engine import EngineSpec, engine_spec
+from scd.config.engine import EngineSpec
 from scd.errors import InputError
-from scd.eval.engines import SharedEngine, make_engine
+from scd.eval.engines import SharedEngine, engine_spec, make_engine
 from scd.eval.records import RecordLog, check_run_config, merge_timing, read_records
 from scd.io import atomic_file, json_text
 from scd.models.formatting import Formatter, load_tokenizer

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from scd.config.arms import arm_class
 from scd.io import cache_key
 from scd.models import model_fingerprint
+from scd.train.arms import arm_class
 
 if TYPE_CHECKING:
     from scd.pipeline.run_protocol import PlanSource

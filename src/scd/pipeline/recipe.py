@@ -8,11 +8,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import scd.train.arms  # noqa: F401  (registers the arms and methods: a recipe takes their keys)
 from scd.config import loader
-from scd.config.engine import engine_of
 from scd.config.schema import DataSpec, Recipe
 from scd.errors import InputError
 from scd.eval.benchmarks import REGISTRY, recipe_sections
+from scd.eval.engines import engine_of
 
 __all__ = ["in_recipe_terms", "load_recipe", "recipe_from_dict", "validate_inputs"]
 

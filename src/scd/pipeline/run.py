@@ -235,7 +235,7 @@ class Run:
                 d, self.dir / "data", [job.setting], sft, step=self._step, protocol=protocol
             )
             return
-        from scd.config.arms import arm_class
+        from scd.train.arms import arm_class
         from scd.train.arms.base import RowsInput
 
         sources = tuple(p for p in (self.prompts, self.eval_prompts) if p is not None)

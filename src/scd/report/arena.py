@@ -20,13 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scd.config.arms import arm_class, arm_names
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Table, markdown_table, save_table
 from scd.eval.benchmarks.clusters import UNITS
 from scd.eval.benchmarks.columns import Column, over_seeds
 from scd.io import read_json
+from scd.train.arms import arm_class, arm_names
 
 __all__ = ["ALPHA", "CAPABILITY_COLUMNS", "arena_rows", "arena_section", "arena_table", "verdicts"]
 

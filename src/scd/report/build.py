@@ -29,7 +29,7 @@ def _engine(ev: dict[str, Any], ran: dict[str, Any] | None = None) -> str:
     """The engine that ran, as it describes itself: its backend and options, the device and
     dtype it ran on (``ran``, from the base evaluation's summary) rather than what "auto" would
     pick."""
-    from scd.config.engine import ENGINES, engine_class
+    from scd.eval.engines import ENGINES, engine_class
 
     if ev["backend"] not in ENGINES:  # an engine this process has not registered
         return f"{ev['backend']} (not registered here)"

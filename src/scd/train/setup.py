@@ -8,10 +8,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from scd.config.arms import padding_free_problem
 from scd.config.schema import LoraSpec, TrainSpec
 from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError, first_line
+from scd.train.arms import padding_free_problem
 from scd.train.spec import TrainingSpec
 from scd.train.training_log import log_lines
 

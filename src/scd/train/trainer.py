@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scd.config.arms import method_class, padding_free_problem
 from scd.config.checks import liger_problem
 from scd.config.schema import Recipe, TrainSpec
 from scd.errors import InputError
+from scd.train.arms import method_class, padding_free_problem
 from scd.train.arms.base import Method
 from scd.train.bias_steps import selection
 from scd.train.saving import keep_checkpoint, save_adapter, train_manifest, write_training

@@ -1,23 +1,18 @@
 """The benchmarks, registered by name: ``scd eval <name>``, ``scd report <name>``, the recipe's
 ``eval.<name>`` section, ``scd run``'s evaluations, the report and W&B loop over
 :data:`REGISTRY`. Adding a benchmark is a :class:`~scd.eval.benchmarks.base.Benchmark` in a
-module of its own and one :func:`register` call (built-in ones: the lines below).
+module of its own and one ``REGISTRY.register(benchmark)`` call, as engines, arms and methods
+are registered (:mod:`scd.config.registry`; the built-in benchmarks: the lines below).
 """
 
 from __future__ import annotations
 
-from scd.errors import InputError
+from scd.config.registry import Registry
 from scd.eval.benchmarks.base import Benchmark
 
-__all__ = ["REGISTRY", "get", "recipe_sections", "register"]
+__all__ = ["REGISTRY", "get", "recipe_sections"]
 
-REGISTRY: dict[str, Benchmark] = {}
-
-
-def register(benchmark: Benchmark) -> Benchmark:
-    """Add ``benchmark`` under its name (a later one of the same name replaces it)."""
-    REGISTRY[benchmark.name] = benchmark
-    return benchmark
+REGISTRY: Registry[Benchmark] = Registry("benchmark")
 
 
 def get(name: str) -> Benchmark:
@@ -26,9 +21,7 @@ def get(name: str) -> Benchmark:
     Raises:
         InputError: no such benchmark (naming the known ones).
     """
-    if name not in REGISTRY:
-        raise InputError(f"expected one of {', '.join(REGISTRY)}", key="benchmark", value=name)
-    return REGISTRY[name]
+    return REGISTRY.named(name)
 
 
 def recipe_sections() -> dict[str, type]:
@@ -52,7 +45,7 @@ def _register_builtins() -> None:
     beyond = (Judgment(), CrowsPairs(), WinoBias(), Winogender())  # beyond the templates
     builtins = (*builtins, *beyond)
     for benchmark in builtins:
-        register(benchmark)
+        REGISTRY.register(benchmark)
 
 
 _register_builtins()

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from scd.config.engine import EngineSpec, engine_spec
+from scd.config.engine import EngineSpec
 from scd.config.options import Options, Pin, option, positive
 from scd.config.settings import Setting
 from scd.config.vocabulary import RunLayout
 from scd.errors import InputError
 from scd.eval.benchmarks.columns import Column
-from scd.eval.engines import SharedEngine, require_adapter
+from scd.eval.engines import SharedEngine, engine_spec, require_adapter
 from scd.eval.tasks import CausalModel, EvalTask, Launch, run_task
 from scd.io import json_text, read_json
 

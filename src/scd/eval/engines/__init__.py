@@ -1,8 +1,10 @@
-"""One inference interface, engines chosen by name (:data:`scd.config.engine.ENGINES`) and
-imported lazily. Adding an engine is a class in a module of its own, with its options (a
+"""One inference interface, engines chosen by name (:data:`scd.config.engine.ENGINES`).
+Adding an engine is a class in a module of its own, with a ``name`` and its options (a
 subclass of :class:`~scd.config.engine.EngineSpec`) as ``Options`` beside it, and one
-:func:`~scd.config.engine.register_engine` call (built-in ones: the lines of ``ENGINES``); its
-flags and recipe keys come from those options.
+``ENGINES.register(cls)`` call (the built-in ones: the lines at the end of this module,
+registered when it is imported); its flags and recipe keys come from those options. Code
+above this package looks engines up through it (``ENGINES``, :func:`engine_spec` ...), so that
+the built-in ones are registered when it does.
 
 An engine is built as ``Engine(model, spec, tokenizer=..., adapters=...)``, takes token ids
 (formatting and tokenization are shared, engine-free code: :mod:`scd.models.formatting`) and
@@ -25,10 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from scd.config.engine import ENGINES, EngineSpec, engine_class
+from scd.config.engine import ENGINES, EngineSpec, engine_class, engine_of, engine_spec
 from scd.errors import InputError
 
-__all__ = [
+__all__ = [  # ENGINES and its look-ups are scd.config.engine's: importing them here registers
+    "ENGINES",
+    "engine_class",
+    "engine_of",
+    "engine_spec",
     "MAX_LOGPROB_TOKEN_IDS",
     "ChoiceRequest",
     "Engine",
@@ -97,6 +103,7 @@ class Engine(Protocol):
     """What every engine provides."""
 
     Options: ClassVar[type[EngineSpec]]  # its options: flags, recipe keys, pinned identity
+    name: ClassVar[str]  # its registered name: the recipe's eval.backend, --backend
     model_kinds: ClassVar[tuple[str, ...]]  # the models it runs: causal, masked, classifier
     help: ClassVar[str]  # one line for --help
 
@@ -124,10 +131,9 @@ def require_adapter(adapter: str | Path | None) -> None:
 
 
 def engines_for(kinds: Sequence[str]) -> dict[str, Any]:
-    """The registered engines (name -> class, each imported now) that run a model of one of
-    ``kinds`` (a benchmark's ``model_kinds``)."""
-    found = {name: engine_class(name) for name in ENGINES}
-    return {name: cls for name, cls in found.items() if set(cls.model_kinds) & set(kinds)}
+    """The registered engines (name -> class) that run a model of one of ``kinds`` (a
+    benchmark's ``model_kinds``)."""
+    return {name: cls for name, cls in ENGINES.items() if set(cls.model_kinds) & set(kinds)}
 
 
 def make_engine(
@@ -179,3 +185,15 @@ class SharedEngine:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+
+
+def _register_builtins() -> None:
+    from scd.eval.engines.hf import HFEngine
+    from scd.eval.engines.openai import OpenAIEngine
+    from scd.eval.engines.vllm import VLLMEngine
+
+    for engine in (HFEngine, VLLMEngine, OpenAIEngine):
+        ENGINES.register(engine)
+
+
+_register_builtins()

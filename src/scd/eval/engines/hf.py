@@ -65,6 +65,7 @@ class HFEngine:
 
     help = "transformers (CPU or GPU)"
     Options = HFOptions
+    name = "hf"
     model_kinds = ("causal", "masked", "classifier")  # the stigma probes' other models run here
 
     def __init__(

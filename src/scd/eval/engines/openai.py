@@ -139,6 +139,7 @@ class OpenAIEngine:
 
     help = "a model behind an OpenAI-compatible server (vllm serve, ...) at --base-url"
     Options = OpenAIOptions
+    name = "openai"
     model_kinds = ("causal",)
 
     def __init__(

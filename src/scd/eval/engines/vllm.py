@@ -208,6 +208,7 @@ class VLLMEngine:
 
     help = "vLLM (GPU or CPU build)"
     Options = VLLMOptions
+    name = "vllm"
     model_kinds = ("causal",)
 
     def __init__(

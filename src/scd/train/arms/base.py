@@ -1,6 +1,6 @@
 """What an arm of the arena is (:class:`Arm`), and a training method (:class:`Method`): the units
 that ``arms:``, ``scd train --method`` and ``scd run`` loop over, registered by name in
-:mod:`scd.config.arms`.
+:mod:`scd.config.arms` (the built-in ones by :mod:`scd.train.arms`).
 
 An arm says what it compares with the base model: nothing (the base model itself), a system
 prompt, or an adapter that a method trains on rows -- the setting's SFT rows, or rows the arm
@@ -12,11 +12,12 @@ rest, the same for every method. Adding one: docs/ARCHITECTURE.md, "Add an arm".
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from scd.config.registry import load_object
 
 if TYPE_CHECKING:
     from scd.config.schema import DataSpec, Recipe
@@ -68,11 +69,6 @@ class Arm:
         raise NotImplementedError(f"the {self.name} arm makes no rows of its own")
 
 
-def _import(path: str) -> Any:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 class Method(Arm):
     """A training method: TRL's config and trainer classes (``"module:Class"``, imported when
     training), the rows it reads and how they reach TRL. As an arm it trains on the setting's
@@ -92,11 +88,11 @@ class Method(Arm):
 
     def config(self) -> type:
         """TRL's config class of the method."""
-        return _import(self.config_class)
+        return load_object(self.config_class)
 
     def trainer(self) -> type:
         """TRL's trainer class of the method."""
-        return _import(self.trainer_class)
+        return load_object(self.trainer_class)
 
     def config_values(self, spec: TrainingSpec) -> dict[str, Any]:
         """What the method sets in TRL's config beyond the recipe's ``train`` keys (its options,

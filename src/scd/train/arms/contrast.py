@@ -52,8 +52,8 @@ class Contrast(Arm):
     own_rows = True
 
     def problems(self, recipe: Recipe) -> Iterator[Problem]:
-        from scd.config.arms import method_class
         from scd.data_gen.contrast import load_training_cues
+        from scd.train.arms import method_class
 
         yield from method_class(self.method)().problems(recipe)
         try:
@@ -64,10 +64,10 @@ class Contrast(Arm):
     def write_rows(self, inputs: RowsInput, out: Path) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
-        from scd.config.arms import method_class
         from scd.data_gen.contrast import twin_count, twin_examples, twins
         from scd.io import read_json
         from scd.models.protocols import training_protocol
+        from scd.train.arms import method_class
 
         options = inputs.arena
         manifest = read_json(inputs.sft / "manifest.json")

@@ -162,10 +162,9 @@ class Bias(Benchmark):
         protocols = kwargs.pop("protocols", None)
         if not protocols:
             return super().evaluate(model, out, **kwargs)
-        from scd.config.engine import engine_spec
         from scd.errors import InputError
         from scd.eval.benchmarks.bias.sections import runs_table
-        from scd.eval.engines import SharedEngine
+        from scd.eval.engines import SharedEngine, engine_spec
         from scd.io import atomic_file
         from scd.models import resolve_model
 
