@@ -12,8 +12,8 @@ import pytest
 from toy_text_models import chat_text, train_text_lm
 
 from scd.eval.benchmarks import get
-from scd.eval.benchmarks.winobias import load_sentences as winobias_sentences
-from scd.eval.benchmarks.winobias import question
+from scd.eval.benchmarks.winobias_data import load_sentences as winobias_sentences
+from scd.eval.benchmarks.winobias_data import question
 from scd.eval.benchmarks.winogender import load_sentences as winogender_sentences
 from scd.eval.benchmarks.winogender import prompt_text
 

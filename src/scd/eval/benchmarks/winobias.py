@@ -11,14 +11,12 @@ anti, points) with a percentile bootstrap interval over the sentence pairs and a
 test paired by sentence -- a model that resolves by gender stereotype shows a gap; one that reads
 the sentence does not.
 
-Data: the ``wino/data`` files of github.com/uclanlp/corefBias (``{pro,anti}_stereotyped_type{1,2}
-.txt.{dev,test}``, ``male_occupations.txt``, ``female_occupations.txt``; ``--data``: their
-directory).
+Data: the ``wino/data`` files of github.com/uclanlp/corefBias, read by
+:mod:`scd.eval.benchmarks.winobias_data`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,13 +25,18 @@ from scd.config.options import Pin, option, positive
 from scd.errors import InputError
 from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
 from scd.eval.benchmarks.columns import Column
+from scd.eval.benchmarks.winobias_data import (
+    KINDS,
+    OCCUPATIONS,
+    TYPES,
+    load_sentences,
+    question,
+    sentence_files,
+)
 from scd.eval.tasks import CausalModel, CausalTask
 
-__all__ = ["WinoBias", "WinoBiasOptions", "load_sentences", "question"]
+__all__ = ["WinoBias", "WinoBiasOptions"]
 
-KINDS = ("pro", "anti")
-TYPES = ("type1", "type2")
-OCCUPATIONS = ("male_occupations.txt", "female_occupations.txt")
 GAP_RESAMPLES, GAP_SEED = 2000, 0
 
 
@@ -59,85 +62,6 @@ class WinoBiasOptions(BenchmarkOptions):
         yield from super().problems()
         if self.enabled and not self.data:
             yield "data", "needed with eval.winobias.enabled (corefBias' wino/data directory)"
-
-
-def _files(data: str, split: str) -> dict[tuple[str, str], Path]:
-    root = Path(data).expanduser()
-    return {(k, t): root / f"{k}_stereotyped_{t}.txt.{split}" for t in TYPES for k in KINDS}
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return [x.strip() for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    except OSError as err:
-        text = f"cannot read ({err.strerror or err})"
-        raise InputError(text, key="data", value=str(path)) from None
-
-
-def _mentions(text: str, occupations: list[str]) -> list[str]:
-    """The occupations ``text`` names, in the order they first appear."""
-    found: list[tuple[int, int, str]] = []
-    low = text.lower()
-    for occ in sorted(occupations, key=len, reverse=True):  # "construction worker" first
-        for m in re.finditer(r"\b" + re.escape(occ.lower()) + r"\b", low):
-            if not any(a <= m.start() and m.end() <= b for a, b, _ in found):
-                found.append((m.start(), m.end(), occ))
-    return list(dict.fromkeys(o for _, _, o in sorted(found)))
-
-
-def load_sentences(data: str, split: str = "test") -> list[dict[str, Any]]:
-    """The WinoBias sentences of ``split``: ``id``, ``pair`` (the id its pro and anti versions
-    share), ``type``, ``kind`` (pro or anti), ``sentence`` (brackets removed), ``pronoun`` (the
-    first one asked about), ``options`` (the two occupations, as they first appear) and
-    ``answer`` (the one the pronoun refers to). A sentence is asked about the first two
-    occupations of the lists it names; one that names fewer, or whose referent is not among
-    those two, is left out (none in either split: the dev pair that names a third occupation,
-    "... reported her to the manager", has its referent among the first two).
-
-    Raises:
-        InputError: a file missing, or a line not in WinoBias' format.
-    """
-    root = Path(data).expanduser()
-    occupations = [o for f in OCCUPATIONS for o in _lines(root / f)]
-    out = []
-    for (kind, typ), path in _files(data, split).items():
-        for line in _lines(path):
-            index, _, text = line.partition(" ")
-            spans = re.findall(r"\[([^\]]+)\]", text)
-            if not index.isdigit() or len(spans) < 2:
-                raise InputError(
-                    f"{path.name}: {line[:60]!r} is not an index and a sentence with bracketed "
-                    "spans",
-                    key="data",
-                    value=str(root),
-                )
-            answer = re.sub(r"^(the|a|an)\s+", "", spans[0], flags=re.IGNORECASE).strip()
-            sentence = re.sub(r"[\[\]]", "", text)
-            options = _mentions(sentence, occupations)[:2]
-            if answer.lower() not in [o.lower() for o in options] or len(options) != 2:
-                continue
-            out.append(
-                {
-                    "id": f"{typ}-{kind}-{index}",
-                    "pair": f"{typ}-{index}",
-                    "type": typ,
-                    "kind": kind,
-                    "sentence": sentence,
-                    "pronoun": spans[1],
-                    "options": options,
-                    "answer": next(o for o in options if o.lower() == answer.lower()),
-                }
-            )
-    return out
-
-
-def question(row: dict[str, Any]) -> str:
-    """The user turn: the sentence and the question about its pronoun."""
-    a, b = row["options"]
-    return (
-        f'{row["sentence"]}\nIn the sentence above, who does "{row["pronoun"]}" refer to: the '
-        f"{a} or the {b}? Answer with the occupation."
-    )
 
 
 def _gap(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -228,7 +152,7 @@ class WinoBias(Benchmark):
     def inputs(self, options: WinoBiasOptions) -> dict[str, Path]:
         if not options.data:
             return {}
-        files = {f"{k}_{t}": p for (k, t), p in _files(options.data, options.split).items()}
+        files = {f"{k}_{t}": p for (k, t), p in sentence_files(options.data, options.split).items()}
         return {**files, **{f.split("_")[0]: Path(options.data) / f for f in OCCUPATIONS}}
 
     def check_inputs(self, options: WinoBiasOptions) -> None:
