@@ -45,7 +45,7 @@ def _plan(recipe: dict, tmp_path: Path, toy_model: Path) -> tuple[Run, Plan]:
 
 
 def test_without_arms_the_plan_is_the_papers_before_and_after(tmp_path, toy_model) -> None:
-    from scd.pipeline.run_protocol import JobRunner, PlanSource
+    from scd.pipeline.run_interface import JobRunner, PlanSource
 
     recipe = {**SMALL, "run": {"name": "p", "settings": [1, 3]}}
     run, plan = _plan(recipe, tmp_path, toy_model)

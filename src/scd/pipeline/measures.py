@@ -11,7 +11,7 @@ from scd.eval import erasure
 from scd.eval.steering import INFO, VECTORS
 from scd.models import model_fingerprint
 from scd.pipeline.plan import CapabilityJob, EraseJob, SteerJob
-from scd.pipeline.run_protocol import JobRunner
+from scd.pipeline.run_interface import JobRunner
 
 __all__ = ["capability", "erase", "steer"]
 

@@ -35,7 +35,7 @@ from scd.models import model_fingerprint
 from scd.train.arms import arm_class
 
 if TYPE_CHECKING:
-    from scd.pipeline.run_protocol import PlanSource
+    from scd.pipeline.run_interface import PlanSource
 
 __all__ = [
     "make_plan",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from scd.pipeline.plan import PushJob, TrackJob
-from scd.pipeline.run_protocol import JobRunner
+from scd.pipeline.run_interface import JobRunner
 
 __all__ = ["push", "track"]
 
