@@ -27,7 +27,9 @@ LAYERS = (
         "scd/commands.py",
         "scd/cli_parser.py",
         "scd/cli_args.py",
+        "scd/cli_audit.py",
         "scd/cli_data.py",
+        "scd/cli_export.py",
     ),
     ("scd/cli.py", "scd/__main__.py"),
 )

@@ -22,7 +22,9 @@ from collections.abc import Callable, Sequence
 
 from scd import commands
 from scd.cli_args import add_commands
+from scd.cli_audit import audit_scm
 from scd.cli_data import data_fetch, data_list, data_verify
+from scd.cli_export import export_lm_eval
 from scd.cli_parser import Parser
 from scd.errors import InputError, RunFailed
 
@@ -34,8 +36,8 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], None]] = {
     "generate stigma": commands.generate_stigma,
     "generate sft": commands.generate_sft,
     "eval": commands.evaluate,  # every benchmark's, and the stigma probes'
-    "audit scm": commands.audit_scm,
-    "export lm-eval": commands.export_lm_eval,
+    "audit scm": audit_scm,
+    "export lm-eval": export_lm_eval,
     "train": commands.train,
     "run": commands.run,
     "report": commands.report,

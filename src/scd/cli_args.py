@@ -1,5 +1,6 @@
-"""The arguments of every ``scd`` command (:func:`add_commands`); the parser and its handlers:
-:mod:`scd.cli`, :mod:`scd.commands`."""
+"""The arguments of every ``scd`` command (:func:`add_commands`; ``scd data``, ``audit`` and
+``export``: :mod:`scd.cli_data`, :mod:`scd.cli_audit`, :mod:`scd.cli_export`); the parser and its
+handlers: :mod:`scd.cli`, :mod:`scd.commands`."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import argparse
 from typing import Any
 
 from scd import commands
+from scd.cli_audit import add_audit
 from scd.cli_data import add_data
-from scd.cli_parser import Parser, add_engine_options
+from scd.cli_export import add_export
+from scd.cli_parser import Parser, add_engine_options, add_threads, command_group, positive_int
 from scd.config.engine import EngineSpec
-from scd.config.options import add_options, argument_type, positive
+from scd.config.options import add_options
 from scd.config.schema import SFTOptions
 from scd.eval.benchmarks import REGISTRY
-from scd.eval.engines.hf_setup import HFOptions
 from scd.train.arms import METHODS, method_class
 
 __all__ = ["add_commands"]
@@ -21,36 +23,8 @@ __all__ = ["add_commands"]
 MODEL_HELP = "model directory, Hub id, or .gguf file (converted once and cached)"
 
 
-_positive = argument_type(int, positive)
-
-
-def _thread_count(text: str) -> str:
-    """``--threads``: a positive number, auto or torch (checked as ``SCD_THREADS`` is)."""
-    if text.strip().lower() in ("auto", "torch") or (text.isdigit() and int(text) > 0):
-        return text.strip().lower()
-    raise argparse.ArgumentTypeError(f"expected a positive number, auto or torch, got {text!r}")
-
-
-def _add_threads(parser: argparse.ArgumentParser) -> None:
-    """``--threads`` of a command that computes with torch (scd.config.threads)."""
-    parser.add_argument(
-        "--threads",
-        type=_thread_count,
-        metavar="N",
-        help="torch's CPU threads: N, auto (default: 1 for a small model such as the toy, else "
-        "one per CPU this process may use, a cgroup CPU quota counted) or torch (torch's own "
-        "default); sets SCD_THREADS",
-    )
-
-
-def _command_group(sub: argparse._SubParsersAction, name: str, help: str) -> Any:
-    """``scd NAME <what>``: a command whose subcommands are added to the returned object."""
-    group = sub.add_parser(name, help=help)
-    return group.add_subparsers(dest="what", required=True, parser_class=Parser, metavar="COMMAND")
-
-
 def _add_generate(sub: argparse._SubParsersAction) -> None:
-    gsub = _command_group(sub, "generate", "generate prompt sets and SFT data")
+    gsub = command_group(sub, "generate", "generate prompt sets and SFT data")
 
     contact = gsub.add_parser("contact", help="contact-hypothesis prompt sets (prompts.parquet)")
     contact.add_argument(
@@ -76,7 +50,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     stigma = gsub.add_parser("stigma", help="Social Distance Scale, sentiment and AQ-27 prompts")
     stigma.add_argument(
         "--limit-conditions",
-        type=_positive,
+        type=positive_int,
         help="first N conditions per group, N noun phrases per kind, N illnesses per type",
     )
     stigma.add_argument("--conditions", help="conditions YAML (default: packaged 93 + 29)")
@@ -116,7 +90,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     names = [*REGISTRY, "stigma (--probe " + "|".join(commands.stigma_probes()) + ")"]
-    esub = _command_group(sub, "eval", "evaluate a model: " + ", ".join(names))
+    esub = command_group(sub, "eval", "evaluate a model: " + ", ".join(names))
     for name, bench in REGISTRY.items():
         parser = esub.add_parser(name, help=bench.help.replace("%", "%%"))
         _add_eval_args(parser, [bench])
@@ -141,7 +115,7 @@ def _add_eval_args(parser: argparse.ArgumentParser, benchmarks: list[Any]) -> No
         added.update(names)
     add_engine_options(parser, [kind for bench in benchmarks for kind in bench.model_kinds])
     parser.add_argument("--out", required=True, help="output directory (re-run to resume)")
-    _add_threads(parser)
+    add_threads(parser)
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -154,90 +128,6 @@ def _add_eval_args(parser: argparse.ArgumentParser, benchmarks: list[Any]) -> No
         help="log the result as a W&B run (offline without a key or network)",
     )
     parser.add_argument("--wandb-project", default="scd", help="its W&B project")
-
-
-def _add_audit(sub: argparse._SubParsersAction) -> None:
-    asub = _command_group(sub, "audit", "audit a corpus: Stereotype Content Model of illnesses")
-    scm = asub.add_parser(
-        "scm",
-        help="warmth and competence of a corpus's illness mentions, mental vs physical, beside "
-        "the BIAS map (Mina et al. 2024)",
-    )
-    scm.add_argument(
-        "--corpus",
-        required=True,
-        help="a text file (one document per line), "
-        "JSONL or Parquet with a text column, or a Hub dataset id",
-    )
-    scm.add_argument(
-        "--seeds",
-        required=True,
-        nargs="+",
-        help="SCM seed sentences: "
-        "Sentence,Target CSV files or a directory of them (data/ of "
-        "github.com/katiefraser/computational-SCM)",
-    )
-    scm.add_argument(
-        "--encoder",
-        default="sentence-transformers/all-mpnet-base-v2",
-        help="sentence encoder: a sentence-transformers model, or a language model "
-        "(mean-pooled hidden states): a directory, .gguf file or Hub id",
-    )
-    scm.add_argument(
-        "--encoder-layers",
-        type=_positive,
-        metavar="N",
-        help="keep only the encoder's first N layers (e.g. 15 of SmolLM2-135M's 30: VALIDATION.md)",
-    )
-    scm.add_argument(
-        "--terms",
-        help="illness terms YAML {type: [terms]} (default: the AQ-27 lists of --language)",
-    )
-    scm.add_argument("--language", choices=("en", "es"), default="en", help="default terms")
-    scm.add_argument("--text-column", default="text", help="JSONL/Parquet/dataset column")
-    scm.add_argument(
-        "--aq27-run",
-        help="a finished `scd eval stigma --probe aq27` dir: its "
-        "mental - physical results beside the BIAS map",
-    )
-    scm.add_argument(
-        "--cross-validate",
-        action="store_true",
-        help="5-fold cross-validation of the SCM model on the seed sentences (into summary.json)",
-    )
-    scm.add_argument("--cache", default="outputs/cache", help="SCM models and embeddings")
-    add_options(scm, HFOptions, ["device"])
-    scm.add_argument("--batch-size", type=_positive, default=64, help="sentences per batch")
-    scm.add_argument("--no-progress", action="store_true", help="no progress bars")
-    scm.add_argument("--out", required=True, help="output directory")
-    _add_threads(scm)
-
-
-def _add_export(sub: argparse._SubParsersAction) -> None:
-    esub = _command_group(sub, "export", "scd's benchmarks as tasks of other tools")
-    lm = esub.add_parser(
-        "lm-eval",
-        help="an lm-evaluation-harness task directory: bias %% on the contact prompts (and the "
-        "SDS gap), scored as scd scores them; run with lm_eval --include_path OUT --tasks scd",
-    )
-    lm.add_argument("--prompts", help="directory from `scd generate contact`")
-    lm.add_argument("--stigma-prompts", help="directory from `scd generate stigma` (the SDS task)")
-    lm.add_argument(
-        "--limit",
-        type=_positive,
-        help="the stratified subset of ~N descriptor "
-        "prompts that `scd eval bias --limit N` takes (baselines on top)",
-    )
-    lm.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
-    lm.add_argument(
-        "--format",
-        choices=("chat", "plain"),
-        default="chat",
-        help="chat: for "
-        "lm_eval --apply_chat_template; plain: scd's format for models without a "
-        "chat template",
-    )
-    lm.add_argument("--out", required=True, help="output directory")
 
 
 def _add_recipe_args(parser: argparse.ArgumentParser, example: str) -> None:
@@ -275,7 +165,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--verbose", action="store_true", help="the libraries' own output (dataset bars, logs)"
     )
-    _add_threads(train)
+    add_threads(train)
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -304,7 +194,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "--address",
         help="ray: the cluster (default: a local one; 'auto': the cluster this node belongs to)",
     )
-    _add_threads(run)
+    add_threads(run)
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -378,15 +268,15 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     )
     quick.add_argument("--out", default="outputs/quickstart", help="output directory")
     for parser in (toy, quick):
-        _add_threads(parser)
+        add_threads(parser)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Every command of ``scd``, in the order its help lists them."""
     _add_generate(sub)
     _add_eval(sub)
-    _add_audit(sub)
-    _add_export(sub)
+    add_audit(sub)
+    add_export(sub)
     _add_train(sub)
     _add_run(sub)
     _add_report(sub)

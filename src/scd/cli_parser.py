@@ -7,12 +7,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from scd.config.engine import DEFAULT_BACKEND, EngineSpec
-from scd.config.options import add_options
+from scd.config.options import add_options, argument_type, positive
 from scd.eval.engines import engines_for
 
-__all__ = ["HelpFormatter", "Parser", "add_engine_options"]
+__all__ = [
+    "HelpFormatter",
+    "Parser",
+    "add_engine_options",
+    "add_threads",
+    "command_group",
+    "positive_int",
+]
 
 
 def add_engine_options(parser: argparse.ArgumentParser, kinds: Sequence[str]) -> None:
@@ -115,3 +123,31 @@ class Parser(argparse.ArgumentParser):
         if unknown and (message.startswith("unrecognized") or "required" in message):
             message = f"unrecognized arguments: {self._suggest(unknown)}"
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+positive_int = argument_type(int, positive)  # a flag's type: a positive integer
+
+
+def _thread_count(text: str) -> str:
+    """``--threads``: a positive number, auto or torch (checked as ``SCD_THREADS`` is)."""
+    if text.strip().lower() in ("auto", "torch") or (text.isdigit() and int(text) > 0):
+        return text.strip().lower()
+    raise argparse.ArgumentTypeError(f"expected a positive number, auto or torch, got {text!r}")
+
+
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    """``--threads`` of a command that computes with torch (scd.config.threads)."""
+    parser.add_argument(
+        "--threads",
+        type=_thread_count,
+        metavar="N",
+        help="torch's CPU threads: N, auto (default: 1 for a small model such as the toy, else "
+        "one per CPU this process may use, a cgroup CPU quota counted) or torch (torch's own "
+        "default); sets SCD_THREADS",
+    )
+
+
+def command_group(sub: argparse._SubParsersAction, name: str, help: str) -> Any:
+    """``scd NAME <what>``: a command whose subcommands are added to the returned object."""
+    group = sub.add_parser(name, help=help)
+    return group.add_subparsers(dest="what", required=True, parser_class=Parser, metavar="COMMAND")

@@ -1,8 +1,10 @@
 """What each ``scd`` subcommand does: call the library, print a one-line summary.
 
 The parser lives in :mod:`scd.cli` (every command's arguments: :mod:`scd.cli_args`; which function
-runs which command: :data:`scd.cli.HANDLERS`); heavy modules are imported inside each handler, so
-that ``scd --help`` and bad-input errors stay fast.
+runs which command: :data:`scd.cli.HANDLERS`); ``scd data``, ``scd audit`` and ``scd export``
+keep their handlers beside their arguments (:mod:`scd.cli_data`, :mod:`scd.cli_audit`,
+:mod:`scd.cli_export`). Heavy modules are imported inside each handler, so that ``scd --help``
+and bad-input errors stay fast.
 """
 
 from __future__ import annotations
@@ -163,53 +165,6 @@ def evaluate(args: argparse.Namespace) -> None:
         from scd.report.wandb_log import log_evaluation
 
         log_evaluation(bench, args.out, summary, args.wandb_project)
-
-
-def audit_scm(args: argparse.Namespace) -> None:
-    from scd.audit.audit import audit_scm
-
-    summary = audit_scm(
-        args.corpus,
-        args.out,
-        seeds=args.seeds,
-        encoder=args.encoder,
-        encoder_layers=args.encoder_layers,
-        terms=args.terms,
-        language=args.language,
-        text_column=args.text_column,
-        aq27_run=args.aq27_run,
-        cache=args.cache,
-        device=args.device,
-        batch_size=args.batch_size,
-        validate=args.cross_validate,
-        progress=not args.no_progress,
-    )
-    means = ", ".join(
-        f"{kind} {t['warmth']['mean']:+.3f}" for kind, t in summary["types"].items() if t["n"]
-    )
-    print(
-        f"{summary['n_matched']:,} of {summary['n_sentences']:,} sentences mention an illness; "
-        f"mean warmth {means} -> {args.out}/tables.md"
-    )
-
-
-def export_lm_eval(args: argparse.Namespace) -> None:
-    from scd.export.lm_eval import export_lm_eval
-
-    info = export_lm_eval(
-        args.out,
-        prompts=args.prompts,
-        stigma=args.stigma_prompts,
-        limit=args.limit,
-        seed=args.seed,
-        fmt=args.format,
-    )
-    docs = ", ".join(f"{name} {n:,}" for name, n in info["tasks"].items())
-    chat = " --apply_chat_template" if args.format == "chat" else ""
-    print(
-        f"lm-eval tasks ({docs} documents) -> {args.out}; run: lm_eval --include_path "
-        f"{args.out} --tasks scd{chat} ..."
-    )
 
 
 def report(args: argparse.Namespace) -> None:
