@@ -39,3 +39,20 @@ def test_every_path_a_user_file_names_exists(doc: Path) -> None:
         if not any(REPO.glob(p)) and not (REPO / p).exists()
     ]
     assert missing == [], f"{doc.relative_to(REPO)} names paths that do not exist"
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:home|root|tmp|work|Users)/[\w.-]+")
+
+
+def test_no_kept_result_names_the_machine_it_ran_on() -> None:
+    """validation/ holds what real-model runs wrote; a path of the machine they ran on (its home,
+    /tmp, a work directory) tells a reader nothing and names where it ran: the user's cache is
+    written ~/.cache/scd, the package's files src/scd/..., a run's directories outputs/..."""
+    found = {
+        str(path.relative_to(REPO)): MACHINE_PATH.search(text).group()
+        for path in sorted((REPO / "validation").rglob("*"))
+        if path.is_file()
+        and path.suffix in {".json", ".jsonl", ".md", ".yaml", ".csv", ".txt"}
+        and MACHINE_PATH.search(text := path.read_text(errors="replace"))
+    }
+    assert found == {}
