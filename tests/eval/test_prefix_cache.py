@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import scd.eval.engines.hf as hf
+import scd.eval.engines.hf_forward as hf_forward
 from scd.cli import main
 from scd.eval.benchmarks.bias.task import load_work
 from scd.eval.engines import ChoiceRequest, engine_spec
@@ -80,10 +81,10 @@ def test_a_head_is_taken_only_where_every_prompt_has_it(
     """With the threshold at one token the toy's own short chat-template heads are cached too:
     batches whose prompts diverge early, prompts one token longer than the head, an adapter-free
     base; the same numbers as without the cache."""
-    monkeypatch.setattr(hf, "MIN_SHARED_HEAD", 1)
+    monkeypatch.setattr(hf_forward, "MIN_SHARED_HEAD", 1)
     # token-id order, whatever length order would leave (batching.batch_order weighs the two)
     by_ids = lambda prompts, size, minimum: sorted(range(len(prompts)), key=lambda i: prompts[i])  # noqa: E731
-    monkeypatch.setattr(hf, "batch_order", by_ids)
+    monkeypatch.setattr(hf_forward, "batch_order", by_ids)
     tokenizer = load_tokenizer(str(toy_model))
     requests = _requests(Formatter(tokenizer), toy_prompts, 60)
     reference = HFEngine(
@@ -99,6 +100,28 @@ def test_a_head_is_taken_only_where_every_prompt_has_it(
         pair = [r, ChoiceRequest(r.prompt_ids[:-1], r.option_ids)]
         _same(engine.score(pair), reference.score(pair))
         assert (heads[-1], rests[-1]) == (len(r.prompt_ids) - 2, 1)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_options_of_mixed_lengths_score_as_whole_sequences(
+    toy_model: Path, toy_prompts: Path, side
+):
+    """One request's options of one, two and three tokens: the first token read from the
+    prompt's own pass, the others from the option rows (a one-token option feeds nothing),
+    give each prompt + option's summed log-probabilities as one sequence does."""
+    tokenizer = load_tokenizer(str(toy_model))
+    fmt = Formatter(tokenizer, system_prompt=PAPER_SYSTEM_PROMPT)
+    single = _requests(fmt, toy_prompts, 24)
+    mixed = [
+        ChoiceRequest(r.prompt_ids, (a, a + b, b + a + b))
+        for r in single
+        for a, b in [r.option_ids[:2]]
+    ]
+    spec = engine_spec(device="cpu", batch_size=8)
+    engine = HFEngine(str(toy_model), spec, tokenizer=tokenizer, padding_side=side)
+    with engine._active_model():
+        reference = [engine._score_full([r])[0] for r in mixed]
+    _same(engine.score(mixed), reference)
 
 
 @pytest.mark.slow
