@@ -129,7 +129,7 @@ def test_every_command_with_out_refuses_one_under_a_file_first(command, tmp_path
 
 
 def test_a_report_table_goes_to_a_new_directory_or_over_its_file(monkeypatch, tmp_path):
-    from scd.eval.benchmarks.base import Table
+    from scd.eval.benchmarks.tables import Table
 
     class Stub:
         def table(self, runs):

@@ -214,7 +214,7 @@ def report(args: argparse.Namespace) -> None:
         out.with_suffix(".json").write_text(json_text(table.rows))
         print(f"{args.target} table -> {out}")
     else:  # a report directory: report.md, report.html with the figures, tables/
-        from scd.eval.benchmarks.base import save_table
+        from scd.eval.benchmarks.tables import save_table
         from scd.report.html import write_report
 
         md, html = write_report(

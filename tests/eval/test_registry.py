@@ -16,7 +16,8 @@ from cli_run import run_scd as _main  # tests/cli_run.py
 from scd.config.options import option, positive
 from scd.errors import InputError
 from scd.eval.benchmarks import REGISTRY
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions
+from scd.eval.benchmarks.tables import Table, read_summaries
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalTask
 

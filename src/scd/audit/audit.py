@@ -199,7 +199,7 @@ def audit_scm(
         InputError: a bad corpus, seed file, terms file, encoder or AQ-27 run, an output
             directory of something else, or no sentence that mentions an illness term.
     """
-    from scd.eval.benchmarks.base import read_summary  # imports scipy: only when run
+    from scd.eval.benchmarks.tables import read_summary  # imports scipy: only when run
     from scd.models.resolve import resolve_model
 
     for module in ("sentence_transformers", "sklearn"):

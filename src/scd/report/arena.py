@@ -22,9 +22,9 @@ from typing import Any
 
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
-from scd.eval.benchmarks.base import Table, markdown_table, save_table
 from scd.eval.benchmarks.clusters import UNITS
 from scd.eval.benchmarks.columns import Column, over_seeds
+from scd.eval.benchmarks.tables import Table, markdown_table, save_table
 from scd.io import read_json
 from scd.train.arms import arm_class, arm_names
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from scd.config.vocabulary import RunLayout
 from scd.eval.benchmarks import REGISTRY
-from scd.eval.benchmarks.base import markdown_table
+from scd.eval.benchmarks.tables import markdown_table
 from scd.io import read_json
 from scd.report.html import anchor
 from scd.tracking import offline_folders

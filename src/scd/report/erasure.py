@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scd.config.vocabulary import RunLayout
-from scd.eval.benchmarks.base import Table, markdown_table, save_table
+from scd.eval.benchmarks.tables import Table, markdown_table, save_table
 from scd.io import read_json
 
 __all__ = ["erasure_section"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from scd.config.vocabulary import RunLayout
-from scd.eval.benchmarks.base import Table, markdown_table, save_table
+from scd.eval.benchmarks.tables import Table, markdown_table, save_table
 from scd.eval.steering import layer_label
 from scd.io import read_json
 

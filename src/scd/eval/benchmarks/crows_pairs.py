@@ -20,8 +20,9 @@ from typing import Any
 
 from scd.config.options import Pin, option, positive
 from scd.errors import InputError
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions
 from scd.eval.benchmarks.columns import Column
+from scd.eval.benchmarks.tables import Table, read_summaries
 from scd.eval.tasks import CausalModel, CausalTask
 
 __all__ = ["CrowsPairs", "CrowsPairsOptions", "load_pairs"]
@@ -242,8 +243,8 @@ class CrowsPairsTask(CausalTask):
         }
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.rates import runs_table
+        from scd.eval.benchmarks.tables import evaluated
 
         rows = [("all", lambda s: s["overall"])] + [
             (t, lambda s, t=t: s["by_type"][t]) for t in summary["by_type"]

@@ -18,8 +18,9 @@ from typing import Any, Literal
 from scd.config.options import Pin, option
 from scd.config.vocabulary import ACTIONS
 from scd.data_gen.relevance import DIRECTIONS
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions
 from scd.eval.benchmarks.columns import Column
+from scd.eval.benchmarks.tables import Table
 from scd.eval.tasks import CausalModel, CausalTask
 
 __all__ = ["Judgment", "JudgmentOptions"]
@@ -301,7 +302,7 @@ class JudgmentTask(CausalTask):
         return judgment_summary(records)
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        from scd.eval.benchmarks.base import evaluated
+        from scd.eval.benchmarks.tables import evaluated
 
         d, ps = summary["by_direction"], summary["pro_social"]
         lines = [

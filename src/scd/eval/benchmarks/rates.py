@@ -128,7 +128,7 @@ def runs_section(
     any ``extra`` lines, then each run after the first paired with it on ``flag``
     (:func:`paired_lines`, the items matched by ``id_key``); tidy rows (``run``, ``label_key``,
     the block's numbers) saved as ``tables/<name>.*``."""
-    from scd.eval.benchmarks.base import Table
+    from scd.eval.benchmarks.tables import Table
 
     lines = [
         f"## {title}",

@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 from scd.config.options import Pin, option, positive
 from scd.errors import InputError
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions
 from scd.eval.benchmarks.columns import Column
+from scd.eval.benchmarks.tables import Table, read_summaries
 from scd.eval.benchmarks.winobias_data import (
     KINDS,
     OCCUPATIONS,
@@ -221,9 +222,9 @@ class WinoBias(Benchmark):
         )
 
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
-        from scd.eval.benchmarks.base import read_summary
         from scd.eval.benchmarks.gap_change import gap_change
         from scd.eval.benchmarks.rates import paired
+        from scd.eval.benchmarks.tables import read_summary
         from scd.eval.records import read_records
 
         s = read_summary(result, "WinoBias")
@@ -295,8 +296,8 @@ class WinoBiasTask(CausalTask):
         }
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.rates import runs_table
+        from scd.eval.benchmarks.tables import evaluated
 
         rows = [
             (f"{t} {k}", lambda s, t=t, k=k: s["by_type_kind"].get(f"{t}-{k}"))

@@ -24,8 +24,9 @@ from typing import Any
 
 from scd.config.options import Pin, option
 from scd.errors import InputError
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions
 from scd.eval.benchmarks.columns import Column
+from scd.eval.benchmarks.tables import Table, read_summaries
 from scd.eval.tasks import CausalModel, CausalTask
 
 __all__ = ["GENDERS", "Winogender", "WinogenderOptions", "load_sentences", "prompt_text"]
@@ -230,8 +231,8 @@ class Winogender(Benchmark):
         )
 
     def arena(self, result: Path, base: Path, items: Path) -> dict[str, Any]:
-        from scd.eval.benchmarks.base import read_summary
         from scd.eval.benchmarks.rates import paired
+        from scd.eval.benchmarks.tables import read_summary
         from scd.eval.records import read_records
 
         s = read_summary(result, "Winogender")
@@ -300,8 +301,8 @@ class WinogenderTask(CausalTask):
         }
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.rates import runs_table
+        from scd.eval.benchmarks.tables import evaluated
 
         rows = [("all", lambda s: s["overall"])] + [
             (f"{g} pronoun", lambda s, g=g: s["by_gender"].get(g)) for g in GENDERS

@@ -30,8 +30,9 @@ from typing import Any, Literal
 
 from scd.config.options import Pin, option, positive
 from scd.errors import InputError
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, Table, read_summaries, save_table
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions
 from scd.eval.benchmarks.bbq.columns import BBQ_COLUMNS
+from scd.eval.benchmarks.tables import Table, read_summaries, save_table
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel, CausalTask
 from scd.io import looks_local
@@ -329,13 +330,13 @@ class BBQTask(CausalTask):
         return summary
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.bbq.metrics import (
             generation_lines,
             markdown,
             order_lines,
             table15_rows,
         )
+        from scd.eval.benchmarks.tables import evaluated
 
         text = markdown(table15_rows({evaluated(summary): summary}))
         if "lm_eval" in summary:

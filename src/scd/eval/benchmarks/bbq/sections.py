@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
 from scd.eval.benchmarks.bbq.metrics import markdown, table15_rows
+from scd.eval.benchmarks.tables import Table, markdown_table, read_summaries
 from scd.eval.records import read_records
 
 __all__ = [

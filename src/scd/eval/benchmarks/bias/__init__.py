@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from scd.config.options import Pin, option, positive
-from scd.eval.benchmarks.base import Benchmark, BenchmarkJob, BenchmarkOptions, RunData, Table
+from scd.eval.benchmarks.base import Benchmark, BenchmarkJob, BenchmarkOptions, RunData
 from scd.eval.benchmarks.bias.columns import BIAS_COLUMNS
+from scd.eval.benchmarks.tables import Table
 from scd.eval.tasks import CausalModel
 
 __all__ = ["Bias", "BiasOptions"]

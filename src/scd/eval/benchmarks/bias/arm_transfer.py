@@ -20,12 +20,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from scd.config.settings import Setting
-from scd.eval.benchmarks.base import Table, markdown_table
 from scd.eval.benchmarks.bias.columns import n_templates_cell
 from scd.eval.benchmarks.bias.metrics import label_of
 from scd.eval.benchmarks.bias.transfer import TRANSFER_TABLES, bias_frame
 from scd.eval.benchmarks.clusters import UNITS, cluster_change, cluster_rate, unit_keys
 from scd.eval.benchmarks.columns import Column, over_seeds
+from scd.eval.benchmarks.tables import Table, markdown_table
 from scd.io import read_json
 
 __all__ = ["ARM_TRANSFER_COLUMNS", "arm_transfer_rows", "arm_transfer_tables"]

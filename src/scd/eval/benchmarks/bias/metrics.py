@@ -16,7 +16,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, PRINCIPLES, SCALES, SCENARIO_TABLE_ORDER
 from scd.errors import InputError
-from scd.eval.benchmarks.base import markdown_table
+from scd.eval.benchmarks.tables import markdown_table
 
 __all__ = [
     "SMALL_N",

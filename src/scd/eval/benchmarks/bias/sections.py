@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 
 from scd.config.settings import load_settings
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS, SCALES, SCENARIO_TABLE_ORDER, RunLayout
-from scd.eval.benchmarks.base import Table, markdown_table, read_summaries, save_table
 from scd.eval.benchmarks.bias.arm_transfer import arm_transfer_tables
 from scd.eval.benchmarks.bias.metrics import format_cell, format_pct, grid_markdown
 from scd.eval.benchmarks.bias.transfer import (
@@ -29,6 +28,7 @@ from scd.eval.benchmarks.bias.transfer import (
     table_markdown,
     transfer_frame,
 )
+from scd.eval.benchmarks.tables import Table, markdown_table, read_summaries, save_table
 from scd.io import read_json
 
 __all__ = ["bias_sections", "runs_table"]

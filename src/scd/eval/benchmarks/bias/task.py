@@ -164,8 +164,8 @@ class BiasTask(CausalTask):
         return summarize(records, denominator=self.denominator)
 
     def render(self, summary: dict[str, Any]) -> dict[str, str]:
-        from scd.eval.benchmarks.base import evaluated
         from scd.eval.benchmarks.bias.metrics import tables_markdown
+        from scd.eval.benchmarks.tables import evaluated
 
         title = f"Bias: {evaluated(summary)} (protocol {self.protocol.name}, rule {self.rule})"
         return {"tables.md": tables_markdown(summary, title=title)}

@@ -16,8 +16,8 @@ import pandas as pd
 
 from scd.config.settings import Setting
 from scd.config.vocabulary import CONTACT_LABELS, CONTACTS
-from scd.eval.benchmarks.base import markdown_table
 from scd.eval.benchmarks.bias.metrics import bias_table, format_cell, format_pct, label_of
+from scd.eval.benchmarks.tables import markdown_table
 from scd.eval.records import read_records
 
 __all__ = [

@@ -63,10 +63,10 @@ from typing import Any
 from scd.config.options import option
 from scd.config.vocabulary import AQ27_COLUMNS
 from scd.errors import InputError, first_line
-from scd.eval.benchmarks.base import Table
 from scd.eval.benchmarks.stigma.aq27_report import aq27_markdown, aq27_table
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask, model_kind
 from scd.eval.benchmarks.stigma.stats import mental_vs_physical
+from scd.eval.benchmarks.tables import Table
 from scd.eval.engines import ChoiceRequest
 from scd.eval.tasks import CausalModel
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scd.eval.benchmarks.base import Table, markdown_table, read_summaries
+from scd.eval.benchmarks.tables import Table, markdown_table, read_summaries
 
 __all__ = ["MEASURES", "aq27_markdown", "aq27_table", "vocabulary_line"]
 

@@ -27,8 +27,9 @@ from scd.config.engine import EVAL_BATCH_SIZE
 from scd.config.options import Pin, option, positive
 from scd.config.threads import n_parameters, use_threads
 from scd.errors import InputError, first_line
-from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, RunData, Table, evaluated
+from scd.eval.benchmarks.base import Benchmark, BenchmarkOptions, RunData
 from scd.eval.benchmarks.stigma.xlnet import is_xlnet
+from scd.eval.benchmarks.tables import Table, evaluated
 from scd.eval.tasks import CausalModel, CausalTask
 
 __all__ = ["StigmaOptions", "StigmaProbe", "StigmaTask", "model_kind"]
@@ -178,7 +179,7 @@ class StigmaProbe(Benchmark):
 
     def table(self, runs: dict[str, Path | str]) -> Table:
         """Finished runs of an SDS, mlm or sentiment probe side by side (:func:`gap_lines`)."""
-        from scd.eval.benchmarks.base import read_summaries
+        from scd.eval.benchmarks.tables import read_summaries
 
         what = "proportion negative" if self.name == "sentiment" else "P(negative attitude)"
         lines, rows = gap_lines(read_summaries(runs, self.name, probe=True))
@@ -284,7 +285,7 @@ def gap_lines(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[dic
     stigmatized - non-stigmatized gap with its 95% CI and Welch p, its change against the first
     column, the categories and the no-condition baselines; Markdown lines (a table and a blank
     line) and tidy rows."""
-    from scd.eval.benchmarks.base import markdown_table
+    from scd.eval.benchmarks.tables import markdown_table
 
     names = list(summaries)
     gaps = {n: s["gap"] for n, s in summaries.items()}

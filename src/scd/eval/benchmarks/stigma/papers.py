@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from scd.eval.benchmarks.base import markdown_table
 from scd.eval.benchmarks.stigma.common import fmt, gap_cell
+from scd.eval.benchmarks.tables import markdown_table
 
 __all__ = ["match", "mei_lines", "mei_correlation_line", "mina_lines", "paper_numbers"]
 

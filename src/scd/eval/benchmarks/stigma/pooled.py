@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from scd.eval.benchmarks.base import markdown_table
 from scd.eval.benchmarks.stigma.common import fmt, gap_cell
 from scd.eval.benchmarks.stigma.stats import gap, mean_ci, pearson, spearman
+from scd.eval.benchmarks.tables import markdown_table
 
 __all__ = [
     "THRESHOLD",

@@ -206,7 +206,7 @@ class SDS(StigmaProbe):
         """The arm's gap (stigmatized - non-stigmatized P(negative attitude)) with its 95% BCa
         interval and both group means, from its summary; no test against the base model (the
         gap's interval is over conditions, not paired items)."""
-        from scd.eval.benchmarks.base import read_summary
+        from scd.eval.benchmarks.tables import read_summary
 
         g = read_summary(result, self.name, probe=True)["gap"]
         keys = {

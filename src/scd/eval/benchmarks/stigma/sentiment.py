@@ -25,9 +25,9 @@ from typing import Any
 from scd.config.options import Pin, option
 from scd.config.vocabulary import SENTIMENT_COLUMNS
 from scd.errors import InputError
-from scd.eval.benchmarks.base import read_summary
 from scd.eval.benchmarks.stigma.common import StigmaOptions, StigmaProbe, StigmaTask
 from scd.eval.benchmarks.stigma.stats import gap, pearson
+from scd.eval.benchmarks.tables import read_summary
 from scd.eval.tasks import CausalModel
 
 __all__ = [

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from scd.errors import InputError
-from scd.eval.benchmarks.base import Table, read_summaries, read_summary
 from scd.eval.benchmarks.stigma.common import gap_lines
+from scd.eval.benchmarks.tables import Table, read_summaries, read_summary
 
 __all__ = ["POOLED_PROBES", "pooled_stigma_table", "probe_table", "runs_by_probe"]
 
