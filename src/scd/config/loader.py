@@ -1,6 +1,8 @@
-"""Reading a recipe: YAML (``yaml.safe_load``) -> renamed keys brought up to date ->
-``--set key=value`` overrides -> the schema's dataclasses (:mod:`scd.config.schema`), every
-problem reported at once, one line each naming the file (or ``--set``) and the key.
+"""Reading a recipe: YAML (``yaml.safe_load``) -> renamed keys brought up to date and
+``--set key=value`` overrides (:mod:`scd.config.overrides`) -> the schema's dataclasses
+(:mod:`scd.config.schema`), each value checked by its type (:mod:`scd.config.values`), every
+problem reported at once, one line each naming the file (or ``--set``) and the key; and what of a
+recipe a run directory holds fixed (:func:`fixed_part`).
 
 The ``eval`` section takes one sub-section per benchmark: the caller passes the benchmarks'
 options classes (``sections``), so that this module knows no benchmark.
@@ -10,123 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
-import functools
 import json
-import types
 import typing
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
-from scd.config.arms import METHODS, ArenaOptions, arena_spec_class, method_class, method_decided
+from scd.config.arms import ArenaOptions, arena_spec_class
 from scd.config.checks import recipe_problems
 from scd.config.engine import DEFAULT_BACKEND, ENGINES, engine_of
-from scd.config.options import TYPE_NAMES, one_of, speed_keys
-from scd.config.schema import TRL_DECIDED, EvalSpec, Recipe, eval_spec_class
+from scd.config.options import speed_keys
+from scd.config.overrides import Say, apply_overrides, pop_key, rename_keys
+from scd.config.schema import EvalSpec, Recipe, eval_spec_class
+from scd.config.values import coerce, library_fields, library_value
 from scd.errors import InputError
 
-__all__ = ["RENAMED", "fixed_part", "library_fields", "parse_recipe_dict", "parse_recipe_file"]
-
-Say = Callable[[str], None]
-RENAMED = {  # old key -> the keys that replaced it (SFTConfig's own names; sections per benchmark)
-    "train.epochs": ("train.num_train_epochs",),
-    "train.batch_size": ("train.per_device_train_batch_size",),
-    "train.grad_accum": ("train.gradient_accumulation_steps",),
-    "train.lr_scheduler": ("train.lr_scheduler_type",),
-    "train.warmup_ratio": ("train.warmup_steps",),
-    "eval.seed": ("eval.bias.seed", "eval.bbq.seed"),
-    "eval.stigma.limit_conditions": ("eval.sds.limit_conditions", "eval.aq27.limit_conditions"),
-    "eval.stigma.probes": ("eval.<probe>.enabled",),  # [sds, aq27]: eval.sds.enabled: true, ...
-}
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against a field type; ints are accepted for floats."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in typing.get_args(tp):
-            return None
-        errors = []
-        for arg in (a for a in typing.get_args(tp) if a is not type(None)):
-            try:
-                return _coerce(value, arg, where)
-            except InputError as err:
-                errors.append((arg, err))
-        # a list that fails inside: what is wrong in it, not that it is no number
-        of_its_kind = [err for arg, err in errors if (typing.get_origin(arg) or arg) is type(value)]
-        raise (of_its_kind or [err for _, err in errors])[0]
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise InputError(f"{where}: expected {one_of(typing.get_args(tp))}, got {value!r}")
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise InputError(f"{where}: expected a list, got {value!r}")
-        return [_coerce(v, typing.get_args(tp)[0], where) for v in value]
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # TRL's and transformers' choices
-        if value not in [e.value for e in tp]:
-            raise InputError(f"{where}: expected {one_of([e.value for e in tp])}, got {value!r}")
-        return value
-    if tp is Any:
-        return value
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    wrong_kind = isinstance(value, bool) and tp in (int, float)
-    if wrong_kind or (
-        isinstance(tp, type)
-        and not isinstance(value, tp)
-        and not (tp is float and isinstance(value, int))
-    ):
-        raise InputError(f"{where}: expected {TYPE_NAMES.get(tp, tp.__name__)}, got {value!r}")
-    return float(value) if tp is float else value
-
-
-def library_fields() -> dict[str, Any]:
-    """The fields of every registered method's TRL config (SFTConfig, DPOConfig, KTOConfig ...)
-    and their types: the keys a recipe's ``train:`` section takes beyond scd's own (TRL is
-    imported only when a ``train:`` key is not scd's own: one of these, or a typo to find the
-    nearest name for)."""
-    METHODS.require()
-    return _library_fields(tuple(METHODS))
-
-
-@functools.cache
-def _library_fields(methods: tuple[str, ...]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for name in methods:
-        cls = method_class(name)().config()
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            tp = hints[f.name]
-            if f.init:  # a field two configs type differently takes either type
-                found[f.name] = tp if found.get(f.name, tp) == tp else found[f.name] | tp
-    return found
-
-
-def _extra(name: str, value: Any, key: str, problems: list[tuple[str, str]]) -> Any:
-    """A ``train:`` key that is not scd's own: a TRL config field, checked by its type."""
-    if name in TRL_DECIDED or name in method_decided():
-        problems.append(
-            (
-                key,
-                f"{key}: scd sets this key of TRL's config itself (from "
-                "output_dir, wandb, train.device and the evaluator)",
-            )
-        )
-        return None
-    tp = library_fields()[name]
-    try:
-        return _coerce(value, tp, key)
-    except InputError as err:
-        problems.append((key, str(err)))
-        return None
+__all__ = ["fixed_part", "parse_recipe_dict", "parse_recipe_file"]
 
 
 def _eval_class(data: Any, sections: Mapping[str, type]) -> type[EvalSpec]:
@@ -160,7 +63,7 @@ def _build(
         elif isinstance(tp, type) and issubclass(tp, ArenaOptions):
             tp = arena_spec_class()  # the registered arms' keys
         if name not in fields and spread and name in library_fields():
-            kwargs[spread][name] = _extra(name, value, key, problems)
+            kwargs[spread][name] = library_value(name, value, key, problems)
         elif name not in fields and issubclass(cls, EvalSpec) and (owner := engine_of(name)):
             chosen = data.get("backend", DEFAULT_BACKEND)
             if value is not None and chosen in ENGINES:  # null: unset (older recipe files)
@@ -178,7 +81,7 @@ def _build(
             kwargs[name] = _build(tp, value, key, problems, sections)
         else:
             try:
-                kwargs[name] = _coerce(value, tp, key)
+                kwargs[name] = coerce(value, tp, key)
             except InputError as err:
                 problems.append((key, str(err)))
     for name, f in fields.items():
@@ -213,103 +116,6 @@ def _parse(data: Any, source: str, sections: Mapping[str, type], given: dict[str
     return recipe
 
 
-def _has(tree: dict[str, Any], key: str) -> bool:
-    *sections, last = key.split(".")
-    for name in sections:
-        tree = tree.get(name) if isinstance(tree, dict) else None
-    return isinstance(tree, dict) and last in tree
-
-
-def _pop(tree: dict[str, Any], key: str) -> tuple[bool, Any]:
-    *sections, last = key.split(".")
-    for name in sections:
-        tree = tree.get(name) if isinstance(tree, dict) else None
-    if not isinstance(tree, dict) or last not in tree:
-        return False, None
-    return True, tree.pop(last)
-
-
-def _put(tree: dict[str, Any], key: str, value: Any) -> None:
-    """``tree[a][b][c] = value`` for ``key`` ``a.b.c``, unless it is set (or not a mapping)."""
-    *sections, last = key.split(".")
-    for name in sections:
-        tree = tree.setdefault(name, {})
-        if not isinstance(tree, dict):
-            return
-    tree.setdefault(last, value)
-
-
-def _rename(data: dict[str, Any], say: Say | None, where: str) -> dict[str, Any]:
-    """Old keys moved to their new names, each with a one-line notice: to ``say``, else as a
-    ``FutureWarning``.
-
-    Raises:
-        InputError: a key given under its old and its new name.
-    """
-    for old, new in RENAMED.items():
-        found, value = _pop(data, old)
-        if not found:
-            continue
-        if old == "eval.stigma.probes":
-            new = tuple(f"eval.{probe}.enabled" for probe in value or [])
-            value = True
-        given = [key for key in new if _has(data, key)]
-        if given:
-            raise InputError(
-                f"{where}: {old} and its new name {given[0]} are both given; keep {given[0]} only"
-            )
-        for key in new:
-            _put(data, key, value)
-        text = f"{where}: {old} is now {' and '.join(new) or 'eval.<probe>.enabled'}"
-        if say is None:
-            warnings.warn(f"{text} (the old name still works)", FutureWarning, stacklevel=4)
-        else:
-            say(f"{text} (the old name still works)")
-    if isinstance(data.get("eval"), dict) and data["eval"].get("stigma") == {}:
-        del data["eval"]["stigma"]
-    return data
-
-
-def _leaves(tree: dict[str, Any], prefix: str = "") -> list[str]:
-    return [
-        leaf
-        for k, v in tree.items()
-        for leaf in (
-            _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [prefix + str(k)]
-        )
-    ]
-
-
-def _overrides(data: dict[str, Any], overrides: list[str], say: Say | None) -> dict[str, str]:
-    """Apply ``key.sub=value`` overrides (values parsed as YAML, old key names renamed); return
-    ``{key: "--set item"}`` for each key they set."""
-    given = {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise InputError(
-                "expected key=value (e.g. train.learning_rate=1e-4)", key="set", value=item
-            )
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
-        tree: dict[str, Any] = {}
-        _put(tree, key, value)
-        for leaf in _leaves(_rename(tree, say, f"--set {item}")):
-            *sections, last = leaf.split(".")
-            node = data
-            for name in sections:
-                node = node.setdefault(name, {})
-                if not isinstance(node, dict):
-                    raise InputError(
-                        f"'{name}' is not a section of the recipe", key="set", value=item
-                    )
-            node[last] = _pop(tree, leaf)[1]
-            given[leaf] = f"--set {item}"
-    return given
-
-
 def parse_recipe_dict(
     data: dict[str, Any],
     source: str = "recipe",
@@ -321,8 +127,8 @@ def parse_recipe_dict(
     """Validate a recipe given as a mapping (``source`` names it in errors); ``sections``: each
     benchmark's options class by name (the ``eval.<name>`` sections). Users call
     :func:`scd.pipeline.recipe.recipe_from_dict`, which passes every registered benchmark's."""
-    data = _rename(json.loads(json.dumps(data)), say, source)
-    given = _overrides(data, overrides or [], say)
+    data = rename_keys(json.loads(json.dumps(data)), say, source)
+    given = apply_overrides(data, overrides or [], say)
     return _parse(data, source, sections or {}, given)
 
 
@@ -379,5 +185,5 @@ def fixed_part(recipe: dict[str, Any]) -> dict[str, Any]:
     out = json.loads(json.dumps(recipe))
     engine = speed_keys(_eval_class(out.get("eval"), {}), "eval.")  # the run's engine's keys
     for key in [*speed_keys(Recipe), *engine]:
-        _pop(out, key)
+        pop_key(out, key)
     return out

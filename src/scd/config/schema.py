@@ -1,4 +1,5 @@
-"""The recipe schema: one dataclass per section, each field a key (its default, check and help).
+"""The recipe schema: :class:`Recipe`, one dataclass per section, each field a key (its default,
+check and help).
 
 A recipe (``recipes/**/*.yaml``) is one training run (``scd train``) or a whole pipeline
 (``scd run``). Its defaults reproduce the SCD paper's public code: LoRA r=64, alpha=16,
@@ -7,11 +8,12 @@ checkpointing; paged AdamW 32-bit (CUDA); bf16; seed 42; 10k train / 5k eval row
 type. The paper also set 3% warmup, which transformers' ``constant`` schedule ignores: the default
 here is 0, so that a recipe says what runs (``constant_with_warmup`` warms up).
 
-``train:`` keys are ``SFTConfig``'s own names and reach it as they are. ``eval:`` holds the
-options of the engine ``eval.backend`` names (its subclass of
-:class:`~scd.config.engine.EngineSpec`) and one section per benchmark, whose options class the
-benchmark registers (:func:`eval_spec_class`). Reading, overriding and checking a
-recipe: :mod:`scd.config.loader`.
+The ``data:`` section is :mod:`scd.config.sft_data`'s, ``lora:`` and ``train:`` are
+:mod:`scd.config.training`'s (``train:`` keys are ``SFTConfig``'s own names and reach it as they
+are); this module holds the others and names all of them. ``eval:`` holds the options of the
+engine ``eval.backend`` names (its subclass of :class:`~scd.config.engine.EngineSpec`) and one
+section per benchmark, whose options class the benchmark registers (:func:`eval_spec_class`).
+Reading, overriding and checking a recipe: :mod:`scd.config.loader`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scd.config.arms import ArenaOptions, arena_spec_class
 from scd.config.engine import DEFAULT_BACKEND, EngineSpec, engine_class
-from scd.config.options import Options, above_zero, fraction, non_negative, option, positive
+from scd.config.options import non_negative, option, positive
+from scd.config.sft_data import SEED, STYLES, DataSpec, SFTOptions
+from scd.config.training import LoraSpec, TrainSpec
 
 __all__ = [
     "SEED",
@@ -44,173 +47,6 @@ __all__ = [
     "WandbSpec",
     "eval_spec_class",
 ]
-
-SEED = 42  # the paper's seed: training, the train/eval split and the SFT sampling
-Style = Literal["short", "explained"]  # an SFT completion: the answer, or it and one sentence
-STYLES = typing.get_args(Style)
-
-
-@dataclass
-class SFTOptions(Options):
-    """How a setting's SFT rows are built (``scd generate sft`` and a recipe's ``data``)."""
-
-    settings_file: str | None = option(None, "settings YAML (default: packaged Table 9)")
-    style: Style = option(
-        "short", "completion: the answer alone, or the answer and one neutral sentence"
-    )
-    max_train: int = option(10000, "train rows per contact type", check=positive)
-    max_eval: int = option(5000, "eval rows per contact type", check=positive)
-    general: str | None = option(
-        None,
-        "general instruction data: local json/jsonl/parquet or Hub id (e.g. yahma/alpaca-cleaned)",
-    )
-    general_fraction: float = option(0.0, "share of train rows (paper: 0.1)", check=fraction)
-    seed: int = option(SEED, "seed of the split and the sampling")
-
-
-@dataclass
-class DataSpec(SFTOptions):
-    """Where the SFT data comes from: a ready SFT dir, a prompt dir, or descriptors to generate;
-    and how it is built (:class:`SFTOptions`, shared with ``scd generate sft``)."""
-
-    sft: str | None = option(None, "a directory from `scd generate sft`")
-    prompts: str | None = option(None, "a directory from `scd generate contact`")
-    descriptors: str | None = option(
-        None, "descriptors to generate prompts from: holistic_bias | stigma | toy | PATH"
-    )
-    hb_version: str = option("v1.0", "the HolisticBias release (its descriptors.json)")
-    eval_prompts: str | None = option(
-        None, "a source-split setting (2): the stigma prompt directory"
-    )
-    eval_descriptors: str | None = option(
-        "stigma", "a source-split setting when generating on the fly: its evaluation descriptors"
-    )
-    setting: int = option(
-        1, "the transfer setting (1-8, the paper's Table 2): which prompts train and which evaluate"
-    )
-
-
-@dataclass
-class LoraSpec:
-    """PEFT LoraConfig: plain adapters (no DoRA, bias or modules_to_save) that vLLM can serve."""
-
-    r: int = 64
-    alpha: int = option(16, check=positive)
-    dropout: float = option(0.1, check=fraction)
-    target_modules: str | list[str] = "all-linear"
-
-
-# TRL config fields scd sets itself (train.setup.trl_config; the Hub token: HF_TOKEN, never a
-# recipe) -- and each method those it decides (scd.config.arms.method_decided: beta ...); a
-# recipe may not set them
-TRL_DECIDED = (
-    "hub_token",
-    "output_dir",
-    "report_to",
-    "run_name",
-    "project",
-    "use_cpu",
-    "fp16",
-    "data_seed",
-    "save_strategy",
-    "eval_strategy",
-    "include_num_input_tokens_seen",
-    "dataloader_num_workers",
-    "disable_tqdm",
-)
-
-
-@dataclass
-class TrainSpec:
-    """TRL ``SFTConfig`` keys, by its own names; scd's own: ``device`` (where training runs),
-    ``eval_every_steps``, ``eval_prompts``, ``select`` and ``max_kl``
-    (:mod:`scd.train.bias_steps`); ``trl``: every other key of the section, a field of TRL's
-    config (:func:`scd.config.loader.library_fields`). ``push_to_hub``, ``hub_model_id`` and
-    ``hub_private_repo``
-    keep TRL's names, but scd uploads the adapter it kept, with a model card
-    (:mod:`scd.report.model_card`), instead of the trainer's checkpoint folder."""
-
-    num_train_epochs: float = option(1.0, check=above_zero)
-    max_steps: int = option(-1, "> 0: overrides the epochs")
-    per_device_train_batch_size: int = option(6, check=positive)
-    per_device_eval_batch_size: int | None = option(None, "default: train's", check=positive)
-    gradient_accumulation_steps: int = option(2, check=positive)
-    learning_rate: float = option(3e-4, check=above_zero)
-    lr_scheduler_type: str = "constant"
-    warmup_steps: float = option(0.0, "< 1: a ratio of the steps", check=non_negative)
-    max_grad_norm: float = option(0.3, check=above_zero)
-    weight_decay: float = option(0.0, check=non_negative)
-    gradient_checkpointing: bool = True
-    optim: str = option("paged_adamw_32bit", "on CUDA; CPU runs use adamw_torch")
-    bf16: bool = option(True, "on CUDA; CPU runs train in float32")
-    seed: int = SEED
-    max_length: int = option(512, check=positive)
-    packing: bool = option(
-        False, "TRL's BFD packing: rows of max_length tokens (more rows per step, fewer steps)"
-    )
-    padding_free: bool = option(
-        False,
-        "a batch as one sequence without pad tokens (sft): the same rows, steps and losses as "
-        "padded; on a CPU slower (BENCHMARKS.md)",
-        speed=True,  # the same training either way: a run resumes with the other
-    )
-    logging_steps: int = option(10, check=positive)
-    save_steps: int = option(500, check=positive)
-    save_total_limit: int = option(2, check=positive)
-    eval_steps: int | None = option(None, check=positive)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    eval_every_steps: int = option(
-        0,
-        "scd's: every N steps, the bias of the model being trained on validation prompts "
-        "(0: never)",
-        check=non_negative,
-    )
-    eval_prompts: int = option(
-        60, "scd's: about how many validation descriptor prompts (whole sets)", check=positive
-    )
-    select: Literal["last", "best"] = option(
-        "last",
-        "scd's: the adapter kept: the last step's, or the measured step with the lowest "
-        "validation bias whose KL from the base model stays within max_kl",
-    )
-    max_kl: float | None = option(
-        None,
-        "scd's: with select best, the largest KL from the base model on neutral prompts "
-        "(nats/token) a kept step may have (none: no bound)",
-        check=non_negative,
-    )
-    select_judgment: bool = option(
-        False,
-        "scd's: with select best, keep only a measured step that passes the arena's judgment "
-        "gate on the relevance controls of the training templates (evaluation cues, the "
-        "setting's training side; never the judgment's held-out templates) against the same "
-        "model with its adapter off",
-    )
-    push_to_hub: bool = option(
-        False,
-        "upload the adapter with its model card to hub_model_id (scd train: once trained; "
-        "scd run: once evaluated, the card with its before/after tables); needs a Hub token",
-        speed=True,
-    )
-    hub_model_id: str | None = option(
-        None,
-        "the Hub repository (owner/name) of push_to_hub; scd run with more than one adapter "
-        "adds -setting-<n> (and -<arm>) to it",
-        speed=True,
-    )
-    hub_private_repo: bool | None = option(
-        None, "create the repository private (none: the Hub's default)", speed=True
-    )
-    trl: dict[str, Any] = option(
-        None,
-        "any other field of TRL's SFTConfig (DPOConfig, KTOConfig for those trainers) by its "
-        "own name, checked against TRL's own types; scd sets "
-        + ", ".join(TRL_DECIDED)
-        + " and what each method decides (beta: arena.beta)",
-        factory=dict,
-        spread=True,
-        flag=False,
-    )
 
 
 @dataclass
