@@ -405,9 +405,9 @@ def test_openai_s_key_goes_to_openai_only(toy_model, stub, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-for-openai-only")
     OpenAIEngine(str(toy_model), _served(stub)).score([ChoiceRequest((1, 2), ((3,), (4,)))])
     assert set(stub.headers) == {None}  # 127.0.0.1 is not api.openai.com
-    from scd.eval.engines.openai import _default_key_env
+    from scd.eval.engines.openai_setup import default_key_env
 
-    assert _default_key_env("https://api.openai.com/v1") == "OPENAI_API_KEY"
+    assert default_key_env("https://api.openai.com/v1") == "OPENAI_API_KEY"
 
 
 def test_chat_scores_give_no_answer_when_a_missing_option_may_lead() -> None:

@@ -15,7 +15,8 @@ from scd.errors import InputError
 from scd.eval.benchmarks import get
 from scd.eval.engines import ChoiceRequest, SharedEngine, engine_spec, make_engine
 from scd.eval.engines.hf import HFEngine
-from scd.eval.engines.vllm import VLLMEngine, lora_rank_for
+from scd.eval.engines.vllm import VLLMEngine
+from scd.eval.engines.vllm_setup import lora_rank_for
 from scd.models.formatting import load_tokenizer
 
 

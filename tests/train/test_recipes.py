@@ -12,7 +12,7 @@ from scd.cli import main
 from scd.config.checks import recipe_warnings
 from scd.errors import InputError
 from scd.eval.engines import engine_spec
-from scd.eval.engines.vllm import LORA_RANKS as VLLM_LORA_RANKS
+from scd.eval.engines.vllm_setup import LORA_RANKS as VLLM_LORA_RANKS
 from scd.pipeline.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import yaml
 from wandb_records import config_and_summary, finished_records  # tests/wandb_records.py
 
 from scd.eval.benchmarks import get
-from scd.eval.engines.vllm import LORA_RANKS as VLLM_LORA_RANKS
+from scd.eval.engines.vllm_setup import LORA_RANKS as VLLM_LORA_RANKS
 from scd.pipeline.recipe import load_recipe
 from scd.train.trainer import train
 

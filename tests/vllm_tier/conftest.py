@@ -78,7 +78,7 @@ def vllm_device() -> str:
             "docs/guides/evaluate.md)"
         )
     from scd.errors import InputError
-    from scd.eval.engines.vllm import vllm_platform
+    from scd.eval.engines.vllm_setup import vllm_platform
 
     try:
         return vllm_platform()

