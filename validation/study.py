@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 
 from scd.eval.steering import VECTORS
+from scd.pipeline.jobs import CapabilityJob, EvalJob, SteerJob, TrainJob
 from scd.pipeline.launch import run_recipe
-from scd.pipeline.plan import CapabilityJob, EvalJob, Plan, SteerJob, Task, TrainJob
+from scd.pipeline.plan import Plan, Task
 from scd.pipeline.recipe import load_recipe
 from scd.pipeline.run import Run
 from scd.report.build import build_report

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from scd.io import cache_key
+from scd.pipeline.jobs import CapabilityJob, DataJob, EvalJob, PushJob, TrainJob
 from scd.pipeline.launch import run_recipe
-from scd.pipeline.plan import CapabilityJob, DataJob, EvalJob, Plan, PushJob, TrainJob
+from scd.pipeline.plan import Plan
 from scd.pipeline.recipe import recipe_from_dict
 from scd.pipeline.run import Run
 from scd.quickstart import QUICKSTART_RECIPE

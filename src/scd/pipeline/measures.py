@@ -10,7 +10,7 @@ from functools import partial
 from scd.eval import erasure
 from scd.eval.steering import INFO, VECTORS
 from scd.models import model_fingerprint
-from scd.pipeline.plan import CapabilityJob, EraseJob, SteerJob
+from scd.pipeline.jobs import CapabilityJob, EraseJob, SteerJob
 from scd.pipeline.run_interface import JobRunner
 
 __all__ = ["capability", "erase", "steer"]

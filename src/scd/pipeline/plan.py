@@ -1,4 +1,5 @@
-"""A run as a plan: the typed jobs of ``scd run`` and the tasks that group them.
+"""A run as a plan: the tasks of ``scd run`` that group its typed jobs
+(:mod:`scd.pipeline.jobs`), where each arm's results are, and how the plan is made.
 
 :meth:`scd.pipeline.run.Run.plan` makes the plan once a run's shared inputs exist (the model,
 the prompt sets, each benchmark's inputs); a launcher (:mod:`scd.pipeline.launch`: local, Ray)
@@ -9,18 +10,11 @@ runs and in which order within a task; a launcher decides only *where* and when:
   every task of a setting reads them);
 - ``plan.tasks``: the base model's task (its evaluations, cached across runs) and one task per
   setting and arm -- its training, its evaluations on every enabled benchmark, its capability
-  cost, its W&B summary, its upload to the Hub. A job's ``phase`` is ``own_model`` (work that
-  loads a model of its own: training, the capability measures) or ``engine`` (evaluations by
-  the run's evaluation engine, and what follows them);
-  every launcher runs a task's ``own_model`` jobs before its ``engine`` jobs
-  (:meth:`scd.pipeline.run.Run.execute_task`; the local launcher: those of every task before
-  its one engine loads), so that the engine never shares a GPU with a training run;
+  cost, its W&B summary, its upload to the Hub. Every launcher runs a task's ``own_model`` jobs
+  before its ``engine`` jobs (:meth:`scd.pipeline.run.Run.execute_task`; the local launcher:
+  those of every task before its one engine loads), so that the engine never shares a GPU with
+  a training run;
 - ``plan.arms``: where each arm's results are, for ``layout.json`` and the report.
-
-Every job but a :class:`TrackJob` is one resumable stage of the run (its ``stage`` name in
-``state.json``), so a plan executed again skips what finished and resumes the rest; a
-``TrackJob`` writes no file of the run (it adds finished results to a W&B run's summary) and
-runs whenever its evaluations ran in the process.
 """
 
 from __future__ import annotations
@@ -28,31 +22,27 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from scd.io import cache_key
 from scd.models import model_fingerprint
+from scd.pipeline.jobs import (
+    CapabilityJob,
+    DataJob,
+    EraseJob,
+    EvalJob,
+    Job,
+    PushJob,
+    SteerJob,
+    TrackJob,
+    TrainJob,
+)
 from scd.train.arms import arm_class
 
 if TYPE_CHECKING:
     from scd.pipeline.run_interface import PlanSource
 
-__all__ = [
-    "make_plan",
-    "ArmResults",
-    "CapabilityJob",
-    "DataJob",
-    "EvalJob",
-    "Job",
-    "Plan",
-    "PushJob",
-    "Task",
-    "TrackJob",
-    "TrainJob",
-    "arm_dir",
-]
-
-Phase = Literal["own_model", "engine"]
+__all__ = ["make_plan", "ArmResults", "Plan", "Task", "arm_dir"]
 
 
 def arm_dir(setting: int, arm: str) -> str:
@@ -62,114 +52,6 @@ def arm_dir(setting: int, arm: str) -> str:
     where = arm_class(arm).directory
     where = f"arm-{arm}" if where is None else where
     return f"setting-{setting}" + (f"/{where}" if where else "")
-
-
-@dataclass(frozen=True)
-class DataJob:
-    """A setting's SFT data (``arm`` None) or an arm's own rows made from it."""
-
-    stage: str
-    setting: int
-    arm: str | None
-    out: Path
-    phase: Phase = "own_model"
-
-
-@dataclass(frozen=True)
-class TrainJob:
-    """An arm's LoRA adapter: ``method`` is the registered method (TRL's trainer) that trains
-    it on the rows in ``data``."""
-
-    stage: str
-    setting: int
-    arm: str
-    method: str
-    data: Path
-    adapter: Path
-    phase: Phase = "own_model"
-    seed: int | None = None  # the arena's seeds: TRL's seed of this adapter (None: train.seed)
-
-
-@dataclass(frozen=True)
-class SteerJob:
-    """An arm's steering vector, and the layer and scale it is added at, chosen on the
-    setting's validation prompts (:func:`scd.eval.steering_search.search_steering`)."""
-
-    stage: str
-    setting: int
-    arm: str
-    sft: Path  # the setting's SFT data: its train rows make the vector, its validation choose
-    out: Path
-    phase: Phase = "own_model"
-
-
-@dataclass(frozen=True)
-class EraseJob(SteerJob):
-    """An arm's concept eraser, and the layers it erases at, chosen on the setting's validation
-    prompts (:func:`scd.eval.erasure_search.search_erasure`)."""
-
-
-@dataclass(frozen=True)
-class EvalJob:
-    """One benchmark job (:class:`scd.eval.benchmarks.base.BenchmarkJob`: its name and options)
-    of one arm: the base model (``cached``: the result lives in the shared cache), an adapter,
-    the base model with a system prompt, or it steered."""
-
-    stage: str
-    benchmark: str
-    name: str
-    options: Any
-    out: Path
-    adapter: Path | None = None
-    system_prompt: str | None = None
-    cached: bool = False
-    phase: Phase = "engine"
-    steer: Path | None = None  # a steering directory added by the hf engine
-    erase: Path | None = None  # an eraser directory applied by the hf engine
-
-
-@dataclass(frozen=True)
-class CapabilityJob:
-    """What an arm costs: the KL divergence from the base model on neutral prompts (and
-    lm-evaluation-harness tasks when the recipe lists them)."""
-
-    stage: str
-    out: Path
-    adapter: Path | None = None
-    system_prompt: str | None = None
-    phase: Phase = "own_model"
-    steer: Path | None = None
-    erase: Path | None = None
-
-
-@dataclass(frozen=True)
-class TrackJob:
-    """A tuned arm's results into the summary of the W&B run that trained it (when any of its
-    evaluations ran in this process)."""
-
-    setting: int
-    arm: str
-    adapter: Path
-    evals: tuple[tuple[str, str, Path], ...]  # (job name, stage, result directory)
-    before: tuple[tuple[str, Path], ...] = ()  # (job name, the base model's result of it)
-    phase: Phase = "engine"
-    seed: int | None = None
-
-
-@dataclass(frozen=True)
-class PushJob:
-    """A tuned arm's adapter to its Hub repository (``train.push_to_hub``), with a model card
-    holding its evaluations against the base model's on the same items."""
-
-    stage: str
-    repo: str
-    adapter: Path
-    evals: tuple[tuple[str, Path], ...]  # (job name, result directory)
-    before: tuple[tuple[str, Path], ...] = ()  # (job name, the base model's result of it)
-    phase: Phase = "engine"  # after its task's evaluations
-
-
-Job = DataJob | TrainJob | SteerJob | EraseJob | EvalJob | CapabilityJob | TrackJob | PushJob
 
 
 @dataclass(frozen=True)

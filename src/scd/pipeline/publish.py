@@ -1,13 +1,13 @@
 """What a run does with a tuned arm once it is evaluated: its results into the summary of the
-W&B run that trained it (a :class:`~scd.pipeline.plan.TrackJob`), and the adapter with its
-model card to the Hub (a :class:`~scd.pipeline.plan.PushJob`, a resumable stage). ``run``:
+W&B run that trained it (a :class:`~scd.pipeline.jobs.TrackJob`), and the adapter with its
+model card to the Hub (a :class:`~scd.pipeline.jobs.PushJob`, a resumable stage). ``run``:
 the :class:`scd.pipeline.run.Run` executing the job."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from scd.pipeline.plan import PushJob, TrackJob
+from scd.pipeline.jobs import PushJob, TrackJob
 from scd.pipeline.run_interface import JobRunner
 
 __all__ = ["push", "track"]

@@ -1,7 +1,9 @@
-"""A run of ``scd run RECIPE``: its directory, its state, its plan of jobs and how each job
-runs, for one setting or a sweep, with or without the arena's arms. Launchers
-(:mod:`scd.pipeline.launch`: in this process or on Ray) execute the plan; the same stages, state
-and resume either way.
+"""A run of ``scd run RECIPE``: its directory, its state and resumable stages, its shared
+inputs, its plan of jobs (:mod:`scd.pipeline.plan`), each job handed to its work
+(:mod:`scd.pipeline.data_train_eval`, :mod:`scd.pipeline.measures`,
+:mod:`scd.pipeline.publish`) and its end (``layout.json``, the report), for one setting or a
+sweep, with or without the arena's arms. Launchers (:mod:`scd.pipeline.launch`: in this process
+or on Ray) execute the plan; the same stages, state and resume either way.
 
 Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file's name)::
 
@@ -30,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +42,20 @@ from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Benchmark
 from scd.eval.engines import SharedEngine
-from scd.models import model_fingerprint
-from scd.pipeline.measures import capability, erase, steer
-from scd.pipeline.plan import (
+from scd.pipeline.data_train_eval import data, evaluate, train
+from scd.pipeline.jobs import (
     CapabilityJob,
     DataJob,
     EraseJob,
     EvalJob,
     Job,
-    Plan,
     SteerJob,
-    Task,
     TrackJob,
     TrainJob,
-    make_plan,
 )
+from scd.pipeline.layout import write_layout
+from scd.pipeline.measures import capability, erase, steer
+from scd.pipeline.plan import Plan, Task, make_plan
 from scd.pipeline.publish import push, track
 from scd.pipeline.state import RunState
 
@@ -192,13 +192,13 @@ class Run:
         slices of a sharded evaluation run (None: in turn); ``processes`` > 1: training under
         ``torchrun``, one process per GPU (a Ray task with several GPUs)."""
         if isinstance(job, DataJob):
-            self._data(job)
+            data(self, job, self._step)
         elif isinstance(job, TrainJob):
-            self._train(job, processes)
+            train(self, job, processes)
         elif isinstance(job, SteerJob):  # the steer arm's search, or the erase arm's
             (erase if isinstance(job, EraseJob) else steer)(self, job)
         elif isinstance(job, EvalJob):
-            self._evaluate(job, engine, launch)
+            evaluate(self, job, engine, launch)
         elif isinstance(job, CapabilityJob):
             capability(self, job)
         elif isinstance(job, TrackJob):
@@ -223,78 +223,6 @@ class Run:
         finally:
             if engine is not None:
                 engine.close()
-
-    def _data(self, job: DataJob) -> None:
-        d = self.recipe.data
-        sft = self.dir / f"setting-{job.setting}" / "sft"
-        if job.arm is None:  # the setting's SFT data
-            from scd.models.protocols import training_protocol
-
-            protocol = training_protocol(self.recipe.bias_protocol)
-            prepare_sft(
-                d, self.dir / "data", [job.setting], sft, step=self._step, protocol=protocol
-            )
-            return
-        from scd.train.arms import arm_class
-        from scd.train.arms.base import RowsInput
-
-        sources = tuple(p for p in (self.prompts, self.eval_prompts) if p is not None)
-        inputs = RowsInput(sft, sources, d, self.recipe.arena)
-        work = partial(arm_class(job.arm)().write_rows, inputs, job.out)
-        self.stage(job.stage, [job.out / "manifest.json"], work, section="data")
-
-    def _train(self, job: TrainJob, processes: int) -> None:
-        from scd.pipeline.torchrun import torchrun_train
-        from scd.train.trainer import train
-
-        r, d = self.recipe, self.recipe.data
-        tuned = dataclasses.replace(
-            r,
-            model=self.model,
-            output_dir=str(job.adapter),
-            data=dataclasses.replace(
-                d, sft=str(job.data), prompts=None, descriptors=None, setting=job.setting
-            ),
-            wandb=self.wandb_of(job.setting, job.arm, job.seed),
-            train=dataclasses.replace(  # the upload: a push job, once evaluated
-                r.train, push_to_hub=False, seed=r.train.seed if job.seed is None else job.seed
-            ),
-        )
-        resume = (job.adapter / "checkpoints").is_dir()
-        if processes > 1:  # one process per GPU of the task
-            work = partial(torchrun_train, tuned, processes, resume, job.adapter.parent, job.method)
-        else:
-            work = partial(train, tuned, method=job.method, resume=resume, progress=self.progress)
-        self.stage(job.stage, [job.adapter / "train_manifest.json"], work)
-
-    def _evaluate(self, job: EvalJob, engine: SharedEngine | None, launch: Any) -> None:
-        bench = REGISTRY[job.benchmark]
-        spec = self.engine
-        if job.system_prompt is not None:
-            spec = dataclasses.replace(spec, system_prompt=job.system_prompt)
-        if job.steer is not None:  # the steer arm: the hf engine adds its vector
-            spec = dataclasses.replace(spec, steer=str(job.steer))
-        if job.erase is not None:  # the erase arm: the hf engine applies its eraser
-            spec = dataclasses.replace(spec, erase=str(job.erase))
-        work = partial(
-            bench.evaluate,
-            self.model,
-            job.out,
-            adapter=str(job.adapter) if job.adapter else None,
-            engine=spec,
-            shared=engine,
-            progress=self.progress,
-            shards=self.recipe.eval.shards if job.cached else 1,
-            launch=launch,
-            **dataclasses.asdict(job.options),
-        )
-        self.stage(
-            job.stage,
-            [job.out / "summary.json"],
-            work,
-            cached=job.cached,
-            section=f"eval.{bench.name}",
-        )
 
     def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> WandbSpec:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
@@ -321,34 +249,9 @@ class Run:
     # -- the end -------------------------------------------------------------------------------
     def write_layout(self, plan: Plan) -> None:
         """``layout.json``: where each of the plan's results is (or will be), so that ``scd
-        report`` can show a run before its jobs are done; rewritten only when it changes."""
-        from scd.io import json_text, write_json
-
-        base = {k: str(v) for k, v in plan.arms[0].evals.items()}
-        settings: dict[str, Any] = {}
-        for a in plan.arms:  # SCD's adapter of each setting (with seeds: the first seed's)
-            if a.arm == "sft":
-                settings.setdefault(
-                    str(a.setting),
-                    {
-                        "sft": str(self.dir / f"setting-{a.setting}" / "sft"),
-                        "adapter": str(a.adapter),
-                        "evals": {k: str(v) for k, v in a.evals.items()},
-                    },
-                )
-        layout = {
-            "model": self.model,
-            "fingerprint": model_fingerprint(self.model),
-            "prompts": str(self.prompts),
-            "eval_prompts": str(self.eval_prompts) if self.eval_prompts else None,
-            "base": base,
-            "settings": settings,
-        }
-        if plan.arena:
-            layout["arms"] = [a.to_dict() for a in plan.arms]
-        path = self.dir / "layout.json"
-        if not path.is_file() or path.read_text() != json_text(layout):
-            write_json(path, layout)
+        report`` can show a run before its jobs are done
+        (:func:`scd.pipeline.layout.write_layout`)."""
+        write_layout(self, plan)
 
     def finish(self, plan: Plan, started: float) -> Path:
         """``layout.json``, the report and the W&B summary run of a run whose jobs are done;
