@@ -54,6 +54,11 @@ class StubServer:
         strict: bool = False,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        # a server's own output is not the client's: its weight-loading bar would otherwise
+        # reach the tests' captured stderr whenever no hf engine has switched it off before
+        hf_logging.disable_progress_bar()
 
         self.model_dir, self.name, self.api_key = str(model), name, api_key
         self.token_ids, self.echo, self.slow_s = token_ids, echo, slow_s
