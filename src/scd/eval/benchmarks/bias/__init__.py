@@ -158,13 +158,13 @@ class Bias(Benchmark):
     def evaluate(self, model: str, out: Path | str, **kwargs: Any) -> dict[str, Any]:
         """As :meth:`Benchmark.evaluate`; with ``protocols``, the same prompts under each
         protocol into ``OUT/<protocol>/`` on one loaded model, then ``OUT/tables.md``: each
-        protocol paired with the first (:func:`~scd.eval.benchmarks.bias.sections.runs_table`).
+        protocol paired with the first (:func:`~scd.eval.benchmarks.bias.runs.runs_table`).
         Returns the first protocol's summary with ``protocols`` (each one's summary) added."""
         protocols = kwargs.pop("protocols", None)
         if not protocols:
             return super().evaluate(model, out, **kwargs)
         from scd.errors import InputError
-        from scd.eval.benchmarks.bias.sections import runs_table
+        from scd.eval.benchmarks.bias.runs import runs_table
         from scd.eval.engines import SharedEngine, engine_spec
         from scd.io import atomic_file
         from scd.models import resolve_model
@@ -219,7 +219,7 @@ class Bias(Benchmark):
         )
 
     def table(self, runs: dict[str, Path | str]) -> Table:
-        from scd.eval.benchmarks.bias.sections import runs_table
+        from scd.eval.benchmarks.bias.runs import runs_table
 
         return runs_table(runs)
 
