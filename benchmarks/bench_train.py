@@ -126,6 +126,7 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
     import torch
     from bench_gpu import PEAK_TFLOPS, bench_matmul, register_flop_formulas  # on sys.path
 
+    import scd.train.method_trainer as method_trainer_module
     import scd.train.trainer as trainer_module
     from scd.pipeline.recipe import load_recipe
 
@@ -138,9 +139,9 @@ def _one(method: str, layout: str, model: str, out: Path, args: argparse.Namespa
         trainer.add_callback(meter)
         return trainer, checked
 
-    trainer_module.build_trainer = with_meter
+    trainer_module.build_trainer = with_meter  # where train looks it up
     if args.head == "every":  # TRL's own choice on a CPU: the LM head over every token
-        trainer_module.score_labelled_tokens_only = lambda: False
+        method_trainer_module.score_labelled_tokens_only = lambda: False
     layouts = {
         "padded": ["train.padding_free=false"],  # the paper's batches, on any device
         "pad-free": ["train.padding_free=true"],  # the same rows per step, no pad tokens

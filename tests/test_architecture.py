@@ -173,11 +173,13 @@ def test_a_method_is_named_only_by_its_unit_and_its_registry_line() -> None:
 
 
 def test_the_arena_table_names_no_benchmarks_column() -> None:
-    """report/arena.py builds the table from what each benchmark declares: no column key of a
+    """report/arena*.py build the table from what each benchmark declares: no column key of a
     benchmark (``bbq_accuracy``) nor a key in a benchmark's name (``sds_...``) is written there."""
     from scd.eval.benchmarks import REGISTRY
 
-    constants = _string_constants(SRC / "scd" / "report" / "arena.py")
+    arena = sorted((SRC / "scd" / "report").glob("arena*.py"))
+    assert len(arena) == 4
+    constants = set().union(*(_string_constants(p) for p in arena))
     keys = {c.key for b in REGISTRY.values() for c in b.arena_columns}
     assert len(keys) > 20 and constants & keys == set()
     assert [c for c in constants for b in REGISTRY if c.startswith(f"{b}_")] == []

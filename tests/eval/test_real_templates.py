@@ -285,8 +285,8 @@ def sft_dir(toy_prompts: Path, tmp_path_factory) -> Path:
 
 def _trainer(model: Path, sft: Path, out: Path, *extra: str):
     from scd.pipeline.recipe import recipe_from_dict
+    from scd.train.method_trainer import build_trainer
     from scd.train.spec import TrainingSpec
-    from scd.train.trainer import build_trainer
 
     data = {
         "model": str(model),

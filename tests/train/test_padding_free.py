@@ -16,10 +16,11 @@ from scd.errors import InputError
 from scd.pipeline.recipe import load_recipe
 from scd.train.arms import method_class
 from scd.train.arms.sft import SFT
+from scd.train.method_trainer import build_trainer
 from scd.train.setup import padding_free_keys
 from scd.train.sft_rows import prepare_data
 from scd.train.spec import TrainingSpec
-from scd.train.trainer import build_trainer, train
+from scd.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "recipes" / "quickstart.yaml"

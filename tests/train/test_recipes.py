@@ -105,8 +105,8 @@ def test_train_takes_any_key_of_trl_s_config_checked_by_its_type(tmp_path: Path)
     typed as TRL types them, held fixed for the run, and on to TRL's config; scd's own settings
     are refused."""
     from scd.config.loader import fixed_part
+    from scd.train.method_trainer import sft_config
     from scd.train.spec import TrainingSpec
-    from scd.train.trainer import sft_config
 
     text = "train: {adam_beta2: 0.95, neftune_noise_alpha: 5, lr_scheduler_type: cosine}\n"
     keys = ["train.weight_decay=0.01", "train.label_smoothing=0.1"]

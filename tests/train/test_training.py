@@ -382,14 +382,14 @@ def test_qlora_prepares_and_takes_a_step_on_cpu(toy_model: Path, tmp_path) -> No
 
 
 def test_resume_skips_a_checkpoint_killed_while_being_written(tmp_path: Path) -> None:
-    from scd.train.trainer import _last_checkpoint
+    from scd.train.run_checks import last_checkpoint
 
-    assert _last_checkpoint(tmp_path) is None
+    assert last_checkpoint(tmp_path) is None
     for step, state in ((5, "{}"), (10, '{"global_step": 10}'), (15, '{"glob')):
         (tmp_path / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
         (tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
     (tmp_path / "checkpoints" / "checkpoint-20").mkdir()  # killed before its trainer state
-    assert _last_checkpoint(tmp_path) == str(tmp_path / "checkpoints" / "checkpoint-10")
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoints" / "checkpoint-10")
 
 
 def test_training_log_lines_are_readable():
@@ -621,7 +621,7 @@ def test_the_lm_head_scores_only_labelled_tokens_on_a_cpu_with_the_same_training
     from trl.kernels import chunked_logprob
     from trl.trainer import utils
 
-    import scd.train.trainer as trainer_module
+    import scd.train.method_trainer as trainer_module
     from scd.train.setup import score_labelled_tokens_only
 
     projected: list[int] = []  # the positions the head projects, call by call

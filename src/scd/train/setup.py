@@ -1,5 +1,5 @@
-"""What the trainer of every method shares (:func:`scd.train.trainer.build_trainer`: SFT, DPO,
-KTO and the methods registered beside them), each handed the part of the training spec
+"""What the trainer of every method shares (:func:`scd.train.method_trainer.build_trainer`: SFT,
+DPO, KTO and the methods registered beside them), each handed the part of the training spec
 (:class:`~scd.train.spec.TrainingSpec`) it reads: the LoRA config, TRL's config, the model to
 train, and scd's progress lines instead of the libraries' own."""
 
@@ -52,7 +52,7 @@ def padding_free_keys(method: Any, train: TrainSpec) -> dict[str, Any]:
         InputError: ``train.padding_free: true`` for a method without it."""
     if not train.padding_free:
         return {"padding_free": False}
-    problem = padding_free_problem([method.name])  # scd train checks it first (trainer._check)
+    problem = padding_free_problem([method.name])  # scd train checks it first (check_run)
     if problem:
         raise InputError(problem)
     cut = not train.packing  # TRL refuses max_length there; scd cuts the rows

@@ -4,7 +4,9 @@ The recipe maps onto TRL and PEFT's own config classes (``SFTConfig``, ``LoraCon
 ``BitsAndBytesConfig``); nothing here re-implements training. Each stage is handed what it reads
 of the recipe (:class:`~scd.train.spec.TrainingSpec`); the recipe itself goes only where the run
 records it (``recipe.yaml``, the W&B run's config). Loss is on the completion only
-(prompt/completion rows). Runs unchanged under ``accelerate launch`` and ``torchrun``.
+(prompt/completion rows). Runs unchanged under ``accelerate launch`` and ``torchrun``. The checks
+made before any work: :mod:`scd.train.run_checks`; TRL's trainer of the method:
+:mod:`scd.train.method_trainer`.
 
 Output directory::
 
@@ -19,221 +21,23 @@ Output directory::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from scd.config.checks import liger_problem
 from scd.config.schema import Recipe, TrainSpec
-from scd.errors import InputError
-from scd.train.arms import method_class, padding_free_problem
+from scd.train.arms import method_class
 from scd.train.arms.base import Method
 from scd.train.bias_steps import selection
+from scd.train.method_trainer import build_trainer, method_config
+from scd.train.run_checks import check_run
 from scd.train.saving import keep_checkpoint, save_adapter, train_manifest, write_training
-from scd.train.setup import (
-    cut_to_max_length,
-    load_model,
-    lora_config,
-    padding_free_keys,
-    quiet_callbacks,
-    score_labelled_tokens_only,
-    trl_config,
-)
 from scd.train.sft_rows import data_dir, prepare_data
 from scd.train.spec import TrainingSpec
-from scd.train.training_log import (
-    finish_tracking,
-    last_step_logged,
-    mean_loss,
-    start_tracking,
-    wandb_at_steps,
-)
+from scd.train.training_log import finish_tracking, mean_loss, start_tracking, wandb_at_steps
 
-__all__ = ["build_trainer", "method_config", "sft_config", "train"]
-
-
-def _is_cuda(train: TrainSpec) -> bool:
-    import torch
-
-    if train.device == "cpu":
-        return False
-    if train.device == "cuda" and not torch.cuda.is_available():
-        raise InputError("train.device: cuda was asked for but no CUDA GPU is available")
-    return torch.cuda.is_available()
-
-
-def method_config(
-    method: Method, spec: TrainingSpec, cuda: bool, report_to: str, progress: bool = True
-) -> Any:
-    """TRL's config of ``method`` (its class: SFTConfig, DPOConfig ...) for the spec
-    (:func:`~scd.train.setup.trl_config`), with what the method sets itself (its options)."""
-    values = method.config_values(spec)
-    values.update(padding_free_keys(method, spec.train))
-    return trl_config(spec, method.config(), cuda, report_to, progress, **values)
-
-
-def sft_config(spec: TrainingSpec, cuda: bool, report_to: str, progress: bool = True) -> Any:
-    """TRL SFTConfig of the spec (:func:`method_config` of SFT): the loss on the completion
-    only."""
-    return method_config(method_class("sft")(), spec, cuda, report_to, progress)
-
-
-def _last_checkpoint(out: Path) -> str | None:
-    """The newest complete checkpoint: one whose ``trainer_state.json`` (written last) parses.
-
-    A run killed while writing a checkpoint leaves a partial directory; resuming skips it.
-    """
-    ckpt = out / "checkpoints"  # none yet: glob finds nothing
-    steps = [
-        (int(p.name.removeprefix("checkpoint-")), p)
-        for p in ckpt.glob("checkpoint-*")
-        if p.name.removeprefix("checkpoint-").isdigit()
-    ]
-    for _, path in sorted(steps, reverse=True):
-        with contextlib.suppress(OSError, ValueError):
-            json.loads((path / "trainer_state.json").read_text())
-            return str(path)
-    return None
-
-
-def _rows(rows_dir: Path, method: Method) -> Any:
-    """The training rows (``train``, ``eval``) of ``rows_dir``, checked for the columns the
-    method reads."""
-    from datasets import load_dataset
-
-    files = {"train": str(rows_dir / "train.parquet"), "eval": str(rows_dir / "eval.parquet")}
-    data = load_dataset("parquet", data_files=files)
-    for column in method.columns:
-        if column not in data["train"].column_names:
-            raise InputError(
-                f"{rows_dir}/train.parquet: no {column!r} column (not {method.name} rows; "
-                "see scd.train.arms)"
-            )
-    return data
-
-
-def build_trainer(
-    spec: TrainingSpec,
-    model_path: str,
-    rows_dir: Path,
-    *,
-    method: Method | str = "sft",
-    cuda: bool,
-    report_to: str = "none",
-    progress: bool = True,
-    verbose: bool = False,
-    args: Any = None,
-) -> tuple[Any, int]:
-    """TRL's trainer of ``method`` (SFT by default) for a training spec
-    (:meth:`TrainingSpec.of <scd.train.spec.TrainingSpec.of>` a recipe), the rows in ``rows_dir``
-    and a loadable model (``model_path``: the spec's model resolved); nothing trained yet. The
-    same for every method: the method says which trainer and config, how its rows are rendered
-    and how TRL's tokens are checked.
-
-    ``args``: the run's TRL config (default: :func:`method_config`). It exists before the model
-    is loaded, so that a DeepSpeed ZeRO-3 config reaches ``from_pretrained``.
-
-    The rows go to TRL as the evaluator formats them, and TRL's tokenized dataset is checked
-    against the evaluator's tokens (:meth:`scd.train.arms.base.Method.check_tokens`).
-    ``progress``: a progress bar with one line per logging step (``verbose``: the libraries' own
-    output -- dataset bars, warnings, raw log dicts); without it, nothing is printed.
-
-    Returns:
-        The trainer, and how many rows the token check covered (0 with packing).
-    """
-    from transformers import AutoTokenizer
-
-    from scd.models.formatting import Formatter
-
-    method = method_class(method)() if isinstance(method, str) else method
-    if args is None:
-        args = method_config(method, spec, cuda, report_to, progress)
-    if not verbose:
-        import datasets
-        from transformers.utils import logging as hf_logging
-
-        datasets.disable_progress_bars()
-        hf_logging.set_verbosity_error()
-    data = _rows(rows_dir, method)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise InputError(f"model {spec.model}: cannot load its tokenizer ({err})") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    sample = min(method.check_sample, len(data["train"]))
-    check_rows = data["train"].select(range(sample)).to_list()
-    formatter = Formatter.of_rows(tokenizer, check_rows)
-    data = method.render(data, formatter)
-    bias = None
-    if spec.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
-        from scd.train.bias_steps import bias_callback
-
-        bias = bias_callback(spec, rows_dir, tokenizer)
-    if not cuda:
-        score_labelled_tokens_only()  # TRL's LM head: not over every unlabelled token
-    trainer = method.trainer()(
-        model=load_model(spec, model_path, cuda),
-        args=args,
-        train_dataset=data["train"],
-        eval_dataset=data["eval"] if spec.train.eval_steps else None,
-        processing_class=tokenizer,
-        peft_config=lora_config(spec.lora),
-    )
-    if getattr(args, "padding_free", False) and not getattr(args, "packing", False):
-        cut_to_max_length(trainer, spec.train.max_length)  # as TRL's padded path cuts them
-    checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, spec)
-    trainer.add_callback(last_step_logged())  # the training loss covers every step
-    quiet_callbacks(trainer, progress, verbose)
-    if bias is not None:
-        bias.trainer = trainer
-        trainer.add_callback(bias)
-    return trainer, checked
-
-
-def _check(
-    recipe: Recipe, method: Method, resume: bool
-) -> tuple[TrainingSpec, str, str | None, bool]:
-    """What a training run needs before any work: what it reads of the recipe, the model
-    resolved to a loadable path, the checkpoint to resume from (None: a new run), and whether it
-    trains on a CUDA GPU.
-
-    Raises:
-        InputError: a recipe, method or output directory that cannot be trained.
-    """
-    from scd.models import resolve_model
-
-    spec = TrainingSpec.of(recipe)
-    if spec.model == "toy":
-        raise InputError(
-            "model: toy is built by `scd run`; for scd train build it with "
-            "`scd toy-model --out DIR` and set model: DIR"
-        )
-    for _, problem in method.problems(recipe):
-        raise InputError(problem)
-    problem = spec.train.padding_free and padding_free_problem([method.name])
-    cuda = _is_cuda(spec.train)
-    problem = problem or liger_problem(recipe, cuda)
-    if problem:
-        raise InputError(problem)
-    model_path = resolve_model(spec.model, key="model")  # a GGUF file is converted once
-    out = spec.output_dir
-    ours = ("checkpoints", "data", "recipe.yaml", "train_manifest.json", "adapter_config.json")
-    if out.is_dir() and any(out.iterdir()) and not any((out / x).exists() for x in ours):
-        raise InputError(
-            f"output_dir {out}: not empty and holds no scd training; choose a new output_dir"
-        )
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output_dir {out}: exists and is not a directory")
-    checkpoint = _last_checkpoint(out)
-    if checkpoint and not resume:
-        raise InputError(
-            f"output_dir {out}: holds checkpoints; pass --resume to continue, "
-            "or choose a new output_dir"
-        )
-    return spec, model_path, checkpoint, cuda
+__all__ = ["train"]
 
 
 def _training_rows(spec: TrainingSpec, method: Method, state: Any, progress: bool) -> Path:
@@ -307,7 +111,7 @@ def train(
     from accelerate import PartialState
 
     unit: Method = method_class(method)()
-    spec, model_path, checkpoint, cuda = _check(recipe, unit, resume)
+    spec, model_path, checkpoint, cuda = check_run(recipe, unit, resume)
     out, enabled = spec.output_dir, use_wandb and spec.wandb.enabled
     # The TRL config first: it sets up the distributed state (a PartialState made before it sees
     # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.

@@ -6,8 +6,8 @@ An arm says what it compares with the base model: nothing (the base model itself
 prompt, or an adapter that a method trains on rows -- the setting's SFT rows, or rows the arm
 makes from them. A method names TRL's config and trainer classes, the columns of the rows it
 reads, how those rows reach TRL rendered as the evaluator scores them, and how TRL's tokenized
-rows are checked against the evaluator's tokens; :func:`scd.train.trainer.build_trainer` does the
-rest, the same for every method. Adding one: docs/ARCHITECTURE.md, "Add an arm".
+rows are checked against the evaluator's tokens; :func:`scd.train.method_trainer.build_trainer`
+does the rest, the same for every method. Adding one: docs/ARCHITECTURE.md, "Add an arm".
 """
 
 from __future__ import annotations
