@@ -98,3 +98,22 @@ def test_pearson_against_numpy() -> None:
     assert r["r"] == pytest.approx(np.corrcoef(x, y)[0, 1])
     assert r["ci_low"] < r["r"] < r["ci_high"]
     assert pearson([1, 2], [2, 3])["r"] is None
+
+
+def test_a_difference_of_float_rounding_is_a_tie_not_a_bias() -> None:
+    """Every frame's mental mean 2e-6 nats above its physical one (a float32 sum's rounding,
+    which moves with the names' token counts) is no difference; with six real differences
+    among them the test is scipy's on those six and the rest as zeros (which it drops)."""
+    frames = _frames({"anger": 0.0}, np.random.default_rng(2))
+    for f in frames:
+        f["scores"]["mental"] = {k: v + 2e-6 for k, v in f["scores"]["physical"].items()}
+    res = mental_vs_physical(frames, ["anger"])
+    assert res["dimensions"]["anger"]["p"] is None and res["overall"]["p"] is None
+    assert res["overall"]["mean_diff"] == pytest.approx(2e-6)  # described as it is
+    real = [dict(f, scores=dict(f["scores"])) for f in frames]
+    for f, shift in zip(real[:6], (0.5, 0.7, 0.2, 0.9, 0.4, 0.6)):
+        f["scores"]["mental"] = {k: v + shift for k, v in f["scores"]["physical"].items()}
+    got = mental_vs_physical(real, ["anger"])["overall"]["p"]
+    zeros = [0.0] * (len(real) - 6)
+    assert got == pytest.approx(stats.wilcoxon([0.5, 0.7, 0.2, 0.9, 0.4, 0.6, *zeros]).pvalue)
+    assert got < 0.05
