@@ -151,12 +151,11 @@ class BatchForward:
             )
         return self._score_batch(reqs[:half]) + self._score_batch(reqs[half:])
 
-    @inference
-    def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
-        """Single-token options: one forward pass (after the batch's shared head), all options
-        read at the last position."""
+    def _prompt_pass(self, reqs: list[ChoiceRequest], use_cache: bool) -> tuple[Any, Any, Any]:
+        """Each prompt once (after the batch's shared head): the log-probabilities after its
+        last token, the attention mask (the head included) and, with ``use_cache``, the KV
+        cache."""
         import torch
-        from torch.nn.utils.rnn import pad_sequence
 
         head = reqs[0].prompt_ids[: self._head([r.prompt_ids for r in reqs], rest=1)]
         rests = [r.prompt_ids[len(head) :] for r in reqs]
@@ -167,12 +166,22 @@ class BatchForward:
             attention_mask=mask,
             position_ids=positions,
             past_key_values=cache,
+            use_cache=use_cache,
             logits_to_keep=1 if left else 0,
         )
         rows = torch.arange(len(reqs), device=mask.device)
         ends = torch.tensor([len(x) - 1 for x in rests], device=mask.device)
         last = out.logits[:, -1] if left else out.logits[rows, ends]
-        logprobs = torch.log_softmax(last.float(), dim=-1)
+        return torch.log_softmax(last.float(), dim=-1), mask, out.past_key_values
+
+    @inference
+    def _score_single(self, reqs: list[ChoiceRequest]) -> list[list[float]]:
+        """Single-token options: one forward pass (after the batch's shared head), all options
+        read at the last position."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        logprobs, _, _ = self._prompt_pass(reqs, use_cache=False)
         options = [torch.tensor([o[0] for o in r.option_ids]) for r in reqs]
         options = pad_sequence(options, batch_first=True).to(logprobs.device)  # 0 after the last
         picked = logprobs.gather(1, options).tolist()
@@ -190,23 +199,8 @@ class BatchForward:
         from torch.nn.utils.rnn import pad_sequence
 
         k = max(len(r.option_ids) for r in reqs)
-        head = reqs[0].prompt_ids[: self._head([r.prompt_ids for r in reqs], rest=1)]
-        rests = [r.prompt_ids[len(head) :] for r in reqs]
-        ids, mask, positions, cache = self._after_head(rests, head)
-        left = self.padding_side == "left"
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1 if left else 0,
-        )
-        rows = torch.arange(len(reqs), device=mask.device)
-        ends = torch.tensor([len(x) - 1 for x in rests], device=mask.device)
-        last = out.logits[:, -1] if left else out.logits[rows, ends]
-        first = torch.log_softmax(last.float(), dim=-1).repeat_interleave(k, 0)
-        cache = out.past_key_values
+        logprobs, mask, cache = self._prompt_pass(reqs, use_cache=True)
+        first = logprobs.repeat_interleave(k, 0)
         cache.batch_repeat_interleave(k)
         options = [list(r.option_ids[j % len(r.option_ids)]) for r in reqs for j in range(k)]
         sums = first.gather(1, torch.tensor([o[0] for o in options], device=first.device)[:, None])
