@@ -23,9 +23,7 @@ from typing import Any
 from scd.errors import InputError
 from scd.eval.erasure import BASELINE, UNKNOWN, Erasure, fit_erasers, save_erasure, token_labels
 from scd.eval.search_points import (
-    append_point,
-    measure_point,
-    read_curve,
+    measure_points,
     train_rows,
     validation_key,
     validation_rows,
@@ -115,6 +113,30 @@ def _concept_rows(train: list[dict], concept: str, shuffle: int | None) -> list[
     return [{**r, concept: v} for r, v in zip(train, values)]
 
 
+def _grid(layers: list[int | list[int]] | None, n: int) -> list[Group]:
+    """The grid's items (default: :func:`default_erase_layers`), each once.
+
+    Raises:
+        InputError: a layer the model (of ``n`` layers) does not have.
+    """
+    grid = list(dict.fromkeys(_group(g) for g in (layers or default_erase_layers(n))))
+    if bad := [la for g in grid for la in g if not 0 <= la < n]:
+        raise InputError(f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="erase_layers")
+    return grid
+
+
+def _point_layers(point: dict[str, Any]) -> Group:
+    """A curve point's identity: the layers it erased at."""
+    return tuple(point["layers"])
+
+
+def _token_counts(data: list[tuple[list[int], list[int]]], classes: list[str]) -> dict[str, int]:
+    """The tokens of ``data`` labelled with each class, and those before a descriptor's place
+    (``prior``)."""
+    counts = Counter(y for _, labels in data for y in labels)
+    return {**{c: counts.get(i, 0) for i, c in enumerate(classes)}, "prior": counts[UNKNOWN]}
+
+
 def search_erasure(
     model: str,
     sft: Path,
@@ -135,7 +157,6 @@ def search_erasure(
     about ``validation[0]`` validation prompts (seed ``validation[1]``) and scd's neutral
     prompts, and write the eraser directory ``out`` of the item kept; return its
     ``erase.json``. ``shuffle``: fit on the rows' groups permuted by this seed (a control)."""
-    from scd.eval.capability.neutral import load_neutral_prompts
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
 
@@ -147,43 +168,31 @@ def search_erasure(
     fmt = Formatter.of_rows(tokenizer, [{"prompt": r["messages"]} for r in train])
     engine = HFEngine(model, engine_options, tokenizer=tokenizer)
     try:
-        n = len(decoder_layers(engine.model))  # before any activation, not after
-        grid = list(dict.fromkeys(_group(g) for g in (layers or default_erase_layers(n))))
-        if bad := [la for g in grid for la in g if not 0 <= la < n]:
-            raise InputError(
-                f"layer {bad[0]}: the model has {n} (0 to {n - 1})", key="erase_layers"
-            )
+        grid = _grid(layers, len(decoder_layers(engine.model)))  # before any activation, not after
         classes = [*sorted({str(r[concept]) for r in train}), BASELINE]
         data = token_labels(train, baselines, fmt.encode, concept, classes)
         k, batch = len(classes), engine.batch_size
         erasers = _fit(engine.model, data, grid, k, batch, work / "erasers.pt")
-        _, neutral = load_neutral_prompts(neutral_prompts)
-        curve = work / "curve.jsonl"
         key = validation_key(valid, concept=concept, shuffle=shuffle)
-        done = read_curve(curve, key, lambda p: tuple(p["layers"]))
-        points: list[Group] = [(), *grid]
-        base_cache: dict[int, Any] = {}
-        for group in points:
-            if group not in done:
-                arm = Erasure(out, erasers[group], fingerprint, {}) if group else None
-                point = measure_point(
-                    engine, fmt, valid, neutral, engine.use_erasure, arm, base_cache
-                )
-                done[group] = {"key": key, "layers": list(group), **point}
-                append_point(curve, done[group])
+        points = [((), None, {"layers": []})] + [
+            (g, Erasure(out, erasers[g], fingerprint, {}), {"layers": list(g)}) for g in grid
+        ]
+        curve = work / "curve.jsonl"
+        use = engine.use_erasure
+        measured = measure_points(
+            engine, fmt, valid, neutral_prompts, use, points, curve, key, _point_layers
+        )
     finally:
         engine.use_erasure(None)
         engine.close()
-    measured = [done[g] for g in points]
     best, why = _choose(measured, max_kl)
-    counts = Counter(y for _, labels in data for y in labels)
     save_erasure(
         out,
         erasers[tuple(best["layers"])] if best["layers"] else {},
         fingerprint,
         concept=concept,
         classes=classes,
-        tokens={**{c: counts.get(i, 0) for i, c in enumerate(classes)}, "prior": counts[UNKNOWN]},
+        tokens=_token_counts(data, classes),
         shuffled=shuffle,
         why=why,
         max_kl=max_kl,

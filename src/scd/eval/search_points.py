@@ -32,6 +32,7 @@ from scd.errors import InputError
 __all__ = [
     "append_point",
     "measure_point",
+    "measure_points",
     "read_curve",
     "train_rows",
     "validation_key",
@@ -135,6 +136,34 @@ def measure_point(
         "kl_ci_high": kl["kl_ci_high"],
         "margins": margins,
     }
+
+
+def measure_points(
+    engine: Any,
+    fmt: Any,
+    valid: list[dict[str, Any]],
+    neutral_prompts: str | None,
+    use: Callable[[Any], None],
+    points: list[tuple[Any, Any, dict[str, Any]]],
+    curve: Path,
+    key: str,
+    point_key: Callable[[dict], Any],
+) -> list[dict[str, Any]]:
+    """Each of a search's ``points`` -- (its identity, the arm that acts there or None for the
+    base model, the fields that say where it is) -- in that order, on ``valid`` and the neutral
+    prompts: read from ``curve`` where measured on ``key`` already (``point_key`` gives a kept
+    point's identity), else measured (:func:`measure_point`) and appended to it."""
+    from scd.eval.capability.neutral import load_neutral_prompts
+
+    _, neutral = load_neutral_prompts(neutral_prompts)
+    done = read_curve(curve, key, point_key)
+    base_cache: dict[int, Any] = {}
+    for at, arm, where in points:
+        if at not in done:
+            point = measure_point(engine, fmt, valid, neutral, use, arm, base_cache)
+            done[at] = {"key": key, **where, **point}
+            append_point(curve, done[at])
+    return [done[at] for at, _, _ in points]
 
 
 def read_curve(curve: Path, key: str, point_key: Callable[[dict], Any]) -> dict[Any, dict]:

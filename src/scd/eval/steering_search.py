@@ -22,9 +22,7 @@ from typing import Any
 
 from scd.errors import InputError
 from scd.eval.search_points import (
-    append_point,
-    measure_point,
-    read_curve,
+    measure_points,
     train_rows,
     validation_key,
     validation_rows,
@@ -157,6 +155,43 @@ def _grid(layers: list[Any] | None, n: int) -> tuple[list[Layers], list[int]]:
     return grid, named
 
 
+def _arm(
+    out: Path, vectors: Any, point: tuple[Layers, float], fingerprint: Any, positions: str
+) -> Steering | None:
+    """The steering of a grid point (layer(s), scale); None at scale 0, the base model."""
+    layer, scale = point
+    return Steering(out, vectors, layer, scale, fingerprint, {}, positions) if scale else None
+
+
+def _where(point: tuple[Layers, float]) -> dict[str, Any]:
+    """How the curve names a grid point: its layer(s) and scale."""
+    return {"layer": layer_value(point[0]), "scale": point[1]}
+
+
+def _record(
+    measured: list[dict[str, Any]],
+    diagnostics: dict[str, Any],
+    max_kl: float | None,
+    train: list[dict[str, Any]],
+    valid: list[dict[str, Any]],
+    sft: Path,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The point kept (:func:`_choose`; the points' and the diagnostics' anti-steerable shares
+    added first: :func:`_anti_steerable`) and what ``steer.json`` records of the search."""
+    _anti_steerable(measured, diagnostics)
+    best, why = _choose(measured, max_kl)
+    return best, dict(
+        why=why,
+        max_kl=max_kl,
+        validation=best,
+        diagnostics=diagnostics,
+        validation_prompts=[r["prompt_id"] for r in valid],
+        rows={"train": len(train), "validation": len(valid), "sft": str(sft)}
+        | {"train_by_unbiased_answer": dict(Counter(r["unbiased_answer"] for r in train))},
+        curve=measured,
+    )
+
+
 def search_steering(
     model: str,
     sft: Path,
@@ -179,7 +214,6 @@ def search_steering(
     neutral prompts, and write the steering directory ``out`` with the point kept; return its
     ``steer.json``. An item of ``layers`` is one layer or a list of layers steered together
     (each by its own vector)."""
-    from scd.eval.capability.neutral import load_neutral_prompts
     from scd.eval.engines.hf import HFEngine
     from scd.models.formatting import Formatter, load_tokenizer
 
@@ -195,41 +229,22 @@ def search_steering(
         groups = list(_pairs_by_answer(fmt, train).values())
         vectors = _vectors(engine, groups, work / "vectors.pt")
         diagnostics = _diagnostics(engine, groups, vectors, singles, work / "diagnostics.json")
-        _, neutral = load_neutral_prompts(neutral_prompts)
         curve, key = work / "curve.jsonl", validation_key(valid, positions=positions)
-        done = read_curve(curve, key, lambda p: (_layers(p["layer"]), p["scale"]))
         points = [(0, 0.0)] + [(la, float(s)) for la in grid_layers for s in scales if s != 0]
-        base_cache: dict[int, Any] = {}
-        for layer, scale in points:
-            if (layer, scale) not in done:
-                steering = Steering(out, vectors, layer, scale, fingerprint, {}, positions)
-                arm = steering if scale else None
-                point = measure_point(
-                    engine, fmt, valid, neutral, engine.use_steering, arm, base_cache
-                )
-                where = {"key": key, "layer": layer_value(layer), "scale": scale}
-                done[(layer, scale)] = {**where, **point}
-                append_point(curve, done[(layer, scale)])
+        measured = measure_points(
+            engine,
+            fmt,
+            valid,
+            neutral_prompts,
+            engine.use_steering,
+            [(p, _arm(out, vectors, p, fingerprint, positions), _where(p)) for p in points],
+            curve,
+            key,
+            lambda p: (_layers(p["layer"]), p["scale"]),
+        )
     finally:
         engine.use_steering(None)
         engine.close()
-    measured = [done[p] for p in points]
-    _anti_steerable(measured, diagnostics)
-    best, why = _choose(measured, max_kl)
-    save_steering(
-        out,
-        vectors,
-        best["layer"],
-        best["scale"],
-        fingerprint,
-        positions,
-        why=why,
-        max_kl=max_kl,
-        validation=best,
-        diagnostics=diagnostics,
-        validation_prompts=[r["prompt_id"] for r in valid],
-        rows={"train": len(train), "validation": len(valid), "sft": str(sft)}
-        | {"train_by_unbiased_answer": dict(Counter(r["unbiased_answer"] for r in train))},
-        curve=measured,
-    )
+    best, record = _record(measured, diagnostics, max_kl, train, valid, sft)
+    save_steering(out, vectors, best["layer"], best["scale"], fingerprint, positions, **record)
     return json.loads((out / "steer.json").read_text())
