@@ -121,6 +121,47 @@ def _group_yaml(name: str, tasks: list[str], metrics: list[str]) -> str:
     return "\n".join([*lines, "metadata:", "  version: 1.0", ""])
 
 
+Groups = dict[str, tuple[list[str], list[str]]]  # group name -> (its tasks, its metrics)
+
+
+def _task_configs(docs: dict[str, list[dict]], fmt: str) -> tuple[dict[str, str], Groups]:
+    """Each task's YAML, by task name, and the contact groups (all scales; their baselines)
+    with the metrics they aggregate: the per-contact ones only where every task is balanced."""
+    yamls, groups = {}, {}
+    contact = [n for n in docs if n.startswith("scd_contact_")]
+    for suffix in ("", "_baseline"):
+        names = [n for n in contact if n.endswith("_baseline") == bool(suffix)]
+        if not names:
+            continue
+        per_contact = [f"bias_{c}" for c in CONTACTS]
+        balanced = all(
+            len(set(Counter(d["contact"] for d in docs[n]).values())) == 1 for n in names
+        )
+        for n in names:
+            yamls[n] = _task_yaml(n, fmt, "process_contact", ["bias", *per_contact])
+        groups[f"scd_contact{suffix}"] = (names, ["bias", *(per_contact if balanced else [])])
+    if "scd_sds" in docs:
+        metrics = ["sds_gap", "sds_stigmatized", "sds_non_stigmatized"]
+        yamls["scd_sds"] = _task_yaml("scd_sds", fmt, "process_sds", metrics)
+    return yamls, groups
+
+
+def _write_tasks(
+    tmp: Path, docs: dict[str, list[dict]], yamls: dict[str, str], groups: Groups
+) -> None:
+    """Write into ``tmp`` each task's documents and YAML, the groups' YAML (``scd`` holding
+    them all) and ``utils.py``."""
+    for name, rows in docs.items():
+        with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        (tmp / f"{name}.yaml").write_text(yamls[name])
+    for name, (names, metrics) in groups.items():
+        (tmp / f"{name}.yaml").write_text(_group_yaml(name, names, metrics))
+    everything = [*groups, *(["scd_sds"] if "scd_sds" in docs else [])]
+    (tmp / "scd.yaml").write_text(_group_yaml("scd", everything, []))
+    shutil.copyfile(Path(__file__).with_name("lm_eval_task.py"), tmp / "utils.py")
+
+
 def export_lm_eval(
     out: Path | str,
     *,
@@ -156,22 +197,7 @@ def export_lm_eval(
     docs = _contact_docs(prompts, limit, seed) if prompts is not None else {}
     if stigma is not None:
         docs["scd_sds"] = _sds_docs(stigma)
-    yamls, groups = {}, {}
-    contact = [n for n in docs if n.startswith("scd_contact_")]
-    for suffix in ("", "_baseline"):
-        names = [n for n in contact if n.endswith("_baseline") == bool(suffix)]
-        if not names:
-            continue
-        per_contact = [f"bias_{c}" for c in CONTACTS]
-        balanced = all(
-            len(set(Counter(d["contact"] for d in docs[n]).values())) == 1 for n in names
-        )
-        for n in names:
-            yamls[n] = _task_yaml(n, fmt, "process_contact", ["bias", *per_contact])
-        groups[f"scd_contact{suffix}"] = (names, ["bias", *(per_contact if balanced else [])])
-    if "scd_sds" in docs:
-        metrics = ["sds_gap", "sds_stigmatized", "sds_non_stigmatized"]
-        yamls["scd_sds"] = _task_yaml("scd_sds", fmt, "process_sds", metrics)
+    yamls, groups = _task_configs(docs, fmt)
     info = {
         "kind": KIND,
         "scd_version": __version__,
@@ -189,14 +215,6 @@ def export_lm_eval(
         "groups": {name: names for name, (names, _) in groups.items()},
     }
     with atomic_output_dir(out, KIND) as tmp:
-        for name, rows in docs.items():
-            with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-            (tmp / f"{name}.yaml").write_text(yamls[name])
-        for name, (names, metrics) in groups.items():
-            (tmp / f"{name}.yaml").write_text(_group_yaml(name, names, metrics))
-        everything = [*groups, *(["scd_sds"] if "scd_sds" in docs else [])]
-        (tmp / "scd.yaml").write_text(_group_yaml("scd", everything, []))
-        shutil.copyfile(Path(__file__).with_name("lm_eval_task.py"), tmp / "utils.py")
+        _write_tasks(tmp, docs, yamls, groups)
         write_json(tmp / "manifest.json", info)
     return info

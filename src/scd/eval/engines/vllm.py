@@ -103,6 +103,93 @@ def _ticker() -> type:
     return Ticker
 
 
+def _import_vllm() -> tuple[Any, type]:
+    """The ``vllm`` module and its ``LoRARequest``; a missing vLLM is one line with the install
+    hint."""
+    try:
+        import vllm
+        from vllm.lora.request import LoRARequest
+    except ImportError:
+        raise InputError(
+            f"vLLM is not installed ({INSTALL_HINT})", key="backend", value="vllm"
+        ) from None
+    return vllm, LoRARequest
+
+
+def _max_model_len(spec: EngineSpec, context: int | None) -> int:
+    """The ``max_model_len`` to start with: the spec's, else the model's context length (when
+    known) capped at :data:`~scd.eval.engines.vllm_setup.DEFAULT_MAX_MODEL_LEN`; one above the
+    context length is refused."""
+    max_model_len = spec.max_model_len or min(
+        context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
+    )
+    if context is not None and max_model_len > context:
+        raise InputError(
+            f"above the model's context length {context}",
+            key="max_model_len",
+            value=max_model_len,
+        )
+    return max_model_len
+
+
+def _check_cpu_head_size(head: int | None) -> None:
+    """Refuse attention heads of a size vLLM's CPU attention does not serve (None: unknown)."""
+    if head is not None and head not in CPU_HEAD_SIZES:
+        raise InputError(
+            f"attention heads of size {head}: vLLM on a CPU serves sizes "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))}; use --backend hf",
+            key="backend",
+            value="vllm",
+        )
+
+
+def _llm_options(spec: EngineSpec, cpu: bool, max_lora_rank: int | None) -> dict[str, Any]:
+    """``LLM``'s options for LoRA (when adapters set ``max_lora_rank``), a CPU and the KV cache
+    (the module docstring)."""
+    options: dict[str, Any] = {}
+    if max_lora_rank is not None:
+        options = {"enable_lora": True, "max_lora_rank": max_lora_rank, "max_loras": 1}
+    if cpu:
+        options.update(enforce_eager=True, block_size=32)
+    kv = spec.kv_cache_space or (CPU_KV_CACHE_GIB if cpu else None)
+    if kv:
+        options["kv_cache_memory_bytes"] = int(kv * 2**30)
+    else:
+        options["gpu_memory_utilization"] = spec.gpu_memory_utilization or 0.9
+    return options
+
+
+def _start_llm(
+    vllm: Any, model: str, spec: EngineSpec, cpu: bool, max_model_len: int, options: dict
+) -> Any:
+    """vLLM's ``LLM`` of ``model``; a start that fails is one line naming vLLM's reason and the
+    options to change."""
+    try:
+        return vllm.LLM(
+            model=model,
+            tensor_parallel_size=spec.tensor_parallel_size or 1,
+            dtype=resolve_dtype(spec.dtype, "cpu" if cpu else "cuda"),
+            max_model_len=max_model_len,
+            trust_remote_code=False,
+            enable_prefix_caching=True,
+            seed=0,
+            use_tqdm_on_load=False,
+            **options,
+        )
+    except Exception as err:  # ValueError, pydantic's ValidationError, RuntimeError  # noqa: BLE001
+        change = (
+            "--kv-cache-space (GiB), --max-model-len"
+            if cpu
+            else "--gpu-memory-utilization, --kv-cache-space, --max-model-len, "
+            "--tensor-parallel-size"
+        )
+        raise InputError(
+            f"vLLM did not start: {_reason(err)} (to change: {change})",
+            key="backend",
+            value="vllm",
+        ) from None
+
+
 class VLLMEngine:
     """vLLM ``LLM`` behind the engine interface."""
 
@@ -121,71 +208,20 @@ class VLLMEngine:
     ) -> None:
         spec = (spec or engine_spec("vllm")).check()
         _run_on_this_process_if_cpu()
-        try:
-            import vllm
-            from vllm.lora.request import LoRARequest
-        except ImportError:
-            raise InputError(
-                f"vLLM is not installed ({INSTALL_HINT})", key="backend", value="vllm"
-            ) from None
+        vllm, lora_request = _import_vllm()
         device = vllm_platform()
         for path in adapters:
             require_adapter(path)
         context, head = model_shape(model)
-        max_model_len = spec.max_model_len or min(
-            context or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN
-        )
-        if context is not None and max_model_len > context:
-            raise InputError(
-                f"above the model's context length {context}",
-                key="max_model_len",
-                value=max_model_len,
-            )
+        max_model_len = _max_model_len(spec, context)
         cpu = device == "cpu"
-        if cpu and head is not None and head not in CPU_HEAD_SIZES:
-            raise InputError(
-                f"attention heads of size {head}: vLLM on a CPU serves sizes "
-                f"{', '.join(map(str, CPU_HEAD_SIZES))}; use --backend hf",
-                key="backend",
-                value="vllm",
-            )
-        self._vllm, self._lora_request = vllm, LoRARequest
+        if cpu:
+            _check_cpu_head_size(head)
+        self._vllm, self._lora_request = vllm, lora_request
         self.tokenizer = tokenizer
         self.max_lora_rank = lora_rank_for(adapters) if adapters else None
-        options: dict[str, Any] = {}
-        if adapters:
-            options = {"enable_lora": True, "max_lora_rank": self.max_lora_rank, "max_loras": 1}
-        if cpu:
-            options.update(enforce_eager=True, block_size=32)
-        kv = spec.kv_cache_space or (CPU_KV_CACHE_GIB if cpu else None)
-        if kv:
-            options["kv_cache_memory_bytes"] = int(kv * 2**30)
-        else:
-            options["gpu_memory_utilization"] = spec.gpu_memory_utilization or 0.9
-        try:
-            self.llm = vllm.LLM(
-                model=model,
-                tensor_parallel_size=spec.tensor_parallel_size or 1,
-                dtype=resolve_dtype(spec.dtype, "cpu" if cpu else "cuda"),
-                max_model_len=max_model_len,
-                trust_remote_code=False,
-                enable_prefix_caching=True,
-                seed=0,
-                use_tqdm_on_load=False,
-                **options,
-            )
-        except Exception as err:  # ValueError, pydantic's ValidationError, RuntimeError  # noqa: BLE001
-            change = (
-                "--kv-cache-space (GiB), --max-model-len"
-                if cpu
-                else "--gpu-memory-utilization, --kv-cache-space, --max-model-len, "
-                "--tensor-parallel-size"
-            )
-            raise InputError(
-                f"vLLM did not start: {_reason(err)} (to change: {change})",
-                key="backend",
-                value="vllm",
-            ) from None
+        options = _llm_options(spec, cpu, self.max_lora_rank)
+        self.llm = _start_llm(vllm, model, spec, cpu, max_model_len, options)
         self.max_model_len = max_model_len
         self.ran = {"device": device, "dtype": resolve_dtype(spec.dtype, "cpu" if cpu else "cuda")}
         self.lora_ids: dict[str, int] = {}  # adapter path -> LoRARequest id (>= 1)

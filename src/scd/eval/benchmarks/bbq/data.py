@@ -172,6 +172,45 @@ def _check_row(row: Any, where: str) -> None:
         raise InputError(f"{where}: question_polarity {row['question_polarity']!r}")
 
 
+def _read_folder(folder: Path, wanted: list[str] | None) -> list[dict[str, Any]]:
+    """The rows of a directory of ``<Category>.jsonl`` files: the files of the ``wanted``
+    categories (default: every one present), read in that order."""
+    present = [c for c in CATEGORIES if (folder / f"{c}.jsonl").is_file()]
+    if not present:
+        raise InputError("no <Category>.jsonl files of BBQ", key="data", value=folder)
+    missing = [c for c in wanted or () if c not in present]
+    if missing:
+        raise InputError(f"no file for categories {missing}", key="data", value=folder)
+    rows: list[dict[str, Any]] = []
+    for cat in wanted or present:
+        rows += _read_jsonl(folder / f"{cat}.jsonl")
+    return rows
+
+
+def _read_hub(name: str | Path, split: str) -> list[dict[str, Any]]:
+    """The rows of the ``split`` of the Hub dataset ``name`` (BBQ's original schema)."""
+    import datasets
+
+    problem = hub_problem(str(name), repo_type="dataset", filename=None)
+    if problem:
+        raise InputError(f"no such directory, nor a Hub dataset: {problem}", key="data", value=name)
+    try:
+        ds = datasets.load_dataset(str(name), split=split)
+    except Exception as err:  # noqa: BLE001 -- hub/network errors of every kind
+        raise InputError(
+            f"no such directory, nor a Hub dataset that loads ({first_line(err)})",
+            key="data",
+            value=name,
+        ) from None
+    rows = []
+    for n, row in enumerate(ds):
+        _check_row(row, f"{name}[{split}] row {n}")
+        rows.append(dict(row))
+    if not rows:
+        raise InputError(f"no BBQ items in split {split!r}", key="data", value=name)
+    return rows
+
+
 def load_bbq(
     source: str | Path | Sequence[str | Path],
     categories: Sequence[str] | None = None,
@@ -199,41 +238,14 @@ def load_bbq(
     sources = [source] if isinstance(source, (str, Path)) else list(source)
     rows: list[dict[str, Any]] = []
     if len(sources) == 1 and Path(sources[0]).is_dir():
-        folder = Path(sources[0])
-        present = [c for c in CATEGORIES if (folder / f"{c}.jsonl").is_file()]
-        if not present:
-            raise InputError("no <Category>.jsonl files of BBQ", key="data", value=folder)
-        missing = [c for c in wanted or () if c not in present]
-        if missing:
-            raise InputError(f"no file for categories {missing}", key="data", value=folder)
-        for cat in wanted or present:
-            rows += _read_jsonl(folder / f"{cat}.jsonl")
+        rows = _read_folder(Path(sources[0]), wanted)
     elif all(Path(s).is_file() for s in sources):
         for s in sources:
             rows += _read_jsonl(Path(s))
     elif len(sources) == 1 and looks_local(str(sources[0])):  # data/bbq: never a Hub id
         raise InputError("no such directory or file", key="data", value=sources[0])
     elif len(sources) == 1 and re.fullmatch(r"[\w.-]+/[\w.-]+", str(sources[0])):
-        import datasets
-
-        problem = hub_problem(str(sources[0]), repo_type="dataset", filename=None)
-        if problem:
-            raise InputError(
-                f"no such directory, nor a Hub dataset: {problem}", key="data", value=sources[0]
-            )
-        try:
-            ds = datasets.load_dataset(str(sources[0]), split=split)
-        except Exception as err:  # noqa: BLE001 -- hub/network errors of every kind
-            raise InputError(
-                f"no such directory, nor a Hub dataset that loads ({first_line(err)})",
-                key="data",
-                value=sources[0],
-            ) from None
-        for n, row in enumerate(ds):
-            _check_row(row, f"{sources[0]}[{split}] row {n}")
-            rows.append(dict(row))
-        if not rows:
-            raise InputError(f"no BBQ items in split {split!r}", key="data", value=sources[0])
+        rows = _read_hub(sources[0], split)
     else:
         raise InputError(
             "not a directory, JSONL file(s) or Hub dataset id", key="data", value=source
