@@ -58,6 +58,53 @@ def _rows(rows_dir: Path, method: Method) -> Any:
     return data
 
 
+def _quiet_libraries() -> None:
+    """The libraries' own output off: datasets' progress bars, transformers' logs below errors."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()
+    hf_logging.set_verbosity_error()
+
+
+def _tokenizer(spec: TrainingSpec, model_path: str) -> Any:
+    """The model's tokenizer, padding with its end-of-sequence token when it has no pad token.
+
+    Raises:
+        InputError: the tokenizer cannot be loaded.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise InputError(f"model {spec.model}: cannot load its tokenizer ({err})") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _bias_while_training(spec: TrainingSpec, rows_dir: Path, tokenizer: Any) -> Any:
+    """The callback that measures bias every ``train.eval_every_steps`` (None: not asked for),
+    its prompts (the setting's) read before the model loads."""
+    if not spec.train.eval_every_steps:
+        return None
+    from scd.train.bias_steps import bias_callback
+
+    return bias_callback(spec, rows_dir, tokenizer)
+
+
+def _add_callbacks(trainer: Any, bias: Any, progress: bool, verbose: bool) -> None:
+    """The trainer's callbacks added: the last step logged, the progress output
+    (:func:`~scd.train.setup.quiet_callbacks`) and the bias measured during training (``bias``;
+    None: none)."""
+    trainer.add_callback(last_step_logged())  # the training loss covers every step
+    quiet_callbacks(trainer, progress, verbose)
+    if bias is not None:
+        bias.trainer = trainer
+        trainer.add_callback(bias)
+
+
 def build_trainer(
     spec: TrainingSpec,
     model_path: str,
@@ -87,35 +134,20 @@ def build_trainer(
     Returns:
         The trainer, and how many rows the token check covered (0 with packing).
     """
-    from transformers import AutoTokenizer
-
     from scd.models.formatting import Formatter
 
     method = method_class(method)() if isinstance(method, str) else method
     if args is None:
         args = method_config(method, spec, cuda, report_to, progress)
     if not verbose:
-        import datasets
-        from transformers.utils import logging as hf_logging
-
-        datasets.disable_progress_bars()
-        hf_logging.set_verbosity_error()
+        _quiet_libraries()
     data = _rows(rows_dir, method)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise InputError(f"model {spec.model}: cannot load its tokenizer ({err})") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = _tokenizer(spec, model_path)
     sample = min(method.check_sample, len(data["train"]))
     check_rows = data["train"].select(range(sample)).to_list()
     formatter = Formatter.of_rows(tokenizer, check_rows)
     data = method.render(data, formatter)
-    bias = None
-    if spec.train.eval_every_steps:  # its prompts (the setting's) read before the model loads
-        from scd.train.bias_steps import bias_callback
-
-        bias = bias_callback(spec, rows_dir, tokenizer)
+    bias = _bias_while_training(spec, rows_dir, tokenizer)
     if not cuda:
         score_labelled_tokens_only()  # TRL's LM head: not over every unlabelled token
     trainer = method.trainer()(
@@ -129,9 +161,5 @@ def build_trainer(
     if getattr(args, "padding_free", False) and not getattr(args, "packing", False):
         cut_to_max_length(trainer, spec.train.max_length)  # as TRL's padded path cuts them
     checked = method.check_tokens(trainer.train_dataset, check_rows, formatter, spec)
-    trainer.add_callback(last_step_logged())  # the training loss covers every step
-    quiet_callbacks(trainer, progress, verbose)
-    if bias is not None:
-        bias.trainer = trainer
-        trainer.add_callback(bias)
+    _add_callbacks(trainer, bias, progress, verbose)
     return trainer, checked

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,36 @@ from scd.train.spec import TrainingSpec
 from scd.train.training_log import finish_tracking, mean_loss, start_tracking, wandb_at_steps
 
 __all__ = ["train"]
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """A training run as :func:`train` set it up before any work, for its records: the recipe,
+    its method, what :func:`~scd.train.run_checks.check_run` resolved (the spec, the model's
+    loadable path, the checkpoint resumed from: None for a new run), TRL's config and the
+    distributed state."""
+
+    recipe: Recipe
+    method: Method
+    spec: TrainingSpec
+    model_path: str
+    checkpoint: str | None
+    args: Any
+    state: Any
+
+
+def _config_and_state(
+    method: Method, spec: TrainingSpec, cuda: bool, report_to: str, progress: bool
+) -> tuple[Any, Any]:
+    """TRL's config of the run (:func:`~scd.train.method_trainer.method_config`) and the
+    distributed state, in that order."""
+    from accelerate import PartialState
+
+    # The TRL config first: it sets up the distributed state (a PartialState made before it sees
+    # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
+    args = method_config(method, spec, cuda, report_to, progress)
+    _ = args.device
+    return args, PartialState()
 
 
 def _training_rows(spec: TrainingSpec, method: Method, state: Any, progress: bool) -> Path:
@@ -83,6 +114,44 @@ def _tokens_before(checkpoint: str | None, progress: bool) -> int:
     return int(saved.get("num_input_tokens_seen") or 0)
 
 
+def _record(
+    setup: _Setup,
+    trainer: Any,
+    result: Any,
+    seconds: float,
+    earlier: int,
+    checked: int,
+    manifest: dict[str, Any],
+    run: Any,
+) -> dict[str, Any]:
+    """What the main process keeps and writes of a finished training: the selected step's
+    adapter and the tokenizer (:func:`_keep`), the training manifest (returned), the recipe and
+    the training data's ``manifest`` beside it, and the W&B run (``run``; None: untracked)
+    finished with the results."""
+    spec, args = setup.spec, setup.args
+    out = spec.output_dir
+    selected = _keep(trainer, spec.train, out, Path(args.output_dir))
+    info = train_manifest(
+        trainer,
+        result,
+        setup.method,
+        spec,
+        setup.model_path,
+        seconds=seconds,
+        earlier=earlier,
+        resumed_from=Path(setup.checkpoint).name if setup.checkpoint else None,
+        selected=selected,
+        world_size=setup.state.num_processes,
+        checked=checked,
+        loss=mean_loss(trainer.state.log_history),  # every step, across resumes
+        wandb_run_id=run.id if run is not None else None,
+    )
+    write_training(out, setup.recipe, manifest, info, args)
+    if run is not None:
+        finish_tracking(run, spec.wandb.log_adapter, out, info, setup.model_path)
+    return info
+
+
 def train(
     recipe: Recipe,
     *,
@@ -108,16 +177,10 @@ def train(
         InputError: a recipe, method or output directory that cannot be trained.
         RuntimeError: training finished but the adapter was not written.
     """
-    from accelerate import PartialState
-
     unit: Method = method_class(method)()
     spec, model_path, checkpoint, cuda = check_run(recipe, unit, resume)
     out, enabled = spec.output_dir, use_wandb and spec.wandb.enabled
-    # The TRL config first: it sets up the distributed state (a PartialState made before it sees
-    # one process on every rank of a CPU torchrun) and registers ZeRO-3 before the model loads.
-    args = method_config(unit, spec, cuda, "wandb" if enabled else "none", progress)
-    _ = args.device
-    state = PartialState()
+    args, state = _config_and_state(unit, spec, cuda, "wandb" if enabled else "none", progress)
     rows_dir = _training_rows(spec, unit, state, progress)
     manifest = json.loads((rows_dir / "manifest.json").read_text())
     tracked = enabled and state.is_main_process  # one W&B run, across kills and resumes
@@ -141,24 +204,7 @@ def train(
     save_adapter(trainer, out, state.is_main_process)
     info: dict[str, Any] = {}
     if state.is_main_process:
-        selected = _keep(trainer, spec.train, out, Path(args.output_dir))
-        info = train_manifest(
-            trainer,
-            result,
-            unit,
-            spec,
-            model_path,
-            seconds=seconds,
-            earlier=earlier,
-            resumed_from=Path(checkpoint).name if checkpoint else None,
-            selected=selected,
-            world_size=state.num_processes,
-            checked=checked,
-            loss=mean_loss(trainer.state.log_history),  # every step, across resumes
-            wandb_run_id=run.id if run is not None else None,
-        )
-        write_training(out, recipe, manifest, info, args)
-        if run is not None:
-            finish_tracking(run, spec.wandb.log_adapter, out, info, model_path)
+        setup = _Setup(recipe, unit, spec, model_path, checkpoint, args, state)
+        info = _record(setup, trainer, result, seconds, earlier, checked, manifest, run)
     state.wait_for_everyone()
     return info
