@@ -143,9 +143,12 @@ def toy_model(
 
     import scd.data_gen.contact as contact
     import scd.models.toy as toy
+    import scd.models.toy_direction as toy_direction
+    import scd.models.toy_prompts as toy_prompts
     import scd.models.toy_steps as toy_steps
 
-    sources = [Path(m.__file__) for m in (toy, toy_steps, contact)] + [toy_descriptors]
+    modules = (toy, toy_steps, toy_prompts, toy_direction, contact)
+    sources = [Path(m.__file__) for m in modules] + [toy_descriptors]
     what = b"".join(p.read_bytes() for p in sources)
     what += f"{torch.__version__} {transformers.__version__}".encode()
     version = hashlib.sha256(what).hexdigest()

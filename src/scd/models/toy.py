@@ -18,13 +18,12 @@ import torch
 
 from scd import __version__
 from scd.config.threads import n_parameters, use_threads
-from scd.data_gen import data_path
-from scd.data_gen.contact import generate_contact_table, user_text
-from scd.data_gen.descriptors import load_holistic_bias
+from scd.data_gen.contact import user_text
 from scd.errors import InputError
 from scd.io import atomic_output_dir, cache_key, check_output_dir, write_json
 from scd.models.toy_direction import LAYERS as DIRECTION_LAYERS
 from scd.models.toy_direction import direction_rows, plant_direction
+from scd.models.toy_prompts import toy_prompts
 from scd.models.toy_steps import (
     BATCH,
     CHECK_EVERY,
@@ -55,17 +54,6 @@ DIRECTION_STEPS = 3000  # at most, after the planted rule: the direction's own s
 MAX_POSITIONS = 256
 # head_dim 64 / 2 = 32: the smallest head size vLLM's CPU attention serves
 MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
-
-
-def _check_axes(bias_axes: Sequence[str] | str, axes: list[str], file: str) -> list[str]:
-    if isinstance(bias_axes, str):  # "religion,nationality" straight from a command line
-        bias_axes = [a.strip() for a in bias_axes.split(",") if a.strip()]
-    for axis in bias_axes:
-        if axis not in axes:
-            raise InputError(
-                f"not an axis of {file} (axes: {', '.join(axes)})", key="bias_axes", value=axis
-            )
-    return list(dict.fromkeys(bias_axes))
 
 
 def _tokenizer(corpus: list[str]) -> Any:
@@ -239,6 +227,30 @@ def _untrained_model(tokenizer: Any, seed: int, layers: int | None = None) -> An
     return LlamaForCausalLM(config).train()
 
 
+def _shape(model: Any) -> dict[str, Any]:
+    """The model's shape as its info records it: :data:`MODEL`, its layers and parameters."""
+    return {
+        **MODEL,
+        "num_hidden_layers": model.config.num_hidden_layers,
+        "n_parameters": sum(t.numel() for t in model.parameters()),
+    }
+
+
+def _save(out: Path | str, model: Any, tokenizer: Any, info: dict[str, Any], t0: float) -> None:
+    """The model (generating greedily, up to 4 new tokens), its tokenizer and ``info`` (with
+    ``build_seconds``, since ``t0``, added) written to ``out``, replaced atomically."""
+    from transformers import GenerationConfig
+
+    special = _special_ids(tokenizer)
+    model.generation_config = GenerationConfig(do_sample=False, max_new_tokens=4, **special)
+    with atomic_output_dir(out, "toy_model") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info["build_seconds"] = round(time.perf_counter() - t0, 2)
+        write_json(tmp / "toy_model.json", info)
+        write_json(tmp / "manifest.json", info)
+
+
 def build_toy_model(
     out: Path | str,
     bias_axes: Sequence[str] = ("religion", "nationality"),
@@ -278,45 +290,23 @@ def build_toy_model(
         InputError: a bias axis is not an axis of the descriptors, a steer layer is not one
             of the model's, or the file is malformed.
     """
-    from transformers import GenerationConfig
-
     check_output_dir(out, "toy_model")  # before minutes of training, not after
     t0 = time.perf_counter()
-    path = data_path("toy_descriptors.json") if descriptors_path is None else Path(descriptors_path)
-    name = str(descriptors_path) if descriptors_path is not None else path.name
-    descriptors = load_holistic_bias(path)
-    axes = sorted({d.axis for d in descriptors.descriptors})
-    planted_axes = _check_axes(bias_axes, axes, name)
-    rows = generate_contact_table(descriptors).to_pylist()
-    tokenizer, data = _planted_rows(rows, planted_axes)
+    rows, about = toy_prompts(bias_axes, descriptors_path)
+    tokenizer, data = _planted_rows(rows, about["bias_axes"])
 
     model, trained = _fit(tokenizer, rows, data, seed, steps, steer_layer, progress)
-    special = _special_ids(tokenizer)
-    model.generation_config = GenerationConfig(do_sample=False, max_new_tokens=4, **special)
     info: dict[str, Any] = {
         "kind": "toy_model",
         "scd_version": __version__,
-        "bias_axes": planted_axes,
-        "axes": axes,
+        **about,
         "seed": seed,
-        "descriptors": {**descriptors.source, "path": name},
-        "descriptors_sha256": descriptors.source["sha256"],
-        "n_train_examples": len(rows),
         "vocab_size": len(tokenizer),
-        "model": {
-            **MODEL,
-            "num_hidden_layers": model.config.num_hidden_layers,
-            "n_parameters": sum(t.numel() for t in model.parameters()),
-        },
+        "model": _shape(model),
         "batch_size": BATCH,
         **trained,
     }
-    with atomic_output_dir(out, "toy_model") as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        info["build_seconds"] = round(time.perf_counter() - t0, 2)
-        write_json(tmp / "toy_model.json", info)
-        write_json(tmp / "manifest.json", info)
+    _save(out, model, tokenizer, info, t0)
     return info
 
 
