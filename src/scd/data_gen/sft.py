@@ -160,6 +160,45 @@ def _checked_spec(setting: int, options: SFTOptions) -> Any:
     return settings[setting]
 
 
+def _draw(
+    train_part: pa.Table, eval_part: pa.Table, options: SFTOptions, protocol: Any
+) -> tuple[pa.Table, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The setting's SFT rows, drawn with the options' seed: the training prompts sampled (up to
+    ``max_train`` per contact type), the training rows made of them with the general rows mixed
+    in (``general_fraction`` of them) and shuffled, the eval rows (up to ``max_eval`` prompts per
+    contact type), and the general rows; each row opened by the ``protocol``'s system prompt
+    when it has one."""
+    style, seed = options.style, options.seed
+    general, general_fraction = options.general, options.general_fraction
+    system = None if protocol is None else protocol.system_prompt
+    rng = np.random.default_rng(seed)
+    trained = _sample_per_contact(train_part, options.max_train, rng)
+    train_rows = sft_rows(trained, style, protocol)
+    eval_rows = sft_rows(_sample_per_contact(eval_part, options.max_eval, rng), style, protocol)
+    want = round(general_fraction / (1 - general_fraction) * len(train_rows))
+    general_rows = load_general(general, want, seed) if general_fraction > 0 else []
+    train_rows += general_rows
+    train_rows = [train_rows[i] for i in rng.permutation(len(train_rows))]
+    if system is not None:  # every row, the general ones too, as the evaluation puts it
+        for row in train_rows + eval_rows:
+            row["prompt"] = [{"role": "system", "content": system}, *row["prompt"]]
+    return trained, train_rows, eval_rows, general_rows
+
+
+def _counts(
+    train_rows: list[Any], eval_rows: list[Any], pool: pa.Table, trained: pa.Table, held: pa.Table
+) -> dict[str, int]:
+    """The manifest's counts: the training and eval rows, the held-out prompts, the training
+    side's prompts and those of them no training row uses (the validation prompts)."""
+    return {
+        "train": len(train_rows),
+        "eval": len(eval_rows),
+        "heldout_prompts": held.num_rows,
+        "train_pool_prompts": pool.num_rows,
+        "validation_prompts": pool.num_rows - trained.num_rows,
+    }
+
+
 def write_sft(
     prompts: Path | str,
     setting: int,
@@ -183,7 +222,6 @@ def write_sft(
     Returns:
         The manifest that was written.
     """
-    system = None if protocol is None else protocol.system_prompt
     options = SFTOptions(settings_file, style, max_train, max_eval, general, general_fraction, seed)
     spec = _checked_spec(setting, options)
     train_part, eval_part = _split(prompts, eval_prompts, setting, spec, seed)
@@ -191,17 +229,7 @@ def write_sft(
     if spec.split == "source":
         sources["eval_prompts"] = sha256_file(Path(eval_prompts) / "prompts.parquet")
     used, warnings = _coverage(spec, train_part, eval_part)
-    rng = np.random.default_rng(seed)
-    trained = _sample_per_contact(train_part, max_train, rng)
-    train_rows = sft_rows(trained, style, protocol)
-    eval_rows = sft_rows(_sample_per_contact(eval_part, max_eval, rng), style, protocol)
-    want = round(general_fraction / (1 - general_fraction) * len(train_rows))
-    general_rows = load_general(general, want, seed) if general_fraction > 0 else []
-    train_rows += general_rows
-    train_rows = [train_rows[i] for i in rng.permutation(len(train_rows))]
-    if system is not None:  # every row, the general ones too, as the evaluation puts it
-        for row in train_rows + eval_rows:
-            row["prompt"] = [{"role": "system", "content": system}, *row["prompt"]]
+    trained, train_rows, eval_rows, general_rows = _draw(train_part, eval_part, options, protocol)
     lacking = "; it ".join(w.split(": ", 1)[1] for w in warnings)
     info = {
         "kind": "sft",
@@ -219,13 +247,7 @@ def write_sft(
         "general": {"source": general, "fraction": general_fraction, "rows": len(general_rows)},
         **({"protocol": protocol.name} if protocol and protocol.name != "scd" else {}),
         "sources_sha256": sources,
-        "counts": {
-            "train": len(train_rows),
-            "eval": len(eval_rows),
-            "heldout_prompts": eval_part.num_rows,
-            "train_pool_prompts": train_part.num_rows,
-            "validation_prompts": train_part.num_rows - trained.num_rows,
-        },
+        "counts": _counts(train_rows, eval_rows, train_part, trained, eval_part),
     }
     with atomic_output_dir(out, "sft") as tmp:
         _write_rows(tmp / "train.parquet", train_rows)
