@@ -148,7 +148,7 @@ def test_killed_run_resumes_to_the_same_tables(
     ]
     cmd += [arg for item in overrides for arg in ("--set", item)]
     run_dir = root.parent / "killed"
-    records = run_dir / "setting-1" / "eval" / "bias" / "records.jsonl"
+    records = run_dir / "setting-1" / "arm-sft" / "eval" / "bias" / "records.jsonl"
     log = root.parent / "killed.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
@@ -162,9 +162,9 @@ def test_killed_run_resumes_to_the_same_tables(
     proc.wait()
     first = log.read_text()  # the quickstart's cache served the toy model and the base model
     assert "toy model: cached" in first and "base/bias: cached" in first
-    assert "setting-1/train: done in" in first
+    assert "setting-1/arm-sft/train: done in" in first
     stages = json.loads((run_dir / "state.json").read_text())["stages"]
-    assert "setting-1/train" in stages and "setting-1/eval/bias" not in stages
+    assert "setting-1/arm-sft/train" in stages and "setting-1/arm-sft/eval/bias" not in stages
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -182,7 +182,7 @@ def test_killed_run_resumes_to_the_same_tables(
     assert (
         len(ids)
         == len(set(ids))
-        == len((root / "setting-1/eval/bias/records.jsonl").read_text().splitlines())
+        == len((root / "setting-1/arm-sft/eval/bias/records.jsonl").read_text().splitlines())
     )
 
     # BBQ (Table 15 + bars), stigma probes and W&B (offline, one group) came along
@@ -196,11 +196,11 @@ def test_killed_run_resumes_to_the_same_tables(
     for probe in ("sds", "aq27"):
         assert (run_dir / "tables" / f"stigma-{probe}.md").is_file()
         assert len(pd.read_csv(run_dir / "tables" / f"stigma-{probe}.csv")) >= 2
-        assert (run_dir / "setting-1" / "eval" / probe / "summary.json").is_file()
+        assert (run_dir / "setting-1" / "arm-sft" / "eval" / probe / "summary.json").is_file()
     offline = list(run_dir.rglob("offline-run-*"))
     assert len(offline) >= 2, offline  # the training run and the report run
     # the training run got the tuned model's results: continued by id after the evaluations
-    adapter = run_dir / "setting-1" / "adapter"
+    adapter = run_dir / "setting-1" / "arm-sft" / "adapter"
     run_id = json.loads((adapter / "train_manifest.json").read_text())["wandb_run_id"]
     segments = offline_folders(adapter / "wandb", run_id)
     assert len(segments) == 2, segments
@@ -328,9 +328,11 @@ def test_a_finished_run_pushes_each_adapter_with_its_before_after_card(
     said: list[str] = []
     with pytest.raises(InputError) as err:
         run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
-    assert "stage setting-1/push" in str(err.value) and "cannot upload to the Hub" in str(err.value)
+    assert "stage setting-1/arm-sft/push" in str(err.value) and "cannot upload to the Hub" in str(
+        err.value
+    )
     assert secret not in str(err.value) + "".join(said)
-    adapter = run_dir / "setting-1" / "adapter"
+    adapter = run_dir / "setting-1" / "arm-sft" / "adapter"
     card = (adapter / "README.md").read_text()
     assert card.startswith("---\n") and "library_name: peft" in card
     assert "# someone/scd-quickstart" in card and "| bias_pct |" in card  # before | after
@@ -346,7 +348,7 @@ def test_a_finished_run_pushes_each_adapter_with_its_before_after_card(
     assert not any("checkpoint" in a or "wandb" in a for a in kw["allow"])
     pushed = json.loads((adapter / "hub.json").read_text())
     assert pushed["repo"] == "someone/scd-quickstart" and "bias" in pushed["evaluated"]
-    assert any("setting-1/push" in line for line in said)
+    assert any("setting-1/arm-sft/push" in line for line in said)
     said.clear()
     run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
     assert len(uploads) == 1  # finished: not uploaded again
