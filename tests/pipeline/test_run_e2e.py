@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -352,3 +353,73 @@ def test_a_finished_run_pushes_each_adapter_with_its_before_after_card(
     said.clear()
     run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
     assert len(uploads) == 1  # finished: not uploaded again
+
+
+def _as_an_earlier_scd_wrote_it(made: Path, run: Path) -> None:
+    """The finished run ``made`` copied to ``run`` as the scd before one layout for every arm
+    wrote it: SCD's arm in ``setting-N`` itself, and every path that names it (the state's
+    stage names and outputs, the layout, each result's run.json and summary, the report)."""
+    shutil.copytree(made, run)
+    for arm in run.glob("setting-*/arm-sft"):
+        for entry in arm.iterdir():
+            entry.rename(arm.parent / entry.name)
+        arm.rmdir()
+    for path in run.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html"):
+            text = path.read_text()
+            old = re.sub(r"(setting-\d+)/arm-sft/", r"\1/", text.replace(str(made), str(run)))
+            if old != text:
+                path.write_text(old)
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_run_of_the_earlier_layout_moves_and_resumes(quickstart: str, root: Path) -> None:
+    """SCD's arm of an earlier scd's run moves to setting-1/arm-sft when the run is opened: a
+    finished run runs nothing again and keeps its tables, its report rebuilt gives the same
+    tables; a run stopped in the arm's evaluation resumes it where it stopped (its pinned
+    identity names the adapter where it now is) and runs nothing else."""
+    from scd.pipeline.launch import run_recipe
+    from scd.pipeline.recipe import recipe_from_dict
+    from scd.quickstart import QUICKSTART_RECIPE
+
+    recipe = recipe_from_dict(QUICKSTART_RECIPE, "quickstart")
+    earlier = root.parent / "earlier"
+    _as_an_earlier_scd_wrote_it(root, earlier)
+    assert (earlier / "setting-1" / "adapter" / "adapter_model.safetensors").is_file()
+    tables, said = _bytes(earlier / "tables"), []
+    run_recipe(recipe, earlier, root.parent / "cache", progress=False, say=said.append)
+    assert said[0].startswith(f"{earlier}: an earlier scd's layout: moved setting-1/adapter")
+    assert said[-1].startswith("all stages finished earlier; nothing to do")
+    assert not (earlier / "setting-1" / "adapter").exists()
+    assert (earlier / "setting-1" / "arm-sft" / "adapter" / "adapter_model.safetensors").is_file()
+    assert _bytes(earlier / "tables") == tables
+    stages = json.loads((earlier / "state.json").read_text())["stages"]
+    assert list(stages) == list(json.loads((root / "state.json").read_text())["stages"])
+    layout = (earlier / "layout.json").read_text()
+    assert layout == (root / "layout.json").read_text().replace(str(root), str(earlier))
+    assert main(["report", str(earlier)]) == 0
+    assert _bytes(earlier / "tables") == _bytes(root / "tables")
+
+    cut = root.parent / "earlier-cut"
+    _as_an_earlier_scd_wrote_it(root, cut)
+    bias = cut / "setting-1" / "eval" / "bias"
+    records = (bias / "records.jsonl").read_text().splitlines(keepends=True)
+    (bias / "records.jsonl").write_text("".join(records[: len(records) // 2]))
+    (bias / "summary.json").unlink()
+    state = json.loads((cut / "state.json").read_text())
+    del state["stages"]["setting-1/eval/bias"]
+    (cut / "state.json").write_text(json.dumps(state))
+    said.clear()
+    run_recipe(recipe, cut, root.parent / "cache", progress=False, say=said.append)
+    ran = [x.strip() for x in said if x.endswith(" ...")]
+    assert ran == ["setting-1/arm-sft/eval/bias ...", "report ..."], said
+    resumed = (cut / "setting-1" / "arm-sft" / "eval" / "bias" / "records.jsonl").read_text()
+    assert resumed.splitlines(keepends=True)[: len(records) // 2] == records[: len(records) // 2]
+    assert len(resumed.splitlines()) == len(records)
+    for name in ("table10", "table1"):
+        assert (cut / "tables" / f"{name}.csv").read_bytes() == (
+            root / "tables" / f"{name}.csv"
+        ).read_bytes()
