@@ -171,7 +171,7 @@ def test_a_killed_worker_is_retried_to_the_same_tables(local_tables, tmp_path, t
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
-    pid_file, killed = root / "two" / "setting-1" / "worker.pid", None
+    pid_file, killed = root / "two" / "setting-1" / "arm-sft" / "worker.pid", None
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline and killed is None:
         if pid_file.is_file() and pid_file.read_text().strip():
