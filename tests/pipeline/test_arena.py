@@ -129,7 +129,7 @@ def test_the_report_and_the_end_of_the_run_show_the_arena(arena: tuple[Path, str
     assert general["counts"]["train"] == len(sft)  # same rows, so the same steps
     steps = [
         json.loads((run / p / "adapter" / "train_manifest.json").read_text())["global_step"]
-        for p in ("setting-1", "setting-1/arm-general", "setting-1/arm-dpo")
+        for p in ("setting-1/arm-sft", "setting-1/arm-general", "setting-1/arm-dpo")
     ]
     assert len(set(steps)) == 1, steps
 
@@ -186,7 +186,7 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
     proc.kill()
     proc.wait()
     stages = json.loads((run / "state.json").read_text())["stages"]
-    assert "setting-1/arm-dpo/train" not in stages and "setting-1/train" in stages
+    assert "setting-1/arm-dpo/train" not in stages and "setting-1/arm-sft/train" in stages
     uninterrupted = pd.read_csv(arena[0] / "tables" / "arena.csv").set_index("arm")
 
     # the killed run's report: the finished results (the base model's evaluations, from the
