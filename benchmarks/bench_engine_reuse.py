@@ -29,7 +29,7 @@ def _reset_evaluations(run_dir: Path, cache: Path) -> None:
     kept = {k: v for k, v in state["stages"].items() if "eval" not in k and k != "base/bias"}
     kept = {k: v for k, v in kept.items() if k not in ("report", "wandb")}
     (run_dir / "state.json").write_text(json.dumps({"stages": kept}))
-    for path in run_dir.glob("setting-*/eval"):
+    for path in run_dir.glob("setting-*/arm-*/eval"):  # every arm's
         shutil.rmtree(path)
     shutil.rmtree(cache / "base", ignore_errors=True)
 

@@ -33,7 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scd.config.vocabulary import SCD_ARM
 from scd.eval.records import scoring_time
+from scd.pipeline.plan import arm_dir, setting_data
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -237,9 +239,9 @@ def _layout(run: Path) -> dict:
         part = stage.split("/")
         if part[0] == "base":
             layout["base"][part[1]] = where
-        elif len(part) == 3 and part[1] == "eval":
+        elif part[1:3] == [f"arm-{SCD_ARM}", "eval"] and len(part) == 4:  # SCD's arm
             n = part[0].removeprefix("setting-")
-            layout["settings"].setdefault(n, {"evals": {}})["evals"][part[2]] = where
+            layout["settings"].setdefault(n, {"evals": {}})["evals"][part[3]] = where
     return layout
 
 
@@ -263,7 +265,7 @@ def _tables_so_far(run: Path, base: dict, tuned: dict) -> dict[int, str]:
         return {}
     pairs, before = {}, bias_frame(base["bias"])
     for n, evals in tuned.items():
-        sft = run / f"setting-{n}" / "sft"
+        sft = setting_data(run, int(n))
         if "bias" not in evals or _json(sft / "manifest.json").get("split") == "source":
             continue  # (a source-split setting's "before" is an evaluation of its own)
         ids = pq.read_table(sft / "heldout" / "prompts.parquet", columns=["prompt_id"])
@@ -344,7 +346,9 @@ def study_report(out: Path, study: Study, peer: dict[str, Path] | None = None) -
         )
     lines += ["", "**Run times**", "", "| stage | seconds | throughput |", "|---|---|---|"]
     where = {f"base/{job}": d for job, d in base.items()}
-    where |= {f"setting-{n}/eval/{job}": d for n in settings for job, d in tuned[n].items()}
+    where |= {
+        f"{arm_dir(n, SCD_ARM)}/eval/{job}": d for n in settings for job, d in tuned[n].items()
+    }
     stages = _json(run / "state.json")["stages"]
     for stage, v in sorted(stages.items(), key=lambda kv: kv[1]["started_at"]):
         rate = ""

@@ -180,8 +180,10 @@ def report(args: argparse.Namespace) -> None:
             raise InputError(
                 "--runs/--out go with `scd report <benchmark>`; `scd report RUN_DIR` has none"
             )
+        from scd.pipeline.migrate import migrate_run
         from scd.report.build import build_report
 
+        migrate_run(args.target)  # an earlier scd's run: SCD's arm into setting-N/arm-sft
         md, html = build_report(Path(args.target))
         print(f"report -> {md}, {html}")
         return

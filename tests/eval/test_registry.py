@@ -137,8 +137,8 @@ def test_a_registered_benchmark_runs_in_scd_run_and_the_report(
     recipe = recipe_from_dict(data, overrides=overrides)
     run_recipe(recipe, tmp_path / "echo", tmp_path / "cache", progress=False, say=said.append)
     stages = json.loads((tmp_path / "echo" / "state.json").read_text())["stages"]
-    assert "base/echo" in stages and "setting-1/eval/echo" in stages
-    assert any(line.strip() == "setting-1/eval/echo ..." for line in said)
+    assert "base/echo" in stages and "setting-1/arm-sft/eval/echo" in stages
+    assert any(line.strip() == "setting-1/arm-sft/eval/echo ..." for line in said)
     report = (tmp_path / "echo" / "report.md").read_text()
     assert "## Echo: share of Yes" in report and "| Setting 1 |" in report
     assert json.loads((tmp_path / "echo" / "tables" / "echo.json").read_text())[0]["run"] == "Base"

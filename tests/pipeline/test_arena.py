@@ -129,7 +129,7 @@ def test_the_report_and_the_end_of_the_run_show_the_arena(arena: tuple[Path, str
     assert general["counts"]["train"] == len(sft)  # same rows, so the same steps
     steps = [
         json.loads((run / p / "adapter" / "train_manifest.json").read_text())["global_step"]
-        for p in ("setting-1", "setting-1/arm-general", "setting-1/arm-dpo")
+        for p in ("setting-1/arm-sft", "setting-1/arm-general", "setting-1/arm-dpo")
     ]
     assert len(set(steps)) == 1, steps
 
@@ -149,7 +149,7 @@ def test_a_contrast_arm_joins_a_finished_run_with_its_twins_and_the_judgment_col
     more = _command(outputs, "contrast", [*common, "--set", "arms=[base,sft,sft-contrast]"])
     done = subprocess.run(more, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "setting-1/train ..." not in done.stdout  # sft's training is not run again
+    assert "setting-1/arm-sft/train ..." not in done.stdout  # sft's training is not run again
     assert "setting-1/arm-sft-contrast/train ..." in done.stdout
     run = outputs / "contrast"
     table = pd.read_csv(run / "tables" / "arena.csv").set_index("arm")
@@ -186,7 +186,7 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
     proc.kill()
     proc.wait()
     stages = json.loads((run / "state.json").read_text())["stages"]
-    assert "setting-1/arm-dpo/train" not in stages and "setting-1/train" in stages
+    assert "setting-1/arm-dpo/train" not in stages and "setting-1/arm-sft/train" in stages
     uninterrupted = pd.read_csv(arena[0] / "tables" / "arena.csv").set_index("arm")
 
     # the killed run's report: the finished results (the base model's evaluations, from the
@@ -204,7 +204,7 @@ def test_a_run_killed_in_an_arms_training_resumes_to_the_same_table(
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming training from" in done.stderr + done.stdout
-    assert "setting-1/train ..." not in done.stdout  # finished before the kill: not redone
+    assert "setting-1/arm-sft/train ..." not in done.stdout  # finished before the kill: not redone
     resumed = pd.read_csv(run / "tables" / "arena.csv")
     uninterrupted = pd.read_csv(arena[0] / "tables" / "arena.csv")
     pd.testing.assert_frame_equal(resumed, uninterrupted)
@@ -313,11 +313,11 @@ def test_seeds_train_every_trained_arm_once_per_seed(outputs: Path, shared_data:
         ("sft", 2),
     ]
     manifests = [
-        json.loads((run / f"setting-1/seed-{s}/adapter/train_manifest.json").read_text())
+        json.loads((run / f"setting-1/arm-sft/seed-{s}/adapter/train_manifest.json").read_text())
         for s in (0, 1, 2)
     ]
     recipes = [
-        yaml.safe_load((run / f"setting-1/seed-{s}/adapter/recipe.yaml").read_text())
+        yaml.safe_load((run / f"setting-1/arm-sft/seed-{s}/adapter/recipe.yaml").read_text())
         for s in (0, 1, 2)
     ]
     assert [r["train"]["seed"] for r in recipes] == [0, 1, 2]

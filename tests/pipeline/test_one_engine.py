@@ -44,7 +44,7 @@ def test_a_sweep_on_vllm_loads_one_llm(toy_model: Path, tmp_path: Path, monkeypa
     assert llm.kwargs["enable_lora"] and llm.kwargs["max_lora_rank"] == 8
     assert llm.kwargs["max_model_len"] == 256
     routes = {
-        (r.lora.lora_int_id, Path(r.lora.lora_path).parent.name) if r.lora else None
+        (r.lora.lora_int_id, Path(r.lora.lora_path).parent.parent.name) if r.lora else None
         for r in llm.requests
     }
     assert routes == {None, (1, "setting-1"), (2, "setting-3")}

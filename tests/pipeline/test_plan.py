@@ -56,16 +56,16 @@ def test_without_arms_the_plan_is_the_papers_before_and_after(tmp_path, toy_mode
         "setting-1/sft",
         "setting-3/sft",
         "base/bias",
-        "setting-1/train",
-        "setting-1/eval/bias",
-        "setting-3/train",
-        "setting-3/eval/bias",
+        "setting-1/arm-sft/train",
+        "setting-1/arm-sft/eval/bias",
+        "setting-3/arm-sft/train",
+        "setting-3/arm-sft/eval/bias",
     ]
     assert not any(isinstance(j, CapabilityJob) for t in plan.tasks for j in t.jobs)
     assert [a.arm for a in plan.arms] == ["base", "sft", "sft"]
     one = {**SMALL, "train": {**SMALL["train"], "push_to_hub": True, "hub_model_id": "me/a"}}
     _, single = _plan(one, tmp_path / "one", toy_model)
-    assert single.stages()[-1] == "setting-1/push"  # after the setting's evaluations
+    assert single.stages()[-1] == "setting-1/arm-sft/push"  # after the setting's evaluations
     (push,) = [j for t in single.tasks for j in t.jobs if isinstance(j, PushJob)]
     assert push.repo == "me/a" and [name for name, _ in push.before] == ["bias"]
 

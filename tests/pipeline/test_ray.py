@@ -125,14 +125,14 @@ def test_the_arenas_arms_run_as_ray_tasks_to_the_local_launchers_table(
 
 def test_a_failed_setting_is_named_and_the_others_finish(cluster, tmp_path, toy_model) -> None:
     root = _outputs(tmp_path, toy_model)
-    (root / "two" / "setting-3").mkdir(parents=True)
-    (root / "two" / "setting-3" / "adapter").write_text("not a directory")
+    (root / "two" / "setting-3" / "arm-sft").mkdir(parents=True)
+    (root / "two" / "setting-3" / "arm-sft" / "adapter").write_text("not a directory")
     recipe = tmp_path / "two.yaml"
     recipe.write_text(yaml.safe_dump(RECIPE))
     argv = ["run", str(recipe), "--outputs", str(root), "--launcher", "ray", "--no-progress"]
     code, err = _main(argv)
     assert code == 1 and "setting 3: " in err and "setting 1" not in err, err
-    assert (root / "two" / "setting-1" / "eval" / "bias" / "summary.json").is_file()
+    assert (root / "two" / "setting-1" / "arm-sft" / "eval" / "bias" / "summary.json").is_file()
     assert not (root / "two" / "report.html").exists()
 
 
@@ -171,7 +171,7 @@ def test_a_killed_worker_is_retried_to_the_same_tables(local_tables, tmp_path, t
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
-    pid_file, killed = root / "two" / "setting-1" / "worker.pid", None
+    pid_file, killed = root / "two" / "setting-1" / "arm-sft" / "worker.pid", None
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline and killed is None:
         if pid_file.is_file() and pid_file.read_text().strip():

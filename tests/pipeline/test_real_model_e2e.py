@@ -58,7 +58,7 @@ def test_scd_run_on_the_smollm2_gguf(smollm2, tmp_path: Path, monkeypatch) -> No
     )
     assert done.returncode == 0, done.stderr[-2000:]
     run = tmp_path / "outputs" / "smollm2"
-    adapter = run / "setting-1" / "adapter"
+    adapter = run / "setting-1" / "arm-sft" / "adapter"
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str(smollm2.model)  # the converted directory
     manifest = json.loads((adapter / "train_manifest.json").read_text())
@@ -66,7 +66,7 @@ def test_scd_run_on_the_smollm2_gguf(smollm2, tmp_path: Path, monkeypatch) -> No
 
     layout = json.loads((run / "layout.json").read_text())
     base = _records(Path(layout["base"]["bias"]))
-    tuned = _records(run / "setting-1" / "eval" / "bias")
+    tuned = _records(run / "setting-1" / "arm-sft" / "eval" / "bias")
     assert sum(not r["baseline"] for r in base) == 36
     by_id = {r["prompt_id"]: r for r in base}
     held = [r for r in tuned if not r["baseline"]]

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -148,7 +149,7 @@ def test_killed_run_resumes_to_the_same_tables(
     ]
     cmd += [arg for item in overrides for arg in ("--set", item)]
     run_dir = root.parent / "killed"
-    records = run_dir / "setting-1" / "eval" / "bias" / "records.jsonl"
+    records = run_dir / "setting-1" / "arm-sft" / "eval" / "bias" / "records.jsonl"
     log = root.parent / "killed.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
@@ -162,9 +163,9 @@ def test_killed_run_resumes_to_the_same_tables(
     proc.wait()
     first = log.read_text()  # the quickstart's cache served the toy model and the base model
     assert "toy model: cached" in first and "base/bias: cached" in first
-    assert "setting-1/train: done in" in first
+    assert "setting-1/arm-sft/train: done in" in first
     stages = json.loads((run_dir / "state.json").read_text())["stages"]
-    assert "setting-1/train" in stages and "setting-1/eval/bias" not in stages
+    assert "setting-1/arm-sft/train" in stages and "setting-1/arm-sft/eval/bias" not in stages
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -182,7 +183,7 @@ def test_killed_run_resumes_to_the_same_tables(
     assert (
         len(ids)
         == len(set(ids))
-        == len((root / "setting-1/eval/bias/records.jsonl").read_text().splitlines())
+        == len((root / "setting-1/arm-sft/eval/bias/records.jsonl").read_text().splitlines())
     )
 
     # BBQ (Table 15 + bars), stigma probes and W&B (offline, one group) came along
@@ -196,11 +197,11 @@ def test_killed_run_resumes_to_the_same_tables(
     for probe in ("sds", "aq27"):
         assert (run_dir / "tables" / f"stigma-{probe}.md").is_file()
         assert len(pd.read_csv(run_dir / "tables" / f"stigma-{probe}.csv")) >= 2
-        assert (run_dir / "setting-1" / "eval" / probe / "summary.json").is_file()
+        assert (run_dir / "setting-1" / "arm-sft" / "eval" / probe / "summary.json").is_file()
     offline = list(run_dir.rglob("offline-run-*"))
     assert len(offline) >= 2, offline  # the training run and the report run
     # the training run got the tuned model's results: continued by id after the evaluations
-    adapter = run_dir / "setting-1" / "adapter"
+    adapter = run_dir / "setting-1" / "arm-sft" / "adapter"
     run_id = json.loads((adapter / "train_manifest.json").read_text())["wandb_run_id"]
     segments = offline_folders(adapter / "wandb", run_id)
     assert len(segments) == 2, segments
@@ -328,9 +329,11 @@ def test_a_finished_run_pushes_each_adapter_with_its_before_after_card(
     said: list[str] = []
     with pytest.raises(InputError) as err:
         run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
-    assert "stage setting-1/push" in str(err.value) and "cannot upload to the Hub" in str(err.value)
+    assert "stage setting-1/arm-sft/push" in str(err.value) and "cannot upload to the Hub" in str(
+        err.value
+    )
     assert secret not in str(err.value) + "".join(said)
-    adapter = run_dir / "setting-1" / "adapter"
+    adapter = run_dir / "setting-1" / "arm-sft" / "adapter"
     card = (adapter / "README.md").read_text()
     assert card.startswith("---\n") and "library_name: peft" in card
     assert "# someone/scd-quickstart" in card and "| bias_pct |" in card  # before | after
@@ -346,7 +349,78 @@ def test_a_finished_run_pushes_each_adapter_with_its_before_after_card(
     assert not any("checkpoint" in a or "wandb" in a for a in kw["allow"])
     pushed = json.loads((adapter / "hub.json").read_text())
     assert pushed["repo"] == "someone/scd-quickstart" and "bias" in pushed["evaluated"]
-    assert any("setting-1/push" in line for line in said)
+    assert any("setting-1/arm-sft/push" in line for line in said)
     said.clear()
     run_recipe(recipe, run_dir, root.parent / "cache", progress=False, say=said.append)
     assert len(uploads) == 1  # finished: not uploaded again
+
+
+def _as_an_earlier_scd_wrote_it(made: Path, run: Path) -> None:
+    """The finished run ``made`` copied to ``run`` as the scd before one layout for every arm
+    wrote it: SCD's arm in ``setting-N`` itself, and every path that names it (the state's
+    stage names and outputs, the layout, each result's run.json and summary, the report)."""
+    shutil.copytree(made, run)
+    for arm in run.glob("setting-*/arm-sft"):
+        for entry in arm.iterdir():
+            entry.rename(arm.parent / entry.name)
+        arm.rmdir()
+    for path in run.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html"):
+            text = path.read_text()
+            old = re.sub(r"(setting-\d+)/arm-sft/", r"\1/", text.replace(str(made), str(run)))
+            if old != text:
+                path.write_text(old)
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_run_of_the_earlier_layout_moves_and_resumes(quickstart: str, root: Path) -> None:
+    """SCD's arm of an earlier scd's run moves to setting-1/arm-sft when the run is opened: a
+    finished run runs nothing again and keeps its tables, its report rebuilt gives the same
+    tables; a run stopped in the arm's evaluation resumes it where it stopped (its pinned
+    identity names the adapter where it now is) and runs nothing else."""
+    from scd.pipeline.launch import run_recipe
+    from scd.pipeline.recipe import recipe_from_dict
+    from scd.quickstart import QUICKSTART_RECIPE
+
+    recipe = recipe_from_dict(QUICKSTART_RECIPE, "quickstart")
+    earlier = root.parent / "earlier"
+    _as_an_earlier_scd_wrote_it(root, earlier)
+    assert (earlier / "setting-1" / "adapter" / "adapter_model.safetensors").is_file()
+    tables, said = _bytes(earlier / "tables"), []
+    run_recipe(recipe, earlier, root.parent / "cache", progress=False, say=said.append)
+    assert said[0].startswith(f"{earlier}: an earlier scd's layout: moved setting-1/adapter")
+    assert said[-1].startswith("all stages finished earlier; nothing to do")
+    assert not (earlier / "setting-1" / "adapter").exists()
+    assert (earlier / "setting-1" / "arm-sft" / "adapter" / "adapter_model.safetensors").is_file()
+    assert _bytes(earlier / "tables") == tables
+    stages = json.loads((earlier / "state.json").read_text())["stages"]
+    assert list(stages) == list(json.loads((root / "state.json").read_text())["stages"])
+    layout = json.loads((earlier / "layout.json").read_text())["settings"]
+    made = (root / "layout.json").read_text().replace(str(root), str(earlier))
+    assert layout == json.loads(made)["settings"]  # SCD's adapter, evaluations: arm-sft's
+    assert main(["report", str(earlier)]) == 0
+    assert _bytes(earlier / "tables") == _bytes(root / "tables")
+
+    cut = root.parent / "earlier-cut"
+    _as_an_earlier_scd_wrote_it(root, cut)
+    bias = cut / "setting-1" / "eval" / "bias"
+    records = (bias / "records.jsonl").read_text().splitlines(keepends=True)
+    (bias / "records.jsonl").write_text("".join(records[: len(records) // 2]))
+    (bias / "summary.json").unlink()
+    state = json.loads((cut / "state.json").read_text())
+    del state["stages"]["setting-1/eval/bias"]
+    (cut / "state.json").write_text(json.dumps(state))
+    said.clear()
+    run_recipe(recipe, cut, root.parent / "cache", progress=False, say=said.append)
+    ran = [x.strip() for x in said if x.endswith(" ...")]
+    assert ran == ["setting-1/arm-sft/eval/bias ...", "report ..."], said
+    resumed = (cut / "setting-1" / "arm-sft" / "eval" / "bias" / "records.jsonl").read_text()
+    assert resumed.splitlines(keepends=True)[: len(records) // 2] == records[: len(records) // 2]
+    assert len(resumed.splitlines()) == len(records)
+    for name in ("table10", "table1"):
+        assert (cut / "tables" / f"{name}.csv").read_bytes() == (
+            root / "tables" / f"{name}.csv"
+        ).read_bytes()

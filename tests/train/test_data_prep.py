@@ -90,8 +90,8 @@ def test_scd_run_takes_the_source_split_from_the_settings_file(
         "eval_prompts",
         "setting-2/sft",
         "setting-12/sft",
-        "setting-2/train",
-        "setting-12/train",
+        "setting-2/arm-sft/train",
+        "setting-12/arm-sft/train",
     ]
     assert list(run.state.stages) == stages
     assert printed.count("  prompts ...") == printed.count("  eval_prompts ...") == 1

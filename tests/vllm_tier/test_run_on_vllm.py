@@ -50,7 +50,7 @@ def test_scd_run_on_vllm_gives_the_tables_of_transformers(
         recipe = recipe_from_dict(_recipe(smol, bbq, backend, vllm_server))
         run_recipe(recipe, tmp_path / backend, tmp_path / "cache", progress=False, say=print)
     hf = tmp_path / "hf"
-    adapter = "setting-1/adapter/adapter_model.safetensors"
+    adapter = "setting-1/arm-sft/adapter/adapter_model.safetensors"
     for vl in (tmp_path / "vllm", tmp_path / "openai"):
         assert (hf / adapter).read_bytes() == (vl / adapter).read_bytes()  # the same tuned model
         for name in ("table10", "table1", "table15"):  # from the answers: equal

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
 from scd.pipeline.jobs import DataJob, EvalJob, TrainJob
+from scd.pipeline.plan import setting_data
 from scd.pipeline.run_interface import JobRunner
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def data(run: JobRunner, job: DataJob, step: Step) -> None:
     :func:`~scd.data_gen.sft.prepare_sft` a stage, by ``step``) or an arm's own rows made
     from it."""
     d = run.recipe.data
-    sft = run.dir / f"setting-{job.setting}" / "sft"
+    sft = setting_data(run.dir, job.setting)
     if job.arm is None:  # the setting's SFT data
         from scd.models.protocols import training_protocol
 

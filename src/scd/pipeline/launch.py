@@ -21,6 +21,7 @@ from typing import Protocol
 
 from scd.config.schema import Recipe
 from scd.errors import InputError
+from scd.pipeline.migrate import migrate_run
 from scd.pipeline.plan import Plan
 from scd.pipeline.ray_launcher import RayLauncher, import_ray
 from scd.pipeline.recipe import in_recipe_terms, validate_inputs
@@ -89,6 +90,7 @@ def run_recipe(
     if launcher == "ray":
         import_ray()  # before any work
     validate_inputs(recipe)
+    migrate_run(run_dir, say)  # an earlier scd's layout: SCD's arm into setting-N/arm-sft
     run = Run(recipe, Path(run_dir), Path(cache_dir), progress=progress, say=say)
     chosen = launcher
     if isinstance(launcher, str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scd.config.vocabulary import SCD_ARM
 from scd.io import json_text, write_json
 from scd.models import model_fingerprint
 from scd.pipeline.plan import Plan
@@ -20,11 +21,11 @@ def write_layout(run: JobRunner, plan: Plan) -> None:
     base = {k: str(v) for k, v in plan.arms[0].evals.items()}
     settings: dict[str, Any] = {}
     for a in plan.arms:  # SCD's adapter of each setting (with seeds: the first seed's)
-        if a.arm == "sft":
+        if a.arm == SCD_ARM:
             settings.setdefault(
                 str(a.setting),
                 {
-                    "sft": str(run.dir / f"setting-{a.setting}" / "sft"),
+                    "sft": str(a.sft),  # the setting's SFT data
                     "adapter": str(a.adapter),
                     "evals": {k: str(v) for k, v in a.evals.items()},
                 },

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scd.config.vocabulary import SCD_ARM, SETTING_DATA
 from scd.io import cache_key
 from scd.models import model_fingerprint
 from scd.pipeline.jobs import (
@@ -42,16 +43,19 @@ from scd.train.arms import arm_class
 if TYPE_CHECKING:
     from scd.pipeline.run_interface import PlanSource
 
-__all__ = ["make_plan", "ArmResults", "Plan", "Task", "arm_dir"]
+__all__ = ["make_plan", "ArmResults", "Plan", "Task", "arm_dir", "setting_data"]
 
 
 def arm_dir(setting: int, arm: str) -> str:
-    """An arm's directory in the run: ``setting-N/arm-<arm>``, or where the arm says
-    (:attr:`~scd.train.arms.base.Arm.directory`: SCD's own ``sft`` is ``setting-N`` itself, as
-    in a run without arms)."""
-    where = arm_class(arm).directory
-    where = f"arm-{arm}" if where is None else where
-    return f"setting-{setting}" + (f"/{where}" if where else "")
+    """An arm's directory in the run: ``setting-N/arm-<arm>``, SCD's own too (an earlier scd
+    kept SCD's in ``setting-N`` itself: :mod:`scd.pipeline.migrate` moves it)."""
+    return f"setting-{setting}/arm-{arm}"
+
+
+def setting_data(run_dir: Path, setting: int) -> Path:
+    """A setting's SFT data and held-out prompts, which every arm of the setting reads (its
+    rows, its held-out evaluations): ``setting-N/sft`` -- data, not an arm."""
+    return run_dir / f"setting-{setting}" / SETTING_DATA
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ def make_plan(run: PlanSource) -> Plan:
     directory; the rows it trains on made once)."""
     r = run.recipe
     arena = bool(r.arms)
-    arms = r.arm_names or ["base", "sft"]
+    arms = r.arm_names or ["base", SCD_ARM]
     base_evals = _evals(run, None, "base", None, None)
     base = ArmResults(None, "base", evals={j.name: j.out for j in base_evals})
     base_jobs: list[Any] = list(base_evals)
@@ -144,8 +148,8 @@ def make_plan(run: PlanSource) -> Plan:
     seeds = list(r.arena.seeds or [None])
     trained = len(r.settings) * len(seeds) * sum(units[a].method is not None for a in arms[1:])
     for n in r.settings:
-        sft = run.dir / f"setting-{n}" / "sft"
-        data.append(DataJob(f"setting-{n}/sft", n, None, sft))
+        sft = setting_data(run.dir, n)
+        data.append(DataJob(f"setting-{n}/{SETTING_DATA}", n, None, sft))
         for arm in arms[1:]:
             unit = units[arm]
             if unit.own_rows:  # made once, whatever the seeds
@@ -199,7 +203,7 @@ def _arm_task(
         repo = _hub_repo(r.train.hub_model_id, n, arm, adapters, seed)
         results_of = tuple((j.name, j.out) for j in evals)
         jobs.append(PushJob(f"{where}/push", repo, adapter, results_of, before))
-    name = f"setting {n}" + ("" if where == f"setting-{n}" else f" {arm}")
+    name = f"setting {n}" + ("" if arm == SCD_ARM else f" {arm}")  # SCD's: the setting's
     name += "" if seed is None else f" seed {seed}"
     evaluated = {j.name: j.out for j in evals}
     result = ArmResults(n, arm, sft, adapter, system, evaluated, capability, seed, steer, erase)
@@ -208,12 +212,11 @@ def _arm_task(
 
 def _hub_repo(repo: str, setting: int, arm: str, adapters: int, seed: int | None = None) -> str:
     """An adapter's Hub repository: ``train.hub_model_id`` itself when the run trains one
-    adapter, else ``<it>-setting-<n>`` (and ``-<arm>`` for arms other than SCD's, which lives
-    in ``setting-N`` itself; ``-seed-<s>`` with the arena's seeds)."""
+    adapter, else ``<it>-setting-<n>`` (and ``-<arm>`` for arms other than SCD's, named by its
+    setting alone; ``-seed-<s>`` with the arena's seeds)."""
     if adapters == 1:
         return repo
-    own = arm_dir(setting, arm) == f"setting-{setting}"
-    tail = ("" if own else f"-{arm}") + ("" if seed is None else f"-seed-{seed}")
+    tail = ("" if arm == SCD_ARM else f"-{arm}") + ("" if seed is None else f"-seed-{seed}")
     return f"{repo}-setting-{setting}{tail}"
 
 

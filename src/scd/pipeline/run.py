@@ -11,11 +11,13 @@ Layout of ``outputs/<run_id>/`` (``run_id``: ``run.name``, else the recipe file'
                                             result is (and the model's fingerprint)
     data/prompts/  data/eval_prompts/      contact prompts (eval_prompts: a source split's)
     data/stigma*/                          stigma probe prompts (when the recipe asks for probes)
-    setting-<N>/sft/                       SFT data + the setting's held-out prompts
-    setting-<N>/adapter/                   the LoRA adapter (checkpoints/ while training)
-    setting-<N>/eval/<job>/                the tuned model's evaluations (one per benchmark)
-    setting-<N>/arm-<arm>/                 another arm of the arena (arms:): data/, adapter/,
-                                            eval/<job>/, capability/ (sft's is setting-<N>/...)
+    setting-<N>/sft/                       the setting's SFT data + held-out prompts (every
+                                            arm reads them; data, not an arm)
+    setting-<N>/arm-<arm>/                 each arm (SCD's own: arm-sft; the arena's arms:):
+      adapter/                              its LoRA adapter (checkpoints/ while training)
+      eval/<job>/                           its evaluations (one per benchmark)
+      data/  capability/                    its own rows; its capability cost (the arena)
+      seed-<S>/                             with arena.seeds: adapter/, eval/, capability/ per seed
     base/capability/                       the base model's row of the arena's capability cost
     tables/  figures/  report.md  report.html
 
@@ -38,6 +40,7 @@ from typing import Any
 from scd.config.options import Options
 from scd.config.schema import Recipe, WandbSpec
 from scd.config.settings import load_settings
+from scd.config.vocabulary import SCD_ARM
 from scd.data_gen.sft import prepare_sft
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.base import Benchmark
@@ -224,12 +227,12 @@ class Run:
             if engine is not None:
                 engine.close()
 
-    def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> WandbSpec:
+    def wandb_of(self, n: int, arm: str = SCD_ARM, seed: int | None = None) -> WandbSpec:
         """The W&B section of an arm's runs: the run's group, ``<group>/setting-<n>`` (SCD's
-        ``sft`` arm) or ``<group>/setting-<n>/<arm>`` (and ``/seed-<s>`` with the arena's
+        own arm) or ``<group>/setting-<n>/<arm>`` (and ``/seed-<s>`` with the arena's
         seeds)."""
         group = self.recipe.wandb.group or self.dir.name
-        name = f"{group}/setting-{n}" + ("" if arm == "sft" else f"/{arm}")
+        name = f"{group}/setting-{n}" + ("" if arm == SCD_ARM else f"/{arm}")
         name += "" if seed is None else f"/seed-{seed}"
         return dataclasses.replace(self.recipe.wandb, group=group, run_name=name)
 

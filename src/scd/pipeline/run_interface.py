@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from scd.config.vocabulary import SCD_ARM
+
 if TYPE_CHECKING:
     from scd.config.engine import EngineSpec
     from scd.config.options import Options
@@ -50,4 +52,4 @@ class JobRunner(PlanSource, Protocol):
         section: str | None = None,
     ) -> Any: ...
 
-    def wandb_of(self, n: int, arm: str = "sft", seed: int | None = None) -> WandbSpec: ...
+    def wandb_of(self, n: int, arm: str = SCD_ARM, seed: int | None = None) -> WandbSpec: ...

@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from scd.config.vocabulary import RunLayout
+from scd.config.vocabulary import SCD_ARM, RunLayout
 from scd.eval.benchmarks import REGISTRY
 from scd.eval.benchmarks.tables import markdown_table
 from scd.io import read_json
@@ -42,7 +42,7 @@ def _adapters(layout: RunLayout) -> list[tuple[str, str]]:
     """(what, directory) of every adapter the run trains: each trained arm's (with its seed
     when the arena trains several), and a setting's SCD adapter when no arm is its."""
     arms = [a for a in layout.get("arms", []) if a["adapter"]]
-    seeded = {a["setting"] for a in arms if a["arm"] == "sft"}
+    seeded = {a["setting"] for a in arms if a["arm"] == SCD_ARM}
     out = [
         (f"setting {n}", i["adapter"])
         for n, i in layout["settings"].items()
@@ -251,11 +251,11 @@ def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
     from scd.eval.benchmarks.figures import loss_png
 
     rows, curves, kept = [], {}, []
-    trained = [(str(n), info["adapter"]) for n, info in layout["settings"].items()]
+    trained = [(str(n), info["adapter"]) for n, info in layout["settings"].items()]  # SCD's
     trained += [
         (f"{a['setting']} {a['arm']}", a["adapter"])
         for a in layout.get("arms", [])
-        if a["adapter"] and a["arm"] != "sft"
+        if a["adapter"] and a["arm"] != SCD_ARM
     ]
     for n, adapter in trained:
         path = Path(adapter) / "train_manifest.json"

@@ -51,7 +51,6 @@ class Arm:
     Options: ClassVar[type | None] = None  # its keys of the recipe's arena: section
     method: ClassVar[str | None] = None  # the method it trains an adapter with (None: none)
     own_rows: ClassVar[bool] = False  # it trains on rows it makes (write_rows), not the SFT rows
-    directory: ClassVar[str | None] = None  # its directory under setting-N (default arm-<name>)
     steers: ClassVar[bool] = False  # it adds a steering vector it makes (scd.eval.steering)
     erases: ClassVar[bool] = False  # it applies a concept eraser it fits (scd.eval.erasure)
 

@@ -23,7 +23,6 @@ __all__ = ["SFT", "General", "SFTContrast"]
 class SFT(Method):
     name = "sft"
     help = "LoRA SFT on the setting's contact prompts (SCD)"
-    directory = ""  # SCD's own arm: setting-N itself, as in a run without arms
     config_class = "trl:SFTConfig"
     trainer_class = "trl:SFTTrainer"
     columns = ("prompt", "completion")
