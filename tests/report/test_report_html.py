@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scd.eval.benchmarks.figures import bbq_bars_png, figure1_png, figure2_png
+from scd.eval.benchmarks.bbq.figures import bbq_bars_png
+from scd.eval.benchmarks.figures import figure1_png, figure2_png
 from scd.report.html import render_html, render_markdown, write_report
 
 TABLE = """\

@@ -248,7 +248,7 @@ def build_report(run_dir: Path | str) -> tuple[Path, Path]:
 def _training(layout: RunLayout, figures: dict[str, bytes]) -> list[str]:
     """Each setting's training: steps, time, speed, losses, its W&B run; the loss curves."""
     from scd.eval.benchmarks.captions import FIGURE
-    from scd.eval.benchmarks.figures import loss_png
+    from scd.report.loss import loss_png
 
     rows, curves, kept = [], {}, []
     trained = [(str(n), info["adapter"]) for n, info in layout["settings"].items()]  # SCD's

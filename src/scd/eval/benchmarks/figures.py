@@ -1,4 +1,5 @@
-"""Report figures as PNG bytes: the SCD paper's Figure 1 and Figure 2, and BBQ per-category bars.
+"""The SCD paper's Figure 1 and Figure 2 as PNG bytes (BBQ's bars:
+:mod:`scd.eval.benchmarks.bbq.figures`; the training loss: :mod:`scd.report.loss`).
 
 Every function takes a tidy :class:`pandas.DataFrame`, checks it (a missing column or an empty
 frame raises :class:`~scd.errors.InputError`, a ``ValueError``, naming the problem in one line)
@@ -24,16 +25,9 @@ from matplotlib.patches import Patch
 
 from scd.config import vocabulary
 from scd.errors import InputError
-from scd.eval.benchmarks.plotting import checked_frame, display_label, png_bytes
+from scd.eval.benchmarks.plotting import check_unique, checked_frame, display_label, png_bytes
 
-__all__ = [
-    "CONTACT_LABELS",
-    "bbq_bars_png",
-    "figure1_png",
-    "figure2_grids",
-    "figure2_png",
-    "loss_png",
-]
+__all__ = ["CONTACT_LABELS", "figure1_png", "figure2_grids", "figure2_png"]
 
 CONTACT_LABELS = {**vocabulary.CONTACT_LABELS, "all": "All"}
 BEFORE_COLOR = "#9ecae1"  # lighter: before tuning (as in the paper's Figure 1)
@@ -41,13 +35,6 @@ AFTER_COLOR = "#2171b5"  # darker: after tuning
 HEATMAP_CMAP = "YlOrRd"
 MISSING_COLOR = "#d9d9d9"
 NA_LABEL = {"ha": "center", "va": "bottom", "fontsize": 7, "rotation": 90, "color": "#707070"}
-
-
-def _check_unique(frame: pd.DataFrame, keys: Sequence[str], what: str) -> None:
-    dupes = frame.duplicated(keys)
-    if dupes.any():
-        row = frame[dupes].iloc[0]
-        raise InputError(f"{what}: duplicated row for {row[keys[0]]!r}, {row[keys[1]]!r}")
 
 
 def _top(values: np.ndarray, floor: float = 10.0) -> float:
@@ -112,7 +99,7 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         raise InputError(
             f"{what}: unknown contact value(s) {unknown}; expected one of {list(CONTACT_LABELS)}"
         )
-    _check_unique(frame, ("setting", "contact"), what)
+    check_unique(frame, ("setting", "contact"), what)
 
     settings = frame["setting"].unique().tolist()
     contacts = [c for c in CONTACT_LABELS if c in set(frame["contact"])]
@@ -150,26 +137,6 @@ def figure1_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
         fig.suptitle(title, fontsize=12)
     handles = [Patch(color=BEFORE_COLOR, label="Before"), Patch(color=AFTER_COLOR, label="After")]
     fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
-    return png_bytes(fig)
-
-
-def loss_png(curves: dict[str, list[tuple[int, float]]], title: str | None = None) -> bytes:
-    """Training loss by step, one line per run (a setting's training), labelled in a legend."""
-    fig = Figure(figsize=(7.0, 3.4), layout="constrained")
-    ax = fig.subplots()
-    for name, points in curves.items():
-        if points:
-            steps, losses = zip(*points)
-            ax.plot(
-                steps, losses, marker="o", markersize=3, linewidth=1.4, label=display_label(name)
-            )
-    ax.set_xlabel("step", fontsize=10)
-    ax.set_ylabel("training loss", fontsize=10)
-    ax.grid(color="#e0e0e0", linewidth=0.8)
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=9)
-    if title:
-        ax.set_title(title, fontsize=11)
     return png_bytes(fig)
 
 
@@ -245,69 +212,3 @@ def figure2_grids(grid: pd.DataFrame, after: pd.DataFrame | None = None) -> list
     rows = list(dict.fromkeys([r for g in grids for r in g.index]))
     cols = list(dict.fromkeys([c for g in grids for c in g.columns]))
     return [g.reindex(index=rows, columns=cols) for g in grids]
-
-
-def bbq_bars_png(frame: pd.DataFrame, title: str | None = None) -> bytes:
-    """BBQ results per category in four labelled panels: accuracy on ambiguous and on
-    disambiguated contexts (0-1), and the bias scores s_AMB (ambiguous) and s_DIS
-    (disambiguated) (-1...1, a line at 0).
-
-    Categories run down the y axis with one horizontal bar per model (one colour each), so the
-    figure grows in height rather than crowding with many models; every bar is labelled with its
-    value. NaN values leave their bar out.
-
-    Args:
-        frame: one row per (category, model) with columns ``category`` (e.g. "Age"), ``model``
-            (label, e.g. "base" or "tuned"), ``accuracy_ambig``, ``accuracy_disambig``
-            (fractions 0-1) and ``bias_ambig`` (s_AMB), ``bias_disambig`` (s_DIS) in [-1, 1].
-        title: a title above the panels.
-
-    Raises:
-        InputError: a missing column, an empty frame, a duplicated (category, model) row or a
-            non-numeric value.
-    """
-    what = "BBQ bars"
-    metrics = ("accuracy_ambig", "accuracy_disambig", "bias_ambig", "bias_disambig")
-    frame = checked_frame(frame, what, ("category", "model"), metrics)
-    _check_unique(frame, ("category", "model"), what)
-
-    categories = frame["category"].unique().tolist()
-    models = frame["model"].unique().tolist()
-    palette = [f"C{i % 10}" for i in range(len(models))]
-    band = 0.8 / len(models)
-    y = np.arange(len(categories))
-    height = max(2.2, 0.18 * len(categories) * len(models) + 0.35 * len(categories) + 0.6)
-    fig = Figure(figsize=(10.0, 2 * height + 0.8), layout="constrained")
-    axes = fig.subplots(2, 2, sharey=True)
-    panels = (
-        ("accuracy_ambig", "Accuracy, ambiguous contexts", (0.0, 1.0)),
-        ("accuracy_disambig", "Accuracy, disambiguated contexts", (0.0, 1.0)),
-        ("bias_ambig", "Bias score s_AMB (ambiguous contexts)", (-1.0, 1.0)),
-        ("bias_disambig", "Bias score s_DIS (disambiguated contexts)", (-1.0, 1.0)),
-    )
-    for ax, (col, name, xlim) in zip(axes.ravel(), panels):
-        for m, (model, color) in enumerate(zip(models, palette)):
-            sub = frame[frame["model"] == model].set_index("category").reindex(categories)
-            values = sub[col].to_numpy()
-            bars = ax.barh(y - 0.4 + band * (m + 0.5), values, band, color=color)
-            labels = [
-                "" if np.isnan(v) else f"{v:+.2f}" if xlim[0] < 0 else f"{v:.2f}" for v in values
-            ]
-            ax.bar_label(bars, labels, fontsize=7.5, padding=2)
-        ax.set_title(name, fontsize=10)
-        ax.set_xlim(xlim[0] - (0.15 if xlim[0] < 0 else 0), xlim[1] + 0.15)
-        if xlim[0] < 0:
-            ax.axvline(0, color="#404040", linewidth=0.8)
-        ax.grid(axis="x", color="#e0e0e0", linewidth=0.8)
-        ax.set_axisbelow(True)
-        ax.spines[["top", "right"]].set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_yticks(y, [display_label(c) for c in categories], fontsize=9)
-    axes[0, 0].invert_yaxis()  # the first category on top (the y axis is shared)
-    handles = [Patch(color=c, label=display_label(m)) for m, c in zip(models, palette)]
-    fig.legend(
-        handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False
-    )
-    if title:
-        fig.suptitle(title, fontsize=12)
-    return png_bytes(fig)

@@ -1,6 +1,6 @@
 """What the report's figures share: a checked tidy frame in, deterministic PNG bytes out, labels
-shown with spaces for underscores (:mod:`scd.eval.benchmarks.figures`, the stigma probes' figures,
-the arena's Pareto figure)."""
+shown with spaces for underscores (the paper's figures in :mod:`scd.eval.benchmarks.figures`,
+BBQ's bars, the stigma probes' figures, the arena's Pareto figure, the training loss)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from scd.errors import InputError
 
-__all__ = ["DPI", "checked_frame", "display_label", "png_bytes"]
+__all__ = ["DPI", "check_unique", "checked_frame", "display_label", "png_bytes"]
 
 DPI = 150
 
@@ -56,3 +56,11 @@ def checked_frame(
         except (TypeError, ValueError):
             raise InputError(f"{what}: column {col!r} holds non-numeric values") from None
     return out
+
+
+def check_unique(frame: pd.DataFrame, keys: Sequence[str], what: str) -> None:
+    """Raise, naming the first, where ``frame`` holds two rows of one ``keys`` (a pair)."""
+    dupes = frame.duplicated(keys)
+    if dupes.any():
+        row = frame[dupes].iloc[0]
+        raise InputError(f"{what}: duplicated row for {row[keys[0]]!r}, {row[keys[1]]!r}")

@@ -211,8 +211,8 @@ class BBQ(Benchmark):
         """Table 15 and a figure of per-category bars."""
         import pandas as pd
 
+        from scd.eval.benchmarks.bbq.figures import bbq_bars_png
         from scd.eval.benchmarks.captions import FIGURE
-        from scd.eval.benchmarks.figures import bbq_bars_png
 
         runs = self.runs(layout)
         table = self.table(runs)
