@@ -104,12 +104,14 @@ STIGMA_TABLES = {"sds": SDS_COLUMNS, "sentiment": SENTIMENT_COLUMNS, "aq27": AQ2
 
 
 # -- layout.json: where ``scd run`` put each result ----------------------------------------------
-SCD_ARM = "sft"  # SCD's own arm (the paper's LoRA SFT): layout.json's settings; named by its
-# setting alone (its task, W&B run, Hub repository); its directory is setting-N/arm-sft as any arm's
-SETTING_DATA = "sft"  # a setting's SFT data and held-out prompts, which every arm reads:
+# SCD's own arm (the paper's LoRA SFT): layout.json's settings; named by its setting alone (its
+# task, W&B run, Hub repository); its directory is setting-N/arm-sft, as any arm's
+SCD_ARM = "sft"
+# a setting's SFT data and held-out prompts, which every arm reads: setting-N/sft (layout.json's
+# "sft"); not an arm
+SETTING_DATA = "sft"
 
 
-# setting-N/sft (layout.json's "sft"); not an arm
 class SettingLayout(TypedDict):
     sft: str  # the setting's SFT data (and held-out prompts)
     adapter: str  # its LoRA adapter
