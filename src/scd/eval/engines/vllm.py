@@ -160,7 +160,13 @@ def _llm_options(spec: EngineSpec, cpu: bool, max_lora_rank: int | None) -> dict
 
 
 def _start_llm(
-    vllm: Any, model: str, spec: EngineSpec, cpu: bool, max_model_len: int, options: dict
+    vllm: Any,
+    model: str,
+    spec: EngineSpec,
+    cpu: bool,
+    dtype: str,
+    max_model_len: int,
+    options: dict,
 ) -> Any:
     """vLLM's ``LLM`` of ``model``; a start that fails is one line naming vLLM's reason and the
     options to change."""
@@ -168,7 +174,7 @@ def _start_llm(
         return vllm.LLM(
             model=model,
             tensor_parallel_size=spec.tensor_parallel_size or 1,
-            dtype=resolve_dtype(spec.dtype, "cpu" if cpu else "cuda"),
+            dtype=dtype,
             max_model_len=max_model_len,
             trust_remote_code=False,
             enable_prefix_caching=True,
@@ -221,9 +227,10 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.max_lora_rank = lora_rank_for(adapters) if adapters else None
         options = _llm_options(spec, cpu, self.max_lora_rank)
-        self.llm = _start_llm(vllm, model, spec, cpu, max_model_len, options)
+        dtype = resolve_dtype(spec.dtype, "cpu" if cpu else "cuda")
+        self.llm = _start_llm(vllm, model, spec, cpu, dtype, max_model_len, options)
         self.max_model_len = max_model_len
-        self.ran = {"device": device, "dtype": resolve_dtype(spec.dtype, "cpu" if cpu else "cuda")}
+        self.ran = {"device": device, "dtype": dtype}
         self.lora_ids: dict[str, int] = {}  # adapter path -> LoRARequest id (>= 1)
         self.lora: Any = None
 
