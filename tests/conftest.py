@@ -146,8 +146,9 @@ def toy_model(
     import scd.models.toy_direction as toy_direction
     import scd.models.toy_prompts as toy_prompts
     import scd.models.toy_steps as toy_steps
+    import scd.models.toy_tokenizer as toy_tokenizer
 
-    modules = (toy, toy_steps, toy_prompts, toy_direction, contact)
+    modules = (toy, toy_steps, toy_tokenizer, toy_prompts, toy_direction, contact)
     sources = [Path(m.__file__) for m in modules] + [toy_descriptors]
     what = b"".join(p.read_bytes() for p in sources)
     what += f"{torch.__version__} {transformers.__version__}".encode()

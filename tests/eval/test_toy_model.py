@@ -119,3 +119,42 @@ def test_same_seed_same_weights(tmp_path: Path) -> None:
     assert (tmp_path / "a/tokenizer.json").read_bytes() == (
         tmp_path / "b/tokenizer.json"
     ).read_bytes()
+
+
+def test_words_become_tokens_of_the_same_toy(tmp_path: Path) -> None:
+    """A benchmark's option words (WinoBias' occupations) that the prompts lack get tokens of
+    their own after the prompts' vocabulary, which keeps its ids, in the same trained toy (new
+    rows only); the toy's cache key changes only where there are such words."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from scd.io import cache_key
+    from scd.models.toy import ensure_toy_model
+
+    small = tmp_path / "descriptors.json"
+    small.write_text(json.dumps({"religion": {"x": ["Muslim"]}, "age": {"x": ["old", "young"]}}))
+    words = ("construction worker", "Muslim", "cook", "cook")  # a prompt word; one twice
+    plain = build_toy_model(tmp_path / "plain", ("religion",), descriptors_path=small, steps=2)
+    info = build_toy_model(
+        tmp_path / "words", ("religion",), descriptors_path=small, steps=2, words=words
+    )
+    before, after = (AutoTokenizer.from_pretrained(tmp_path / n) for n in ("plain", "words"))
+    old = before.get_vocab()
+    assert {k: after.get_vocab()[k] for k in old} == old
+    assert info["vocab_size"] == plain["vocab_size"] + 3 and "words" not in plain
+    assert info["words"] == ["Muslim", "construction worker", "cook"]
+    assert info["final_loss"] == plain["final_loss"]
+    ids = [after(w, add_special_tokens=False)["input_ids"] for w in ("cook", "construction worker")]
+    assert ids == [[len(old) + 2], [len(old), len(old) + 1]]  # in the order given
+    assert before("cook", add_special_tokens=False)["input_ids"] == [before.unk_token_id]
+    a, b = (load_file(tmp_path / n / "model.safetensors") for n in ("plain", "words"))
+    for name, tensor in a.items():  # the trained weights as they were; rows added
+        assert torch.equal(b[name][: len(tensor)], tensor), name
+    assert b["lm_head.weight"].shape[0] == len(old) + 3
+
+    cache = tmp_path / "cache"
+    default_key = cache_key(kind="toy_model", bias_axes=["religion"], seed=0)
+    (cache / "toy-model" / default_key).mkdir(parents=True)
+    (cache / "toy-model" / default_key / "manifest.json").write_text("{}")
+    assert ensure_toy_model(["religion"], 0, cache, say=print).name == default_key
+    assert ensure_toy_model(["religion"], 0, cache, say=print, words=()).name == default_key

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from scd.models.toy import CHAT_TEMPLATE
+from scd.models.toy_tokenizer import CHAT_TEMPLATE
 
 SPECIAL = ("<s>", "</s>", "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>")
 

@@ -159,3 +159,18 @@ def test_a_source_split_arena_compares_with_the_base_model_on_the_second_prompt_
     assert table.loc["base", "bias_n"] == table.loc["sft", "bias_n"] > 0  # the same prompts
     assert table.loc["base", "bias_p"] == 1.0 and pd.notna(table.loc["base", "bias_pct"])
     assert (tmp_path / "s2" / "figures" / "arena.png").is_file()
+
+
+def test_a_toy_run_gives_the_toy_the_words_its_benchmarks_options_need(
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[tuple] = []
+    monkeypatch.setattr(
+        "scd.models.toy.ensure_toy_model", lambda *a, **k: built.append(a) or tmp_path
+    )
+    winobias = {"enabled": True, "data": str(shared_data / "winobias")}
+    for evals in ({"bias": {"enabled": True}}, {"bias": {"enabled": True}, "winobias": winobias}):
+        recipe = recipe_from_dict({**SMALL, "eval": evals}, "test")
+        Run(recipe, tmp_path / "run", tmp_path / "cache", say=lambda _: None).build_model()
+    plain, words = (call[-1] for call in built)
+    assert plain == [] and len(words) == 40 and {"developer", "cook"} <= set(words)

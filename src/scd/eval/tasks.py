@@ -234,19 +234,21 @@ class CausalModel:
     engine shared by several evaluations of the same model (built on first use, switched to
     ``adapter``); without one the engine is made here.
 
-    ``model`` may be a directory, a Hub id or a GGUF file (converted once, see :mod:`scd.models`).
+    ``model`` may be a directory, a Hub id, a GGUF file (converted once, see :mod:`scd.models`)
+    or ``toy``, built with ``toy_words`` as tokens of their own (a benchmark's options).
     """
 
     model: str
     adapter: str | None = None
     spec: EngineSpec = field(default_factory=engine_spec)
     shared: SharedEngine | None = None
+    toy_words: tuple[str, ...] = ()
 
     def load(self, progress: bool) -> tuple[Any, Formatter]:
         """The running engine (on ``adapter``) and the prompt formatter."""
         from scd.models import resolve_model
 
-        model = resolve_model(self.model)
+        model = resolve_model(self.model, toy_words=self.toy_words)
         if progress and sys.stderr.isatty():  # piped stderr keeps bad input to one line
             extra = f" + adapter {self.adapter}" if self.adapter else ""
             print(f"loading {model}{extra} ({self.spec.backend}) ...", file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ rather than being sent to the Hub as an id.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from scd.errors import InputError, first_line
@@ -95,10 +95,17 @@ def check_model_available(spec: str, key: str = "--model") -> str:
     return kind
 
 
-def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = print) -> str:
+def resolve_model(
+    spec: str,
+    key: str = "--model",
+    say: Callable[[str], None] = print,
+    toy_words: Sequence[str] = (),
+) -> str:
     """The name transformers should load for ``spec``: an absolute directory or a Hub id.
 
-    GGUF files are converted on first use (see :func:`scd.models.gguf.convert_gguf`).
+    GGUF files are converted on first use (see :func:`scd.models.gguf.convert_gguf`); ``toy``
+    is built once, with ``toy_words`` as tokens of their own where given (see
+    :func:`scd.models.toy.build_toy_model`).
 
     Raises:
         InputError: see :func:`check_model_spec` and :func:`scd.models.gguf.inspect_gguf`.
@@ -107,7 +114,8 @@ def resolve_model(spec: str, key: str = "--model", say: Callable[[str], None] = 
     if kind == "toy":  # the planted-bias model, built once (as scd run's default toy_model)
         from scd.models.toy import ensure_toy_model
 
-        return str(ensure_toy_model(("religion", "nationality"), 0, Path("outputs/cache"), say))
+        axes, cache = ("religion", "nationality"), Path("outputs/cache")
+        return str(ensure_toy_model(axes, 0, cache, say, words=toy_words))
     if kind == "dir":
         return str(Path(spec).expanduser().resolve())
     if kind == "hub":

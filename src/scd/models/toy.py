@@ -34,49 +34,17 @@ from scd.models.toy_steps import (
     logits_at,
     planted_accuracy,
 )
+from scd.models.toy_tokenizer import MAX_POSITIONS, add_words, word_tokenizer
 from scd.progress import Progress
 
-__all__ = ["CHAT_TEMPLATE", "DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model"]
+__all__ = ["DEFAULT_MAX_STEPS", "build_toy_model", "ensure_toy_model"]
 
 log = logging.getLogger(__name__)
 
-SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>")
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}<|system|> {{ m['content'] }} "
-    "{% elif m['role'] == 'user' %}<|user|> {{ m['content'] }} "
-    "{% elif m['role'] == 'assistant' %}<|assistant|> {{ m['content'] }} {{ eos_token }} "
-    "{% else %}{{ raise_exception('unknown role: ' + m['role']) }}{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 DEFAULT_MAX_STEPS = 400
 DIRECTION_STEPS = 3000  # at most, after the planted rule: the direction's own stage
-MAX_POSITIONS = 256
 # head_dim 64 / 2 = 32: the smallest head size vLLM's CPU attention serves
 MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
-
-
-def _tokenizer(corpus: list[str]) -> Any:
-    """A word-level tokenizer trained on ``corpus`` with the chat template set."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # words and runs of punctuation
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)  # tokens joined by spaces
-    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS)))
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        additional_special_tokens=list(SPECIAL_TOKENS[4:]),
-        clean_up_tokenization_spaces=True,  # "I ' ve" -> "I've" when decoding
-        model_max_length=MAX_POSITIONS,
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
 
 
 def _train(
@@ -136,7 +104,7 @@ def _planted_rows(
     ]
     others = [next(o for o in r["options"] if o != a) for r, a in zip(rows, answers)]
     messages = [user_text(r) for r in rows]
-    tokenizer = _tokenizer(messages)
+    tokenizer = word_tokenizer(messages)
     vocab = tokenizer.get_vocab()
     for option in sorted(set(answers + others)):
         ids = tokenizer(option, add_special_tokens=False)["input_ids"]
@@ -259,6 +227,7 @@ def build_toy_model(
     steps: int | None = None,
     progress: bool = False,
     steer_layer: int | None = None,
+    words: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Train and save a tiny Llama causal LM + tokenizer whose answers carry a planted bias.
 
@@ -279,12 +248,17 @@ def build_toy_model(
         steer_layer: also plant a steering direction at this decoder layer's output
             (:mod:`scd.models.toy_direction`: a known ground truth for the ``steer`` arm); the
             model then has :data:`scd.models.toy_direction.LAYERS` layers.
+        words: text whose words the prompts lack, each then a token of its own (a benchmark's
+            options, which would otherwise all be ``<unk>``), added after training
+            (:func:`scd.models.toy_tokenizer.add_words`): the same toy, with tokens it was
+            never trained on.
 
     Returns:
         The info dict, also written as ``out/toy_model.json`` and ``out/manifest.json``:
         ``bias_axes``, ``seed``, ``descriptors_sha256``, ``n_train_examples``, ``steps``,
         ``final_loss`` (mean of the last 25 steps), ``train_accuracy`` (all rows),
-        ``train_seconds``, ``build_seconds``, ``steering_direction`` (with ``steer_layer``) ...
+        ``train_seconds``, ``build_seconds``, ``steering_direction`` (with ``steer_layer``),
+        ``words`` (with ``words``) ...
 
     Raises:
         InputError: a bias axis is not an axis of the descriptors, a steer layer is not one
@@ -296,6 +270,7 @@ def build_toy_model(
     tokenizer, data = _planted_rows(rows, about["bias_axes"])
 
     model, trained = _fit(tokenizer, rows, data, seed, steps, steer_layer, progress)
+    tokenizer = add_words(model, tokenizer, words, seed) if words else tokenizer
     info: dict[str, Any] = {
         "kind": "toy_model",
         "scd_version": __version__,
@@ -305,6 +280,7 @@ def build_toy_model(
         "model": _shape(model),
         "batch_size": BATCH,
         **trained,
+        **({"words": sorted(set(words))} if words else {}),
     }
     _save(out, model, tokenizer, info, t0)
     return info
@@ -317,11 +293,14 @@ def ensure_toy_model(
     say: Callable[[str], None] = print,
     progress: bool = False,
     steer_layer: int | None = None,
+    words: Sequence[str] = (),
 ) -> Path:
-    """The toy model of these axes, seed and steer layer (a recipe's ``toy_model`` section),
-    built once into ``cache/toy-model/<key>`` and reused (``scd run``, ``scd train`` and
-    ``scd eval`` share it)."""
+    """The toy model of these axes, seed, steer layer (a recipe's ``toy_model`` section) and
+    extra ``words`` (see :func:`build_toy_model`), built once into ``cache/toy-model/<key>`` and
+    reused (``scd run``, ``scd train`` and ``scd eval`` share it)."""
     spec = {} if steer_layer is None else {"steer_layer": steer_layer}
+    if words:  # a toy without them keeps the key it always had
+        spec["words"] = sorted(set(words))
     key = cache_key(kind="toy_model", bias_axes=list(bias_axes), seed=seed, **spec)
     path = Path(cache) / "toy-model" / key
     if (path / "manifest.json").is_file():
@@ -329,10 +308,16 @@ def ensure_toy_model(
         return path
     planted = ", ".join(bias_axes) or "no axis"
     direction = "" if steer_layer is None else f"; a steering direction at layer {steer_layer}"
-    say(f"  toy model (planted bias: {planted}{direction}) -> {path} ...")
+    extra = f"; {len(spec['words'])} words for the benchmark's options" if words else ""
+    say(f"  toy model (planted bias: {planted}{direction}{extra}) -> {path} ...")
     started = time.perf_counter()
     build_toy_model(
-        path, bias_axes=tuple(bias_axes), seed=seed, progress=progress, steer_layer=steer_layer
+        path,
+        bias_axes=tuple(bias_axes),
+        seed=seed,
+        progress=progress,
+        steer_layer=steer_layer,
+        words=words,
     )
     say(f"  toy model: built in {time.perf_counter() - started:.1f} s")
     return path

@@ -141,8 +141,9 @@ class Run:
         from scd.models.toy import ensure_toy_model
 
         toy = self.recipe.toy_model
+        words = sorted({w for bench, options in self._enabled() for w in bench.toy_words(options)})
         path = ensure_toy_model(
-            toy.bias_axes, toy.seed, self.cache, self.say, self.progress, toy.steer_layer
+            toy.bias_axes, toy.seed, self.cache, self.say, self.progress, toy.steer_layer, words
         )
         self.ran += path.stat().st_mtime > self.started  # built by this invocation
         self.model = str(path)
@@ -167,12 +168,19 @@ class Run:
         self.prompts, self.eval_prompts = prepare_sft(
             self.recipe.data, self.dir / "data", self.recipe.settings, step=self._step
         )
-        self.benchmarks = []
+        self.benchmarks = [
+            (bench, bench.prepare(self, options)) for bench, options in self._enabled()
+        ]
+
+    def _enabled(self) -> list[tuple[Benchmark, Any]]:
+        """The recipe's enabled benchmarks, each with its options, its data fetched and verified
+        into ``$SCD_DATA_DIR/<dataset>`` where the recipe gives none."""
+        out = []
         for name, bench in REGISTRY.items():
             options = getattr(self.recipe.eval, name, None)
             if options is not None and options.enabled:
-                options = bench.with_data(options, say=self.say)  # $SCD_DATA_DIR/<dataset>
-                self.benchmarks.append((bench, bench.prepare(self, options)))
+                out.append((bench, bench.with_data(options, say=self.say)))
+        return out
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self) -> Plan:

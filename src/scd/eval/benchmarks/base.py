@@ -119,6 +119,12 @@ class Benchmark:
         as ``<name>_sha256`` (where they are is not). Default: none."""
         return {}
 
+    def toy_words(self, options: Any) -> tuple[str, ...]:
+        """The words of its options that the toy model's prompts lack (``--model toy`` gives
+        each a token of its own, else they all read ``<unk>`` and no option can be told from
+        another). Default: none (the options are the toy's own, or whole texts are scored)."""
+        return ()
+
     def runs_on(self, spec: EngineSpec) -> EngineSpec:
         """The engine options as this benchmark's prompts use them: without the system prompt
         where they are not chat turns."""
@@ -217,7 +223,8 @@ class Benchmark:
                 raise InputError(f"needed by {self.name}", key=f.name)
         require_adapter(adapter)
         spec = (engine or engine_spec()).check()
-        task = self.task(CausalModel(model, adapter, self.runs_on(spec), shared), opts)
+        words = self.toy_words(opts) if model == "toy" else ()
+        task = self.task(CausalModel(model, adapter, self.runs_on(spec), shared, words), opts)
         task.defaults = self.identity_defaults(opts, spec)
         if self.dataset is not None:  # which declared dataset its files are, by their bytes
             from scd.reference_data import provenance

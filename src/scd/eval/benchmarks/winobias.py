@@ -160,6 +160,12 @@ class WinoBias(Benchmark):
         if not load_sentences(options.data, options.split):
             raise InputError("no sentences", key="eval.winobias.data", value=options.data)
 
+    def toy_words(self, options: WinoBiasOptions) -> tuple[str, ...]:
+        """Every occupation the split's sentences are asked about (the toy's prompts name none);
+        the whole split's, so a ``--limit`` subset is scored by the same toy."""
+        rows = load_sentences(options.data, options.split)
+        return tuple(sorted({o for r in rows for o in r["options"]}))
+
     def task(self, model: CausalModel, options: WinoBiasOptions) -> WinoBiasTask:
         work = load_sentences(options.data, options.split)
         if options.limit is not None:  # whole pairs: the gap is paired
