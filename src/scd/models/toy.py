@@ -308,7 +308,7 @@ def ensure_toy_model(
         return path
     planted = ", ".join(bias_axes) or "no axis"
     direction = "" if steer_layer is None else f"; a steering direction at layer {steer_layer}"
-    extra = f"; {len(spec['words'])} words for the benchmark's options" if words else ""
+    extra = f"; {len(spec['words'])} words of benchmark options" if words else ""
     say(f"  toy model (planted bias: {planted}{direction}{extra}) -> {path} ...")
     started = time.perf_counter()
     build_toy_model(
@@ -317,7 +317,7 @@ def ensure_toy_model(
         seed=seed,
         progress=progress,
         steer_layer=steer_layer,
-        words=words,
+        words=spec.get("words", ()),  # in one order, whatever order they came in: one key, one toy
     )
     say(f"  toy model: built in {time.perf_counter() - started:.1f} s")
     return path
