@@ -9,9 +9,7 @@ from pathlib import Path
 
 import torch
 
-from scd.models.toy_tokenizer import CHAT_TEMPLATE
-
-SPECIAL = ("<s>", "</s>", "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>")
+from scd.models.toy_tokenizer import word_tokenizer
 
 
 def chat_text(user: str, reply: str) -> str:
@@ -24,24 +22,10 @@ def train_text_lm(
 ) -> Path:
     """Train and save a tiny causal LM on ``texts`` (repeated, shuffled); return ``out``.
     ``replies``: the loss on what follows ``<|assistant|>`` only (a chat model's answers)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from torch.nn.utils.rnn import pad_sequence
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
-    tok.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=list(SPECIAL)))
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        additional_special_tokens=list(SPECIAL[4:]),
-        model_max_length=256,
-    )
-    fast.chat_template = CHAT_TEMPLATE
+    fast = word_tokenizer(texts)  # the toy model's own: word level, its chat template
     seqs = [torch.tensor(fast(t)["input_ids"]) for t in texts]
     ids = pad_sequence(seqs, batch_first=True, padding_value=fast.pad_token_id)
     torch.manual_seed(seed)
