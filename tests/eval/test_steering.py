@@ -151,6 +151,39 @@ def test_kl_grows_with_the_scale_of_either_sign(toy_model, tmp_path) -> None:
     assert kls[-1.0] != kls[1.0]  # subtracting is not adding
 
 
+def test_a_plain_text_benchmark_says_a_vector_added_from_the_answer_leaves_it_unsteered(
+    toy_model, tmp_path, capsys
+) -> None:
+    """CrowS-Pairs scores plain sentences: a vector added from the assistant's turn on finds no
+    turn there, changes no record, and the evaluation says so in one line; one added at every
+    position changes the records, and nothing is said."""
+    data = tmp_path / "crows"
+    data.mkdir()
+    rows = ["i,sent_more,sent_less,stereo_antistereo,bias_type"]
+    rows += [f"{i},Should I trust them {i} ?,Should I help them {i} ?,stereo,age" for i in range(4)]
+    (data / "crows_pairs_anonymized.csv").write_text("\n".join(rows) + "\n")
+    crows = get("crows_pairs")
+    crows.evaluate(str(toy_model), tmp_path / "base", data=str(data), progress=False)
+    records = {}
+    for positions in ("answer", "all"):
+        steer = _steer_dir(toy_model, tmp_path / positions, layer=1, scale=4.0)
+        info = json.loads((steer / "steer.json").read_text())
+        (steer / "steer.json").write_text(json.dumps({**info, "positions": positions}))
+        capsys.readouterr()
+        out = tmp_path / f"run-{positions}"
+        spec = _hf(steer=str(steer))
+        crows.evaluate(str(toy_model), out, data=str(data), progress=False, engine=spec)
+        said = [line for line in capsys.readouterr().err.splitlines() if "not steered" in line]
+        records[positions] = (out / "records.jsonl").read_bytes()
+        if positions == "answer":
+            assert len(said) == 1 and said[0].startswith("crows_pairs: not steered -- ")
+            assert str(steer) in said[0] and "positions: answer" in said[0]
+        else:
+            assert said == []
+    assert records["answer"] == (tmp_path / "base" / "records.jsonl").read_bytes()
+    assert records["all"] != records["answer"]
+
+
 def _steer_arena(toy_model: Path, outputs: Path, run_id: str, *sets: str) -> list[str]:
     """``scd run`` of the arena quickstart with the base and steer arms (no SDS probe) into
     ``outputs``, whose cache already holds the toy model; ``sets``: more ``--set`` values."""

@@ -223,6 +223,7 @@ class Benchmark:
                 raise InputError(f"needed by {self.name}", key=f.name)
         require_adapter(adapter)
         spec = (engine or engine_spec()).check()
+        self._say_if_unsteered(getattr(spec, "steer", None))
         words = self.toy_words(opts) if model == "toy" else ()
         task = self.task(CausalModel(model, adapter, self.runs_on(spec), shared, words), opts)
         task.defaults = self.identity_defaults(opts, spec)
@@ -232,6 +233,22 @@ class Benchmark:
             read = self.dataset_inputs(opts)
             task.config["dataset"] = task.defaults["dataset"] = provenance(read)
         return run_task(task, out, progress=progress, shards=shards, launch=launch)
+
+    def _say_if_unsteered(self, steer: str | None) -> None:
+        """One line on stderr where ``steer`` (a steering directory) adds its vector from the
+        assistant's turn on and this benchmark's prompts are plain text, with no such turn: its
+        results are then the unsteered model's."""
+        if steer is None or self.chat_turn:
+            return
+        from scd.eval.steering import load_steering
+
+        if load_steering(steer).positions == "answer":
+            _say(
+                f"{self.name}: not steered -- {steer} adds its vector from the assistant's turn "
+                f"on (positions: answer) and {self.name} scores plain text with no such turn, "
+                "so its results are the unsteered model's (a steering at every position acts "
+                "here: arena.steer_positions: all)"
+            )
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         """The few numbers a result is known by (W&B summaries, the command's last line)."""
