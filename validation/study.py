@@ -34,8 +34,9 @@ import threading
 import time
 from pathlib import Path
 
+from scd.eval.erasure import ERASERS
 from scd.eval.steering import VECTORS
-from scd.pipeline.jobs import CapabilityJob, EvalJob, SteerJob, TrainJob
+from scd.pipeline.jobs import CapabilityJob, EraseJob, EvalJob, SteerJob, TrainJob
 from scd.pipeline.launch import run_recipe
 from scd.pipeline.plan import Plan, Task
 from scd.pipeline.recipe import load_recipe
@@ -122,21 +123,24 @@ class TaskByTask:
 
 def _weights(job: object) -> Path | None:
     """The file a task's results depend on that the kept files leave behind: a trained
-    adapter's weights, or a steering vector's."""
+    adapter's weights, a concept eraser's or a steering vector's."""
     if isinstance(job, TrainJob):
         return job.adapter / "adapter_model.safetensors"
+    if isinstance(job, EraseJob):  # a SteerJob too: asked first
+        return job.out / ERASERS
     if isinstance(job, SteerJob):
         return job.out / VECTORS
     return None
 
 
 def _start_over_if_lost(run: Run, task: Task) -> None:
-    """A task copied back with its adapter trained (or its steering vector computed) but not
-    all its evaluations: the weights stayed on the machine that made them, so the task starts
-    over -- the training (or the vector) and every result of it, finished or not, so that no
-    table mixes two trainings or two vectors (a vector computed again on other hardware differs
-    in its last bits, and an evaluation's identity holds the vector's digest). A steering
-    search's curve stays: its points are read back, only the vectors are computed again."""
+    """A task copied back with its adapter trained (or its steering vector or concept eraser
+    computed) but not all its evaluations: the weights stayed on the machine that made them, so
+    the task starts over -- the training (or the vector, the eraser) and every result of it,
+    finished or not, so that no table mixes two trainings or two vectors (a vector computed
+    again on other hardware differs in its last bits, and an evaluation's identity holds the
+    vector's digest). A search's curve stays: its points are read back, only the vectors (the
+    erasers) are computed again."""
     made = next((j for j in task.jobs if _weights(j) is not None), None)
     if made is None or made.stage not in run.state.stages:
         return
@@ -145,7 +149,8 @@ def _start_over_if_lost(run: Run, task: Task) -> None:
     results = [j for j in task.jobs if isinstance(j, EvalJob | CapabilityJob)]
     if all(run.state.done(j.stage) for j in results):  # all in: the weights are not needed
         return
-    what = "adapter's" if isinstance(made, TrainJob) else "steering vector's"
+    kinds = {TrainJob: "adapter's", EraseJob: "concept eraser's", SteerJob: "steering vector's"}
+    what = kinds[type(made)]
     print(f"{task.name}: its {what} weights were not kept; the task starts over", flush=True)
     shutil.rmtree(made.adapter if isinstance(made, TrainJob) else made.out, ignore_errors=True)
     for job in results:
