@@ -21,14 +21,22 @@ from scd.models import model_fingerprint
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _steer_dir(model: Path, out: Path, layer: int | list[int], scale: float, seed: int = 0) -> Path:
-    """A steering directory for ``model`` with random vectors (the test of the mechanics)."""
+def _steer_dir(
+    model: Path,
+    out: Path,
+    layer: int | list[int],
+    scale: float,
+    seed: int = 0,
+    positions: str = "all",
+) -> Path:
+    """A steering directory for ``model`` with random vectors (the test of the mechanics),
+    added at ``positions``."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(model)
     torch.manual_seed(seed)
     vectors = torch.randn(config.num_hidden_layers, config.hidden_size)
-    return save_steering(out, vectors, layer, scale, model_fingerprint(str(model)))
+    return save_steering(out, vectors, layer, scale, model_fingerprint(str(model)), positions)
 
 
 def test_scale_0_gives_the_base_models_records_exactly(toy_model, toy_prompts, tmp_path):
@@ -166,9 +174,7 @@ def test_a_plain_text_benchmark_says_a_vector_added_from_the_answer_leaves_it_un
     crows.evaluate(str(toy_model), tmp_path / "base", data=str(data), progress=False)
     records = {}
     for positions in ("answer", "all"):
-        steer = _steer_dir(toy_model, tmp_path / positions, layer=1, scale=4.0)
-        info = json.loads((steer / "steer.json").read_text())
-        (steer / "steer.json").write_text(json.dumps({**info, "positions": positions}))
+        steer = _steer_dir(toy_model, tmp_path / positions, 1, 4.0, positions=positions)
         capsys.readouterr()
         out = tmp_path / f"run-{positions}"
         spec = _hf(steer=str(steer))
